@@ -1,0 +1,81 @@
+"""Activations (praxis.layers.activations), one stateless module selected by name.
+
+Why one module with a `name` rather than a class per function: the activation is a child
+*template* of FeedForward and the transformer MLP, and a single concrete config type keeps
+those templates parseable by tyro (`--model.ff.activation.name gelu`) and JSON-serialisable
+without a type registry. Gated variants (GeGLU, SwiGLU) are an MLP property (`gated=True`):
+`act(x W_gate) * (x W)`, as Praxis' `use_gated_activation`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from pax_eqx.config import Config, config
+
+ActivationName = Literal[
+    "relu", "relu6", "squared_relu", "leaky_relu", "elu", "sigmoid", "tanh",
+    "gelu", "gelu_exact", "silu", "swish", "softplus", "identity",
+]  # fmt: skip
+
+
+def _fn(name: str, negative_slope: float) -> Callable[[Array], Array]:
+    return {
+        "relu": jax.nn.relu,
+        "relu6": jax.nn.relu6,
+        "squared_relu": lambda x: jnp.square(jax.nn.relu(x)),
+        "leaky_relu": lambda x: jax.nn.leaky_relu(x, negative_slope),
+        "elu": jax.nn.elu,
+        "sigmoid": jax.nn.sigmoid,
+        "tanh": jnp.tanh,
+        # Praxis' GELU defaults to the tanh approximation; "gelu_exact" is the erf form.
+        "gelu": lambda x: jax.nn.gelu(x, approximate=True),
+        "gelu_exact": lambda x: jax.nn.gelu(x, approximate=False),
+        "silu": jax.nn.silu,
+        "swish": jax.nn.silu,
+        "softplus": jax.nn.softplus,
+        "identity": lambda x: x,
+    }[name]
+
+
+@config
+class ActivationConfig(Config):
+    """name: which function; negative_slope: LeakyReLU's slope for x < 0.
+
+    gated: used by the layers that own the projections (FeedForward, TransformerFeedForward):
+      GeGLU is name="gelu", gated=True; SwiGLU is name="silu", gated=True.
+    """
+
+    name: ActivationName = "relu"
+    negative_slope: float = 0.01
+    gated: bool = False
+
+    def build(self, key=None) -> Activation:
+        return Activation(self)
+
+
+def geglu() -> ActivationConfig:
+    return ActivationConfig(name="gelu", gated=True)
+
+
+def swiglu() -> ActivationConfig:
+    return ActivationConfig(name="silu", gated=True)
+
+
+class Activation(eqx.Module):
+    """y = f(x), elementwise; no parameters."""
+
+    name: str = eqx.field(static=True)
+    negative_slope: float = eqx.field(static=True)
+
+    def __init__(self, cfg: ActivationConfig = ActivationConfig()):
+        self.name = cfg.name
+        self.negative_slope = cfg.negative_slope
+
+    def __call__(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+        return _fn(self.name, self.negative_slope)(x)

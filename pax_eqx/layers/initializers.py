@@ -1,0 +1,53 @@
+"""Weight initialisation (Pax's `WeightInit`), as a small config.
+
+Pax's default `params_init` is Xavier-uniform with scale 1.0; GPT-style models use a
+Gaussian with a small standard deviation (nanoGPT: 0.02). `fan_in`/`fan_out` are taken from
+the shape's last two dimensions, as Praxis does for a `[input, output]` weight.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, PRNGKeyArray
+
+from pax_eqx.config import Config, config
+
+
+@config
+class WeightInit(Config):
+    """How a weight is initialised.
+
+    method: "xavier" (uniform, Pax's default), "gaussian" (std = scale), "uniform"
+      (in [-scale, scale]) or "constant" (every entry = scale).
+    scale: the method's scale (Xavier's gain).
+    """
+
+    method: Literal["xavier", "gaussian", "uniform", "constant"] = "xavier"
+    scale: float = 1.0
+
+    def __call__(self, key: PRNGKeyArray, shape: tuple[int, ...], dtype=jnp.float32) -> Array:
+        if self.method == "constant":
+            return jnp.full(shape, self.scale, dtype)
+        if self.method == "gaussian":
+            return self.scale * jax.random.normal(key, shape, dtype)
+        if self.method == "uniform":
+            return jax.random.uniform(key, shape, dtype, -self.scale, self.scale)
+        fan_in, fan_out = (shape[-2], shape[-1]) if len(shape) >= 2 else (shape[0], shape[0])
+        limit = self.scale * math.sqrt(6.0 / (fan_in + fan_out))
+        return jax.random.uniform(key, shape, dtype, -limit, limit)
+
+
+def xavier(scale: float = 1.0) -> WeightInit:
+    return WeightInit(method="xavier", scale=scale)
+
+
+def gaussian(std: float) -> WeightInit:
+    return WeightInit(method="gaussian", scale=std)
+
+
+def constant(value: float) -> WeightInit:
+    return WeightInit(method="constant", scale=value)

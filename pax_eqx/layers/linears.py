@@ -1,0 +1,149 @@
+"""Linear, Bias, FeedForward and MLPBlock (praxis.layers.linears).
+
+Weights are stored `[input_dims, output_dims]` as in Praxis, so `y = x @ w` acts on any
+leading (batch, time, ...) dimensions. Each weight dimension carries a logical axis name
+(`axes`), which the sharding rules map onto the mesh.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from pax_eqx.config import Config, config
+from pax_eqx.layers.activations import Activation, ActivationConfig
+from pax_eqx.layers.initializers import WeightInit
+
+
+@config
+class LinearConfig(Config):
+    """y = x @ w, w: [input_dims, output_dims]. `axes` are w's logical axis names."""
+
+    input_dims: int
+    output_dims: int
+    init: WeightInit = WeightInit()
+    axes: tuple[str, str] = ("embed", "mlp")
+
+    def build(self, key: PRNGKeyArray) -> Linear:
+        return Linear(self, key=key)
+
+
+class Linear(eqx.Module):
+    w: Float[Array, "input_dims output_dims"]
+    axes: tuple[str, str] = eqx.field(static=True)
+
+    def __init__(self, cfg: LinearConfig, *, key: PRNGKeyArray):
+        self.w = cfg.init(key, (cfg.input_dims, cfg.output_dims))
+        self.axes = cfg.axes
+
+    def __call__(self, x: Float[Array, "*batch input_dims"]) -> Float[Array, "*batch output_dims"]:
+        return jnp.einsum("...i,io->...o", x, self.w.astype(x.dtype))
+
+    def param_axes(self) -> dict[str, tuple[str, ...]]:
+        return {"w": self.axes}
+
+
+@config
+class BiasConfig(Config):
+    """y = x + b, b: [dims], initialised to zero."""
+
+    dims: int
+    axis: str = "mlp"
+
+    def build(self, key: PRNGKeyArray | None = None) -> Bias:
+        return Bias(self)
+
+
+class Bias(eqx.Module):
+    b: Float[Array, " dims"]
+    axis: str = eqx.field(static=True)
+
+    def __init__(self, cfg: BiasConfig):
+        self.b = jnp.zeros((cfg.dims,), jnp.float32)
+        self.axis = cfg.axis
+
+    def __call__(self, x: Float[Array, "*batch dims"]) -> Float[Array, "*batch dims"]:
+        return x + self.b.astype(x.dtype)
+
+    def param_axes(self) -> dict[str, tuple[str, ...]]:
+        return {"b": (self.axis,)}
+
+
+@config
+class FeedForwardConfig(Config):
+    """activation(x @ w + b); with a gated activation, activation(x @ w_gate + b_gate) * (x @ w + b)."""
+
+    input_dims: int
+    output_dims: int
+    has_bias: bool = True
+    activation: ActivationConfig = ActivationConfig()
+    init: WeightInit = WeightInit()
+    axes: tuple[str, str] = ("embed", "mlp")
+
+    def build(self, key: PRNGKeyArray) -> FeedForward:
+        return FeedForward(self, key=key)
+
+
+class FeedForward(eqx.Module):
+    linear: Linear
+    bias: Bias | None
+    gate: Linear | None
+    gate_bias: Bias | None
+    activation: Activation
+
+    def __init__(self, cfg: FeedForwardConfig, *, key: PRNGKeyArray):
+        k_lin, k_gate = jax.random.split(key)
+        lin = LinearConfig(input_dims=cfg.input_dims, output_dims=cfg.output_dims, init=cfg.init, axes=cfg.axes)
+        bias = BiasConfig(dims=cfg.output_dims, axis=cfg.axes[1])
+        gated = cfg.activation.gated
+        self.linear = lin.build(k_lin)
+        self.bias = bias.build() if cfg.has_bias else None
+        self.gate = lin.build(k_gate) if gated else None
+        self.gate_bias = bias.build() if gated and cfg.has_bias else None
+        self.activation = cfg.activation.build()
+
+    def __call__(self, x: Float[Array, "*batch input_dims"]) -> Float[Array, "*batch output_dims"]:
+        y = self.linear(x)
+        if self.bias is not None:
+            y = self.bias(y)
+        if self.gate is None:
+            return self.activation(y)
+        g = self.gate(x)
+        if self.gate_bias is not None:
+            g = self.gate_bias(g)
+        return self.activation(g) * y
+
+
+@config
+class MLPBlockConfig(Config):
+    """`num_layers` FeedForward layers: input_dims -> hidden_dims (x num_layers-1) -> output_dims."""
+
+    num_layers: int = 2
+    input_dims: int
+    hidden_dims: int
+    output_dims: int
+    ff: FeedForwardConfig = FeedForwardConfig(input_dims=0, output_dims=0)
+
+    def build(self, key: PRNGKeyArray) -> MLPBlock:
+        return MLPBlock(self, key=key)
+
+
+class MLPBlock(eqx.Module):
+    layers: tuple[FeedForward, ...]
+
+    def __init__(self, cfg: MLPBlockConfig, *, key: PRNGKeyArray):
+        if cfg.num_layers < 1:
+            raise ValueError(f"MLPBlockConfig.num_layers must be >= 1, got {cfg.num_layers}.")
+        dims = [cfg.input_dims] + [cfg.hidden_dims] * (cfg.num_layers - 1) + [cfg.output_dims]
+        keys = jax.random.split(key, cfg.num_layers)
+        self.layers = tuple(
+            cfg.ff.replace(input_dims=i, output_dims=o).build(k)
+            for i, o, k in zip(dims[:-1], dims[1:], keys)
+        )
+
+    def __call__(self, x: Float[Array, "*batch input_dims"]) -> Float[Array, "*batch output_dims"]:
+        for layer in self.layers:
+            x = layer(x)
+        return x
