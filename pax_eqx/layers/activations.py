@@ -9,7 +9,8 @@ without a type registry. Gated variants (GeGLU, SwiGLU) are an MLP property (`ga
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from collections.abc import Callable
+from typing import Literal
 
 import equinox as eqx
 import jax

@@ -13,8 +13,8 @@ losses, or the train/eval mode -- takes and returns a `Context`:
 
 - `key`: a PRNG key, split only when a layer asks for one (`ctx.next_key()`), so
   deterministic layers never pay for splitting (equinox#1132);
-- `state`: an `equinox.nn.State` with the non-trainable variables (`Variable`, a
-  `StateIndex` with a `mean_sync` marker: Pax's `REQUIRES_MEAN_SYNC`);
+- `state`: an `equinox.nn.State` with the non-trainable variables (made by `variable(init,
+  mean_sync=...)`, an equinox `StateIndex`; mean_sync is Pax's `REQUIRES_MEAN_SYNC`);
 - `summaries` and `aux_losses`: dicts of side outputs, named by scope (`"layer_0/attn/..."`);
 - `mode`: `Mode.TRAIN`, `Mode.EVAL` or `Mode.DECODE`, static, so each mode traces its own
   program and no global flag exists.
@@ -26,7 +26,8 @@ entry points of the Layer Basics notebook.
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -41,21 +42,30 @@ class Mode(enum.Enum):
     DECODE = "decode"
 
 
-class Variable(eqx.nn.StateIndex):
+Variable = eqx.nn.StateIndex
+"""The type of a non-trainable variable field: equinox's own StateIndex."""
+
+_MEAN_SYNC = "#mean_sync"
+
+
+class _MeanSyncMarker:
+    """Marks a fresh StateIndex as mean-synced until `split_state` gives it a path marker."""
+
+
+def variable(init: Array, *, mean_sync: bool = False) -> Variable:
     """A non-trainable variable (Pax: `create_variable(..., trainable=False)`).
 
     `mean_sync=True` is Pax's `WeightHParamsCollection.REQUIRES_MEAN_SYNC`: the value is a
     statistic of the batch, so wherever one logical step is computed in pieces (gradient
-    accumulation over microbatches, or replicas in a data-parallel `vmap`) the pieces' new
-    values are averaged rather than the last one winning. Under SPMD `jit` a batch mean is
-    already global, so nothing else is needed.
+    accumulation over microbatches) the pieces' new values are averaged rather than the last
+    one winning. Under SPMD `jit` a batch mean is already global, so nothing else is needed.
+    The flag rides on equinox's marker (`"<path>#mean_sync"`), because `eqx.nn.State` only
+    accepts plain StateIndex keys.
     """
-
-    mean_sync: bool = eqx.field(static=True)
-
-    def __init__(self, init: Array, *, mean_sync: bool = False):
-        super().__init__(init)
-        self.mean_sync = mean_sync
+    index = eqx.nn.StateIndex(init)
+    if mean_sync:
+        object.__setattr__(index, "marker", _MeanSyncMarker())
+    return index
 
 
 class Context(eqx.Module):
@@ -187,7 +197,8 @@ def split_state(model: Any) -> tuple[Any, eqx.nn.State]:
     renamed = []
     for path, leaf in leaves:
         if is_var(leaf) and not isinstance(leaf.marker, str):
-            object.__setattr__(leaf, "marker", type(model).__name__ + jtu.keystr(path))
+            suffix = _MEAN_SYNC if isinstance(leaf.marker, _MeanSyncMarker) else ""
+            object.__setattr__(leaf, "marker", type(model).__name__ + jtu.keystr(path) + suffix)
         renamed.append(leaf)
     model = jtu.tree_unflatten(treedef, renamed)
     state = eqx.nn.State(model)
@@ -197,7 +208,9 @@ def split_state(model: Any) -> tuple[Any, eqx.nn.State]:
 def mean_sync_markers(model: Any) -> frozenset[str]:
     """Markers of the model's Variables that carry `mean_sync=True`."""
     leaves = jtu.tree_leaves(model, is_leaf=lambda x: isinstance(x, eqx.nn.StateIndex))
-    return frozenset(v.marker for v in leaves if isinstance(v, Variable) and v.mean_sync)
+    return frozenset(
+        v.marker for v in leaves if isinstance(v, eqx.nn.StateIndex) and str(v.marker).endswith(_MEAN_SYNC)
+    )
 
 
 def apply(

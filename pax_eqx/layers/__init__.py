@@ -1,0 +1,54 @@
+"""pax_eqx.layers: Praxis' layers as immutable Equinox modules, each built from a frozen config.
+
+    from pax_eqx import layers
+    ff = layers.FeedForwardConfig(input_dims=8, output_dims=16).build(key)
+    y = ff(x)
+"""
+
+from pax_eqx.layers.activations import Activation, ActivationConfig, geglu, swiglu
+from pax_eqx.layers.attentions import Attention, AttentionConfig, KVCache
+from pax_eqx.layers.base import (
+    Context,
+    Mode,
+    Variable,
+    apply,
+    call,
+    init,
+    mean_sync_markers,
+    split_state,
+    variable,
+)
+from pax_eqx.layers.batch_norm import BatchNorm, BatchNormConfig
+from pax_eqx.layers.embedding_softmax import (
+    Embedding,
+    EmbeddingConfig,
+    FullSoftmax,
+    SharedEmbeddingSoftmax,
+    SharedEmbeddingSoftmaxConfig,
+    SoftmaxConfig,
+    cross_entropy,
+    soft_cap,
+)
+from pax_eqx.layers.initializers import WeightInit, constant, gaussian, xavier
+from pax_eqx.layers.linears import (
+    Bias,
+    BiasConfig,
+    FeedForward,
+    FeedForwardConfig,
+    Linear,
+    LinearConfig,
+    MLPBlock,
+    MLPBlockConfig,
+)
+from pax_eqx.layers.normalizations import LayerNorm, NormConfig, RmsNorm, rms_norm_no_scale
+from pax_eqx.layers.position_embeddings import (
+    TrainablePositionalEmbedding,
+    TrainablePositionalEmbeddingConfig,
+    apply_rotary,
+    sinusoidal_position_embedding,
+)
+from pax_eqx.layers.repeats import StackedTransformer, StackedTransformerConfig, StackedTransformerRepeated
+from pax_eqx.layers.stochastics import Dropout, DropoutConfig, StochasticResidual, StochasticResidualConfig
+from pax_eqx.layers.transformers import Transformer, TransformerConfig
+
+__all__ = [name for name in dir() if not name.startswith("_")]

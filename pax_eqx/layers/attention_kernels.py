@@ -1,0 +1,122 @@
+"""The attention computation itself: masks, an XLA path and the cuDNN path.
+
+Layout is BTNH (batch, time, heads, head_dim), what cuDNN wants. Grouped-query attention is
+computed without replicating key/value heads: queries are viewed as [B, T, K, G, H] (K kv
+heads, G = N / K query heads per kv head). The XLA path is plain einsums with a float32
+softmax; it supports everything (logit capping, arbitrary masks, dropout on probabilities)
+and is what runs on CPU. On GPU, `jax.nn.dot_product_attention(implementation="cudnn")` is
+used when the call qualifies (no logit cap, no probability dropout, bf16/fp16, head_dim a
+multiple of 8 and <= 256); `implementation=None` would silently mean XLA there.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+# A large negative logit rather than -inf: a fully masked row (a padding query) then gives a
+# uniform distribution instead of NaN, and its output is ignored by the loss weights.
+_MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)
+
+Implementation = Literal["auto", "xla", "cudnn"]
+
+
+def make_mask(
+    q_len: int,
+    k_len: int,
+    *,
+    causal: bool,
+    q_offset: Int[Array, ""] | int = 0,
+    segment_ids_q: Int[Array, "batch q"] | None = None,
+    segment_ids_k: Int[Array, "batch k"] | None = None,
+    key_valid: Bool[Array, "batch k"] | None = None,
+) -> Bool[Array, "batch_or_1 1 q k"] | None:
+    """True where query t may attend to key s.
+
+    causal: key index <= query index + q_offset (q_offset = where the queries start in the
+      key sequence, for decoding against a cache).
+    segment ids: packed documents attend only within themselves.
+    key_valid: False for padded / not-yet-written keys.
+    """
+    mask = None
+
+    def both(a, b):
+        return b if a is None else a & b
+
+    if causal:
+        q_idx = jnp.arange(q_len)[:, None] + q_offset
+        mask = both(mask, (jnp.arange(k_len)[None, :] <= q_idx)[None, None])
+    if segment_ids_q is not None:
+        same = segment_ids_q[:, :, None] == segment_ids_k[:, None, :]
+        mask = both(mask, same[:, None])
+    if key_valid is not None:
+        mask = both(mask, key_valid[:, None, None, :])
+    return mask
+
+
+def xla_attention(
+    q: Float[Array, "batch q heads dim"],
+    k: Float[Array, "batch k kv_heads dim"],
+    v: Float[Array, "batch k kv_heads dim"],
+    mask: Bool[Array, "#batch 1 q k"] | None,
+    *,
+    scale: float,
+    logit_cap: float = 0.0,
+    bias: Float[Array, "#batch #heads q k"] | None = None,
+    dropout_keep: Float[Array, "batch heads q k"] | None = None,
+) -> Float[Array, "batch q heads dim"]:
+    """softmax(q k^T * scale + bias, masked) v, with grouped kv heads."""
+    b, t, n, h = q.shape
+    kv_heads = k.shape[2]
+    qg = q.reshape(b, t, kv_heads, n // kv_heads, h)
+    logits = jnp.einsum("btkgh,bskh->bkgts", qg, k, preferred_element_type=jnp.float32) * scale
+    if logit_cap > 0.0:
+        logits = logit_cap * jnp.tanh(logits / logit_cap)
+    logits = logits.reshape(b, n, t, k.shape[1])
+    if bias is not None:
+        logits = logits + bias.astype(jnp.float32)
+    if mask is not None:
+        logits = jnp.where(mask, logits, _MASKED)
+    probs = jax.nn.softmax(logits, axis=-1)
+    if dropout_keep is not None:
+        probs = probs * dropout_keep
+    probs = probs.astype(v.dtype).reshape(b, kv_heads, n // kv_heads, t, k.shape[1])
+    out = jnp.einsum("bkgts,bskh->btkgh", probs, v)
+    return out.reshape(b, t, n, h)
+
+
+def cudnn_qualifies(q: Array, logit_cap: float, has_dropout: bool) -> bool:
+    return (
+        jax.default_backend() == "gpu"
+        and logit_cap == 0.0
+        and not has_dropout
+        and q.dtype in (jnp.bfloat16, jnp.float16)
+        and q.shape[-1] % 8 == 0
+        and q.shape[-1] <= 256
+    )
+
+
+def cudnn_attention(
+    q: Float[Array, "batch q heads dim"],
+    k: Float[Array, "batch k kv_heads dim"],
+    v: Float[Array, "batch k kv_heads dim"],
+    mask: Bool[Array, "#batch 1 q k"] | None,
+    *,
+    scale: float,
+    causal_only: bool,
+    bias: Array | None = None,
+) -> Float[Array, "batch q heads dim"]:
+    """cuDNN flash attention; a plain causal mask is passed as `is_causal` (no mask tensor)."""
+    return jax.nn.dot_product_attention(
+        q,
+        k,
+        v,
+        bias=bias,
+        mask=None if causal_only else mask,
+        scale=scale,
+        is_causal=causal_only,
+        implementation="cudnn",
+    )

@@ -1,0 +1,78 @@
+"""BatchNorm (praxis.layers.normalizations.BatchNorm) with moving statistics as state.
+
+The moving mean and variance are non-trainable variables marked `mean_sync=True` (Pax's
+REQUIRES_MEAN_SYNC): they are batch statistics, so when a step is computed in microbatches
+the new values are averaged. In TRAIN mode the batch statistics normalise the input and the
+moving averages are updated (`new = decay * old + (1 - decay) * batch`); in EVAL/DECODE the
+moving statistics are used and the state is untouched.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from pax_eqx.config import Config, config
+from pax_eqx.layers.base import Context, Variable, variable
+
+
+@config
+class BatchNormConfig(Config):
+    """dims: channels (last dimension); decay: moving-average decay; epsilon: added to var."""
+
+    dims: int
+    decay: float = 0.999
+    epsilon: float = 1e-3
+    use_moving_avg_in_training: bool = False
+
+    def build(self, key: PRNGKeyArray | None = None) -> BatchNorm:
+        return BatchNorm(self)
+
+
+class BatchNorm(eqx.Module):
+    beta: Float[Array, " dims"]
+    gamma: Float[Array, " dims"]
+    moving_mean: Variable
+    moving_variance: Variable
+    decay: float = eqx.field(static=True)
+    epsilon: float = eqx.field(static=True)
+    use_moving_avg_in_training: bool = eqx.field(static=True)
+
+    def __init__(self, cfg: BatchNormConfig):
+        self.beta = jnp.zeros((cfg.dims,), jnp.float32)
+        self.gamma = jnp.zeros((cfg.dims,), jnp.float32)  # applied as (1 + gamma), as Praxis
+        self.moving_mean = variable(jnp.zeros((cfg.dims,), jnp.float32), mean_sync=True)
+        self.moving_variance = variable(jnp.ones((cfg.dims,), jnp.float32), mean_sync=True)
+        self.decay = cfg.decay
+        self.epsilon = cfg.epsilon
+        self.use_moving_avg_in_training = cfg.use_moving_avg_in_training
+
+    def __call__(
+        self,
+        x: Float[Array, "*batch dims"],
+        ctx: Context,
+        paddings: Float[Array, "*batch"] | None = None,
+    ) -> tuple[Float[Array, "*batch dims"], Context]:
+        """`paddings` (1 = padded) excludes positions from the batch statistics."""
+        xf = x.astype(jnp.float32)
+        moving_mean, moving_var = ctx.get_var(self.moving_mean), ctx.get_var(self.moving_variance)
+        if ctx.is_training:
+            w = jnp.ones(x.shape[:-1], jnp.float32) if paddings is None else 1.0 - paddings
+            w = w[..., None]
+            axes = tuple(range(x.ndim - 1))
+            count = jnp.maximum(jnp.sum(w, axes), 1.0)
+            mean = jnp.sum(xf * w, axes) / count
+            var = jnp.sum(jnp.square(xf - mean) * w, axes) / count
+            ctx = ctx.update_var(self.moving_mean, self.decay * moving_mean + (1 - self.decay) * mean)
+            ctx = ctx.update_var(self.moving_variance, self.decay * moving_var + (1 - self.decay) * var)
+            if self.use_moving_avg_in_training:
+                mean, var = moving_mean, moving_var
+        else:
+            mean, var = moving_mean, moving_var
+        y = (xf - mean) * jax.lax.rsqrt(var + self.epsilon) * (1.0 + self.gamma) + self.beta
+        return y.astype(x.dtype), ctx
+
+    def param_axes(self) -> dict[str, tuple[str, ...]]:
+        return {"beta": ("embed",), "gamma": ("embed",)}

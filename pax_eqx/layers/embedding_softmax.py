@@ -1,0 +1,160 @@
+"""Embedding, FullSoftmax and SharedEmbeddingSoftmax (praxis.layers.embedding_softmax).
+
+SharedEmbeddingSoftmax is the shared-layer case of the Layer Basics notebook: one weight
+`w: [vocab, embed]` serves as the input embedding (`lookup`, a row gather) and as the output
+projection (`logits`, `x @ w.T`). It is one module used in two places, so the weights are
+shared by construction and receive the sum of both gradients.
+
+The loss is computed in float32 from logits of any dtype; `soft_cap_logits` applies
+`cap * tanh(logits / cap)` (Praxis' logits soft-capping), and label smoothing mixes the one-hot
+target with the uniform distribution (`optax.smooth_labels`: `(1-p) * onehot + p / vocab`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optax
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from pax_eqx.config import Config, config
+from pax_eqx.layers.initializers import WeightInit, gaussian
+
+
+@config
+class EmbeddingConfig(Config):
+    """num_classes: vocabulary size; input_dims: embedding size; scale_sqrt_depth: multiply by sqrt(dims)."""
+
+    num_classes: int
+    input_dims: int
+    init: WeightInit = gaussian(1.0)
+    scale_sqrt_depth: bool = False
+
+    def build(self, key: PRNGKeyArray) -> Embedding:
+        return Embedding(self, key=key)
+
+
+class Embedding(eqx.Module):
+    emb_var: Float[Array, "vocab embed"]
+    scale_sqrt_depth: bool = eqx.field(static=True)
+
+    def __init__(self, cfg: EmbeddingConfig, *, key: PRNGKeyArray):
+        self.emb_var = cfg.init(key, (cfg.num_classes, cfg.input_dims))
+        self.scale_sqrt_depth = cfg.scale_sqrt_depth
+
+    def __call__(self, ids: Int[Array, "*batch"]) -> Float[Array, "*batch embed"]:
+        return _lookup(self.emb_var, ids, self.scale_sqrt_depth)
+
+    def param_axes(self) -> dict[str, tuple[str, ...]]:
+        return {"emb_var": ("vocab", "embed")}
+
+
+@config
+class SoftmaxConfig(Config):
+    """Output projection to `num_classes` logits and the cross-entropy loss.
+
+    soft_cap_logits: 0 = off, else logits = cap * tanh(logits / cap).
+    label_smoothing_prob: 0 = off.
+    """
+
+    input_dims: int
+    num_classes: int
+    init: WeightInit = WeightInit()
+    use_bias: bool = True
+    soft_cap_logits: float = 0.0
+    label_smoothing_prob: float = 0.0
+
+    def build(self, key: PRNGKeyArray) -> FullSoftmax:
+        return FullSoftmax(self, key=key)
+
+
+class FullSoftmax(eqx.Module):
+    w: Float[Array, "embed vocab"]
+    b: Float[Array, " vocab"] | None
+    soft_cap_logits: float = eqx.field(static=True)
+    label_smoothing_prob: float = eqx.field(static=True)
+
+    def __init__(self, cfg: SoftmaxConfig, *, key: PRNGKeyArray):
+        self.w = cfg.init(key, (cfg.input_dims, cfg.num_classes))
+        self.b = jnp.zeros((cfg.num_classes,), jnp.float32) if cfg.use_bias else None
+        self.soft_cap_logits = cfg.soft_cap_logits
+        self.label_smoothing_prob = cfg.label_smoothing_prob
+
+    def logits(self, x: Float[Array, "*batch embed"]) -> Float[Array, "*batch vocab"]:
+        logits = jnp.einsum("...d,dv->...v", x, self.w.astype(x.dtype))
+        if self.b is not None:
+            logits = logits + self.b.astype(x.dtype)
+        return soft_cap(logits, self.soft_cap_logits)
+
+    def xent(self, logits: Float[Array, "*batch vocab"], labels: Int[Array, "*batch"]) -> Float[Array, "*batch"]:
+        return cross_entropy(logits, labels, self.label_smoothing_prob)
+
+    def param_axes(self) -> dict[str, tuple[str, ...]]:
+        return {"w": ("embed", "vocab"), "b": ("vocab",)}
+
+
+@config
+class SharedEmbeddingSoftmaxConfig(Config):
+    """One `[vocab, embed]` weight for the input embedding and the output softmax (tied)."""
+
+    num_classes: int
+    input_dims: int
+    init: WeightInit = gaussian(1.0)
+    scale_sqrt_depth: bool = False
+    soft_cap_logits: float = 0.0
+    label_smoothing_prob: float = 0.0
+
+    def build(self, key: PRNGKeyArray) -> SharedEmbeddingSoftmax:
+        return SharedEmbeddingSoftmax(self, key=key)
+
+
+class SharedEmbeddingSoftmax(eqx.Module):
+    w: Float[Array, "vocab embed"]
+    scale_sqrt_depth: bool = eqx.field(static=True)
+    soft_cap_logits: float = eqx.field(static=True)
+    label_smoothing_prob: float = eqx.field(static=True)
+
+    def __init__(self, cfg: SharedEmbeddingSoftmaxConfig, *, key: PRNGKeyArray):
+        self.w = cfg.init(key, (cfg.num_classes, cfg.input_dims))
+        self.scale_sqrt_depth = cfg.scale_sqrt_depth
+        self.soft_cap_logits = cfg.soft_cap_logits
+        self.label_smoothing_prob = cfg.label_smoothing_prob
+
+    def lookup(self, ids: Int[Array, "*batch"]) -> Float[Array, "*batch embed"]:
+        return _lookup(self.w, ids, self.scale_sqrt_depth)
+
+    def logits(self, x: Float[Array, "*batch embed"]) -> Float[Array, "*batch vocab"]:
+        logits = jnp.einsum("...d,vd->...v", x, self.w.astype(x.dtype))
+        return soft_cap(logits, self.soft_cap_logits)
+
+    def xent(self, logits: Float[Array, "*batch vocab"], labels: Int[Array, "*batch"]) -> Float[Array, "*batch"]:
+        return cross_entropy(logits, labels, self.label_smoothing_prob)
+
+    def param_axes(self) -> dict[str, tuple[str, ...]]:
+        return {"w": ("vocab", "embed")}
+
+
+def _lookup(table: Array, ids: Array, scale_sqrt_depth: bool) -> Array:
+    embs = jnp.take(table, ids, axis=0)
+    return embs * math.sqrt(table.shape[-1]) if scale_sqrt_depth else embs
+
+
+def soft_cap(logits: Array, cap: float) -> Array:
+    """cap * tanh(logits / cap); identity when cap == 0."""
+    if cap <= 0.0:
+        return logits
+    return (cap * jnp.tanh(logits.astype(jnp.float32) / cap)).astype(logits.dtype)
+
+
+def cross_entropy(
+    logits: Float[Array, "*batch vocab"], labels: Int[Array, "*batch"], label_smoothing: float = 0.0
+) -> Float[Array, "*batch"]:
+    """Per-position cross-entropy in float32, `-sum(target * log_softmax(logits))`."""
+    logits = logits.astype(jnp.float32)
+    if label_smoothing == 0.0:
+        return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    targets = optax.smooth_labels(jax.nn.one_hot(labels, logits.shape[-1]), label_smoothing)
+    return optax.softmax_cross_entropy(logits, targets)

@@ -1,0 +1,84 @@
+"""Position embeddings: trainable, sinusoidal, and rotary (praxis.layers.embedding_softmax).
+
+All take explicit integer `positions` ([batch, seq]), not just a length: packed sequences
+restart positions at each document (`segment_pos`), and decoding asks for one position at a
+time. Sinusoidal and rotary follow Praxis' timescale conventions (min 1, max 10_000; rotary
+rotates the first half of each head against the second half, not interleaved pairs).
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from pax_eqx.config import Config, config
+from pax_eqx.layers.initializers import WeightInit, gaussian
+
+
+@config
+class TrainablePositionalEmbeddingConfig(Config):
+    """A learned `[max_seq_length, embedding_dims]` table."""
+
+    max_seq_length: int
+    embedding_dims: int
+    init: WeightInit = gaussian(0.02)
+
+    def build(self, key: PRNGKeyArray) -> TrainablePositionalEmbedding:
+        return TrainablePositionalEmbedding(self, key=key)
+
+
+class TrainablePositionalEmbedding(eqx.Module):
+    emb_var: Float[Array, "max_seq embed"]
+
+    def __init__(self, cfg: TrainablePositionalEmbeddingConfig, *, key: PRNGKeyArray):
+        self.emb_var = cfg.init(key, (cfg.max_seq_length, cfg.embedding_dims))
+
+    def __call__(self, positions: Int[Array, "*batch"]) -> Float[Array, "*batch embed"]:
+        return jnp.take(self.emb_var, positions, axis=0)
+
+    def param_axes(self) -> dict[str, tuple[str, ...]]:
+        return {"emb_var": (None, "embed")}
+
+
+def sinusoidal_position_embedding(
+    positions: Int[Array, "*batch"],
+    embedding_dims: int,
+    min_timescale: float = 1.0,
+    max_timescale: float = 10_000.0,
+) -> Float[Array, "*batch embed"]:
+    """Praxis PositionalEmbedding: concat(sin(p * inv_t), cos(p * inv_t)), zero-padded if odd."""
+    num_timescales = embedding_dims // 2
+    log_increment = math.log(max_timescale / min_timescale) / max(num_timescales - 1, 1)
+    inv_timescales = min_timescale * jnp.exp(jnp.arange(num_timescales, dtype=jnp.float32) * -log_increment)
+    scaled = positions.astype(jnp.float32)[..., None] * inv_timescales
+    signal = jnp.concatenate([jnp.sin(scaled), jnp.cos(scaled)], axis=-1)
+    if embedding_dims % 2:
+        signal = jnp.pad(signal, [(0, 0)] * (signal.ndim - 1) + [(0, 1)])
+    return signal
+
+
+def apply_rotary(
+    x: Float[Array, "*batch seq heads dim"],
+    positions: Int[Array, "*batch seq"],
+    min_timescale: float = 1.0,
+    max_timescale: float = 10_000.0,
+) -> Float[Array, "*batch seq heads dim"]:
+    """Rotary position embedding (RoPE), Praxis' RotaryPositionalEmbedding.
+
+    Each head's first half (x1) and second half (x2) are rotated by angle p / timescale_i:
+    [x1 cos - x2 sin, x2 cos + x1 sin]. Dot products of rotated q and k depend only on the
+    position difference, which is what makes attention shift-invariant.
+    """
+    dim = x.shape[-1]
+    if dim % 2:
+        raise ValueError(f"rotary embedding needs an even head dimension, got {dim}.")
+    fraction = 2.0 * jnp.arange(dim // 2, dtype=jnp.float32) / dim
+    timescale = min_timescale * (max_timescale / min_timescale) ** fraction
+    angle = positions.astype(jnp.float32)[..., None, None] / timescale  # [..., seq, 1, dim/2]
+    sin, cos = jnp.sin(angle), jnp.cos(angle)
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return rotated.astype(x.dtype)

@@ -1,0 +1,68 @@
+"""Dropout and StochasticResidual (praxis.layers.stochastics).
+
+Both draw randomness only in TRAIN mode and only when their rate is non-zero, so EVAL and
+DECODE need no key and a zero-rate layer costs nothing.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from pax_eqx.config import Config, config
+from pax_eqx.layers.base import Context
+
+
+@config
+class DropoutConfig(Config):
+    """rate: probability of zeroing an element; kept elements are scaled by 1/(1-rate)."""
+
+    rate: float = 0.0
+
+    def build(self, key=None) -> Dropout:
+        if not 0.0 <= self.rate < 1.0:
+            raise ValueError(f"DropoutConfig.rate must be in [0, 1), got {self.rate}.")
+        return Dropout(self.rate)
+
+
+class Dropout(eqx.Module):
+    rate: float = eqx.field(static=True)
+
+    def __call__(self, x: Float[Array, "*shape"], ctx: Context) -> tuple[Float[Array, "*shape"], Context]:
+        if self.rate == 0.0 or not ctx.is_training:
+            return x, ctx
+        key, ctx = ctx.next_key()
+        keep = jax.random.bernoulli(key, 1.0 - self.rate, x.shape)
+        return jnp.where(keep, x / (1.0 - self.rate), jnp.zeros_like(x)), ctx
+
+
+@config
+class StochasticResidualConfig(Config):
+    """y = x + residual_weight * residual, the residual dropped per example with prob 1 - survival_prob."""
+
+    residual_weight: float = 1.0
+    survival_prob: float = 1.0
+
+    def build(self, key=None) -> StochasticResidual:
+        if not 0.0 < self.survival_prob <= 1.0:
+            raise ValueError(
+                f"StochasticResidualConfig.survival_prob must be in (0, 1], got {self.survival_prob}."
+            )
+        return StochasticResidual(self.residual_weight, self.survival_prob)
+
+
+class StochasticResidual(eqx.Module):
+    residual_weight: float = eqx.field(static=True)
+    survival_prob: float = eqx.field(static=True)
+
+    def __call__(
+        self, x: Float[Array, "batch *rest"], residual: Float[Array, "batch *rest"], ctx: Context
+    ) -> tuple[Float[Array, "batch *rest"], Context]:
+        if self.survival_prob == 1.0 or not ctx.is_training:
+            return x + self.residual_weight * residual, ctx
+        key, ctx = ctx.next_key()
+        shape = (x.shape[0],) + (1,) * (x.ndim - 1)
+        keep = jax.random.bernoulli(key, self.survival_prob, shape).astype(x.dtype)
+        return x + self.residual_weight * residual * keep / self.survival_prob, ctx
