@@ -58,8 +58,8 @@ class StochasticResidual(eqx.Module):
     survival_prob: float = eqx.field(static=True)
 
     def __call__(
-        self, x: Float[Array, "batch *rest"], residual: Float[Array, "batch *rest"], ctx: Context
-    ) -> tuple[Float[Array, "batch *rest"], Context]:
+        self, x: Float[Array, "batch ..."], residual: Float[Array, "batch ..."], ctx: Context
+    ) -> tuple[Float[Array, "batch ..."], Context]:
         if self.survival_prob == 1.0 or not ctx.is_training:
             return x + self.residual_weight * residual, ctx
         key, ctx = ctx.next_key()
