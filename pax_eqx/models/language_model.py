@@ -1,0 +1,227 @@
+"""LanguageModel: a decoder-only transformer LM (Praxis TransformerLm + Paxml LanguageModel).
+
+    ids [B, T] -> embed (+ positions) -> StackedTransformer -> final norm -> logits [B, T, V]
+
+`compute_loss` gives Pax's LM metrics. Decoding uses the same modules against a KV cache
+(`prefill` then `extend_step`); `pax_eqx.models.decoding` builds sampling on top of them.
+
+The experiment-level numbers (num_layers, model_dims, ...) are top-level fields, as Pax
+experiments set them as class constants; the `block` template carries everything else about
+a layer and gets its dimensions from here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+
+from pax_eqx.config import Config, config
+from pax_eqx.layers.attentions import KVCache
+from pax_eqx.layers.base import Context, call
+from pax_eqx.layers.embedding_softmax import (
+    EmbeddingConfig,
+    SharedEmbeddingSoftmaxConfig,
+    SoftmaxConfig,
+)
+from pax_eqx.layers.initializers import WeightInit, gaussian
+from pax_eqx.layers.normalizations import NormConfig
+from pax_eqx.layers.position_embeddings import TrainablePositionalEmbeddingConfig, sinusoidal_position_embedding
+from pax_eqx.layers.repeats import RematPolicy, StackedTransformerConfig
+from pax_eqx.layers.transformers import TransformerConfig
+
+PositionEmbedding = Literal["trainable", "sinusoidal", "rotary", "none"]
+
+
+@config
+class LanguageModelConfig(Config):
+    """A decoder-only transformer language model.
+
+    vocab_size / max_seq_len: tokens and the longest sequence (trainable positions size).
+    num_layers / model_dims / hidden_dims / num_heads: Pax's NUM_LAYERS, MODEL_DIMS, HIDDEN_DIMS,
+      NUM_HEADS. dim_per_head: 0 = model_dims // num_heads. num_kv_heads: 0 = num_heads.
+    position_embedding: "trainable" (GPT), "sinusoidal", "rotary" (in attention) or "none".
+    separate_embedding: False ties input embedding and softmax (Pax's SharedEmbeddingSoftmax).
+    repeat / remat_policy / unroll: how the layers are stacked (see layers.repeats).
+    block: template for each layer (norm policy, activation, dropout, attention options).
+    final_norm: template of the norm after the last layer.
+    soft_cap_logits / label_smoothing_prob: softmax options.
+    init: weight init of the projections; embedding_init: of the embedding table(s).
+    """
+
+    vocab_size: int = 0
+    max_seq_len: int = 0
+    num_layers: int = 0
+    model_dims: int = 0
+    hidden_dims: int = 0
+    num_heads: int = 0
+    dim_per_head: int = 0
+    num_kv_heads: int = 0
+    position_embedding: PositionEmbedding = "trainable"
+    separate_embedding: bool = False
+    repeat: bool = True
+    remat_policy: RematPolicy = "none"
+    unroll: int = 1
+    block: TransformerConfig = TransformerConfig()
+    final_norm: NormConfig = NormConfig()
+    soft_cap_logits: float = 0.0
+    label_smoothing_prob: float = 0.0
+    init: WeightInit = gaussian(0.02)
+    embedding_init: WeightInit = gaussian(0.02)
+
+    def stack_config(self) -> StackedTransformerConfig:
+        attention = self.block.attention.replace(
+            dim_per_head=self.dim_per_head,
+            num_kv_heads=self.num_kv_heads,
+            use_rotary=self.position_embedding == "rotary",
+        )
+        block = self.block.replace(
+            model_dims=self.model_dims, hidden_dims=self.hidden_dims, num_heads=self.num_heads,
+            attention=attention, init=self.init,
+        )  # fmt: skip
+        return StackedTransformerConfig(
+            num_layers=self.num_layers, block=block, repeat=self.repeat,
+            remat_policy=self.remat_policy, unroll=self.unroll,
+        )  # fmt: skip
+
+    def validate(self) -> None:
+        for name in ("vocab_size", "max_seq_len", "num_layers", "model_dims", "hidden_dims", "num_heads"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"model.{name} must be > 0, got {getattr(self, name)}.")
+        if self.dim_per_head == 0 and self.model_dims % self.num_heads:
+            raise ValueError(
+                f"model.model_dims={self.model_dims} is not divisible by model.num_heads={self.num_heads}; "
+                "set model.dim_per_head explicitly."
+            )
+
+    def build(self, key: PRNGKeyArray) -> LanguageModel:
+        self.validate()
+        return LanguageModel(self, key=key)
+
+
+class LanguageModel(eqx.Module):
+    embedding: eqx.Module  # SharedEmbeddingSoftmax, or Embedding when separate
+    softmax: eqx.Module | None  # FullSoftmax when separate_embedding
+    position: eqx.Module | None
+    stack: eqx.Module
+    final_norm: eqx.Module
+    position_embedding: str = eqx.field(static=True)
+    max_seq_len: int = eqx.field(static=True)
+
+    def __init__(self, cfg: LanguageModelConfig, *, key: PRNGKeyArray):
+        k_emb, k_soft, k_pos, k_stack = jax.random.split(key, 4)
+        v, d = cfg.vocab_size, cfg.model_dims
+        if cfg.separate_embedding:
+            self.embedding = EmbeddingConfig(num_classes=v, input_dims=d, init=cfg.embedding_init).build(k_emb)
+            self.softmax = SoftmaxConfig(
+                input_dims=d, num_classes=v, init=cfg.init, use_bias=False,
+                soft_cap_logits=cfg.soft_cap_logits, label_smoothing_prob=cfg.label_smoothing_prob,
+            ).build(k_soft)  # fmt: skip
+        else:
+            self.embedding = SharedEmbeddingSoftmaxConfig(
+                num_classes=v, input_dims=d, init=cfg.embedding_init,
+                soft_cap_logits=cfg.soft_cap_logits, label_smoothing_prob=cfg.label_smoothing_prob,
+            ).build(k_emb)  # fmt: skip
+            self.softmax = None
+        self.position = None
+        if cfg.position_embedding == "trainable":
+            self.position = TrainablePositionalEmbeddingConfig(
+                max_seq_length=cfg.max_seq_len, embedding_dims=d, init=cfg.embedding_init
+            ).build(k_pos)
+        self.stack = cfg.stack_config().build(k_stack)
+        self.final_norm = cfg.final_norm.replace(dims=d).build()
+        self.position_embedding = cfg.position_embedding
+        self.max_seq_len = cfg.max_seq_len
+
+    # Pieces shared by training and decoding ---------------------------------------------------
+    def embed(self, ids: Int[Array, "batch time"], positions: Int[Array, "batch time"]) -> Float[Array, "batch time embed"]:
+        emb = self.embedding
+        x = emb.lookup(ids) if self.softmax is None else emb(ids)
+        if self.position is not None:
+            x = x + self.position(positions)
+        elif self.position_embedding == "sinusoidal":
+            x = x + sinusoidal_position_embedding(positions, x.shape[-1])
+        return x
+
+    def logits(self, x: Float[Array, "batch time embed"]) -> Float[Array, "batch time vocab"]:
+        x = self.final_norm(x)
+        return (self.embedding if self.softmax is None else self.softmax).logits(x)
+
+    def xent(self, logits: Float[Array, "batch time vocab"], labels: Int[Array, "batch time"]) -> Float[Array, "batch time"]:
+        return (self.embedding if self.softmax is None else self.softmax).xent(logits, labels)
+
+    # Training / eval forward ------------------------------------------------------------------
+    def __call__(
+        self,
+        ids: Int[Array, "batch time"],
+        ctx: Context,
+        *,
+        segment_ids: Int[Array, "batch time"] | None = None,
+        segment_pos: Int[Array, "batch time"] | None = None,
+        paddings: Float[Array, "batch time"] | None = None,
+        dtype=None,
+    ) -> tuple[Float[Array, "batch time vocab"], Context]:
+        """Logits for every position. `dtype` is the activation (compute) dtype."""
+        b, t = ids.shape
+        if t > self.max_seq_len:
+            raise ValueError(
+                f"sequence length {t} is longer than model.max_seq_len={self.max_seq_len}; "
+                "raise model.max_seq_len or shorten data.seq_len."
+            )
+        positions = segment_pos if segment_pos is not None else jnp.broadcast_to(jnp.arange(t), (b, t))
+        x = self.embed(ids, positions)
+        if dtype is not None:
+            x = x.astype(dtype)
+        x, ctx = call(
+            self.stack, x, ctx, "transformer",
+            segment_ids=segment_ids, segment_pos=positions, paddings=paddings,
+        )  # fmt: skip
+        return self.logits(x), ctx
+
+    def compute_loss(
+        self,
+        logits: Float[Array, "batch time vocab"],
+        labels: Int[Array, "batch time"],
+        weights: Float[Array, "batch time"],
+        aux_loss: Float[Array, ""] | float = 0.0,
+    ) -> dict[str, Array]:
+        """Pax's LM metrics, all scalars; `total_loss` is what training minimises."""
+        xent = self.xent(logits, labels)
+        weights = weights.astype(jnp.float32)
+        num = jnp.sum(weights)
+        denom = jnp.maximum(num, 1.0)
+        avg_xent = jnp.sum(xent * weights) / denom
+        correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+        aux_loss = jnp.asarray(aux_loss, jnp.float32)
+        return {
+            "total_loss": avg_xent + aux_loss,
+            "avg_xent": avg_xent,
+            "log_pplx": avg_xent,
+            "aux_loss": aux_loss,
+            "accuracy": jnp.sum(correct * weights) / denom,
+            "num_predictions": num,
+        }
+
+    # Decoding ---------------------------------------------------------------------------------
+    def init_cache(self, batch: int, max_len: int, dtype=jnp.float32) -> KVCache | tuple[KVCache, ...]:
+        return self.stack.init_cache(batch, max_len, dtype)
+
+    def extend_step(
+        self,
+        ids: Int[Array, "batch new"],
+        cache: KVCache | tuple[KVCache, ...],
+        start: Int[Array, ""],
+        positions: Int[Array, "batch new"],
+        key_valid: Bool[Array, "batch max_len"],
+    ) -> tuple[Float[Array, "batch new vocab"], KVCache | tuple[KVCache, ...]]:
+        """Logits for `ids` written at cache slots [start, start + new).
+
+        Prefill is extend_step with all prompt tokens; generation is extend_step with one.
+        """
+        x = self.embed(ids, positions)
+        x = x.astype(cache.k.dtype if isinstance(cache, KVCache) else cache[0].k.dtype)
+        x, cache = self.stack.decode(x, cache, start, positions, key_valid)
+        return self.logits(x), cache

@@ -1,0 +1,78 @@
+"""The Task's pure functions, jitted once with shardings over a mesh (even a 1-device one).
+
+    programs = Programs(task, mesh, rules)
+    state = programs.init_state(seed)             # created already sharded: never whole on a host
+    state, metrics = programs.train_step(state, batch)   # state buffers donated
+    metrics = programs.eval_step(state, batch)
+
+Shardings come from the logical-axis rules: params by `param_shardings`, optimizer state by
+matching params-shaped leaves (`optax.tree_map_params`), everything else replicated, and
+batches split along the batch axis. `global_batch` turns each host's numpy batch into one
+global jax.Array (`make_array_from_process_local_data`), which is how per-host infeed becomes
+a sharded input on many hosts and a plain device_put on one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from pax_eqx.sharding.rules import (
+    batch_sharding,
+    opt_state_shardings,
+    param_shardings,
+    replicated,
+)
+from pax_eqx.tasks.task import Task
+from pax_eqx.tasks.train_state import TrainState
+
+
+class Programs:
+    def __init__(self, task: Task, mesh: Mesh, rules: tuple[str, ...] = ()):
+        self.task, self.mesh, self.rules = task, mesh, rules
+        self.abstract_state = jax.eval_shape(task.init_state, jax.random.PRNGKey(0))
+        self.state_shardings = self._state_shardings(self.abstract_state)
+        rep = replicated(mesh)
+        self.init_state_fn = jax.jit(
+            lambda seed: task.init_state(jax.random.PRNGKey(seed)), out_shardings=self.state_shardings
+        )
+        self.train_step = jax.jit(
+            task.train_step,
+            in_shardings=(self.state_shardings, None),
+            out_shardings=(self.state_shardings, rep),
+            donate_argnums=(0,),
+        )
+        self.eval_step = jax.jit(task.eval_step, in_shardings=(self.state_shardings, None), out_shardings=rep)
+
+    def _state_shardings(self, abstract: TrainState) -> TrainState:
+        rep = replicated(self.mesh)
+        p_sh = param_shardings(abstract.params, self.mesh, self.rules)
+        return TrainState(
+            step=rep,
+            params=p_sh,
+            nt_state=jax.tree.map(lambda _: rep, abstract.nt_state),
+            opt_state=opt_state_shardings(self.task.optimizer, abstract.opt_state, p_sh, self.mesh),
+            ema=None if abstract.ema is None else p_sh,
+            key=rep,
+        )
+
+    def init_state(self, seed: int) -> TrainState:
+        return self.init_state_fn(np.uint32(seed))
+
+    def global_batch(self, local: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+        """Each host's per-host batch -> global arrays sharded along the batch axis."""
+        return {
+            k: jax.make_array_from_process_local_data(batch_sharding(self.mesh, self.rules, v.ndim), v)
+            for k, v in local.items()
+        }
+
+    def abstract_with_shardings(self) -> Any:
+        """ShapeDtypeStructs with shardings: the target a checkpoint restores onto."""
+        return jax.tree.map(
+            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+            self.abstract_state,
+            self.state_shardings,
+        )

@@ -1,0 +1,77 @@
+"""The device mesh: axes (data, fsdp, tensor), an ICI shape times a DCN shape.
+
+Pax's ICI_MESH_SHAPE / DCN_MESH_SHAPE: the mesh is the elementwise product of the two, with
+the DCN (data-centre network, between slices/hosts) factor on the *outside* of each axis, so
+only the slow outer axis crosses DCN. On TPU/GPU slices JAX's `create_hybrid_device_mesh` does
+this from the devices' slice indices; where devices have no slice index (CPU, or one process
+standing in for several slices in tests) we lay the same outer/inner order out by hand.
+
+Axis types are `Auto` (GSPMD-style): the sharding rules annotate inputs/outputs and a few
+activations and XLA propagates the rest (`jax.make_mesh` would default to Explicit axes).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+from jax.experimental import mesh_utils
+from jax.sharding import AxisType, Mesh
+
+from pax_eqx.config import Config, config
+
+AXES = ("data", "fsdp", "tensor")
+
+
+@config
+class MeshConfig(Config):
+    """ici_mesh_shape / dcn_mesh_shape: sizes of (data, fsdp, tensor) within and across slices.
+
+    rules: logical-axis -> mesh-axes rules, "logical=axis+axis" ("" on the right = replicated);
+      later rules for the same name override earlier ones. See docs/sharding.md.
+    """
+
+    ici_mesh_shape: tuple[int, int, int] = (1, 1, 1)
+    dcn_mesh_shape: tuple[int, int, int] = (1, 1, 1)
+    rules: tuple[str, ...] = ()
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return tuple(i * d for i, d in zip(self.ici_mesh_shape, self.dcn_mesh_shape))  # type: ignore[return-value]
+
+    @property
+    def num_devices(self) -> int:
+        return math.prod(self.shape)
+
+    def validate(self, num_devices: int | None = None) -> None:
+        for name in ("ici_mesh_shape", "dcn_mesh_shape"):
+            shape = getattr(self, name)
+            if len(shape) != 3 or any(s < 1 for s in shape):
+                raise ValueError(f"mesh.{name} must be 3 positive sizes (data, fsdp, tensor), got {shape}.")
+        if num_devices is not None and self.num_devices != num_devices:
+            raise ValueError(
+                f"mesh.ici_mesh_shape {self.ici_mesh_shape} x mesh.dcn_mesh_shape {self.dcn_mesh_shape} = "
+                f"{self.num_devices} devices, but {num_devices} are available; choose shapes whose "
+                f"product is {num_devices}."
+            )
+
+
+def build_mesh(cfg: MeshConfig, devices: list | None = None) -> Mesh:
+    devices = list(jax.devices() if devices is None else devices)
+    cfg.validate(len(devices))
+    if math.prod(cfg.dcn_mesh_shape) == 1:
+        grid = mesh_utils.create_device_mesh(cfg.ici_mesh_shape, devices, allow_split_physical_axes=True)
+    elif all(hasattr(d, "slice_index") for d in devices):
+        grid = mesh_utils.create_hybrid_device_mesh(cfg.ici_mesh_shape, cfg.dcn_mesh_shape, devices)
+    else:
+        grid = _outer_inner_grid(devices, cfg.ici_mesh_shape, cfg.dcn_mesh_shape)
+    return Mesh(grid, AXES, axis_types=(AxisType.Auto,) * len(AXES))
+
+
+def _outer_inner_grid(devices: list, ici: tuple[int, ...], dcn: tuple[int, ...]) -> np.ndarray:
+    """Devices in process order, split into DCN granules (outer) of ICI blocks (inner)."""
+    grid = np.asarray(devices, dtype=object).reshape(tuple(dcn) + tuple(ici))
+    n = len(ici)
+    order = [k for i in range(n) for k in (i, n + i)]  # (d0, i0, d1, i1, d2, i2)
+    return grid.transpose(order).reshape([d * i for d, i in zip(dcn, ici)])

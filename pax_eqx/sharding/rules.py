@@ -1,0 +1,115 @@
+"""Logical axis names -> mesh axes -> NamedSharding, for parameters, optimizer state and batches.
+
+The default rules give FSDP + Megatron-style tensor parallelism, and reduce to pure data
+parallelism on a (N, 1, 1) mesh:
+
+    batch    -> (data, fsdp)   every data-like axis splits the batch
+    embed    -> fsdp           weights are sharded along the model dimension (ZeRO-3 style)
+    mlp, heads, kv_heads, vocab -> tensor   column/row parallel attention and MLP
+    kv, layers, seq -> replicated
+
+A dimension whose size is not divisible by its mesh axes is left replicated rather than
+failing (e.g. 4 kv heads on an 8-way tensor axis); the dry-run planner reports these.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.tree_util as jtu
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from pax_eqx.sharding.logical import LogicalAxes, logical_axes
+
+DEFAULT_RULES: tuple[str, ...] = (
+    "batch=data+fsdp",
+    "embed=fsdp",
+    "mlp=tensor",
+    "heads=tensor",
+    "kv_heads=tensor",
+    "vocab=tensor",
+    "kv=",
+    "layers=",
+    "seq=",
+)
+
+
+def parse_rules(rules: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """"name=a+b" strings (DEFAULT_RULES first, then `rules`) -> {name: (a, b)}."""
+    table: dict[str, tuple[str, ...]] = {}
+    for rule in DEFAULT_RULES + tuple(rules):
+        name, sep, axes = rule.partition("=")
+        if not sep or not name:
+            raise ValueError(f"mesh.rules entry {rule!r} must look like 'embed=fsdp' or 'kv=' (replicated).")
+        table[name.strip()] = tuple(a.strip() for a in axes.split("+") if a.strip())
+    for name, axes in table.items():
+        bad = [a for a in axes if a not in ("data", "fsdp", "tensor")]
+        if bad:
+            raise ValueError(f"mesh.rules maps {name!r} to unknown mesh axes {bad}; use data, fsdp, tensor.")
+    return table
+
+
+def spec_for(axes: tuple, shape: tuple[int, ...], mesh_shape: dict[str, int], table: dict) -> PartitionSpec:
+    """PartitionSpec for one array; a mesh axis is used at most once, divisibility is checked."""
+    used: set[str] = set()
+    out = []
+    for name, size in zip(axes, shape):
+        mesh_axes = tuple(a for a in table.get(name, ()) if a not in used and mesh_shape.get(a, 1) > 1)
+        if name is None or not mesh_axes or size % math.prod(mesh_shape[a] for a in mesh_axes):
+            out.append(None)
+            continue
+        used.update(mesh_axes)
+        out.append(mesh_axes[0] if len(mesh_axes) == 1 else mesh_axes)
+    return PartitionSpec(*out)
+
+
+def param_shardings(model: Any, mesh: Mesh, rules: tuple[str, ...] = ()) -> Any:
+    """A pytree like `model` (arrays or ShapeDtypeStructs) with a NamedSharding per array."""
+    table = parse_rules(rules)
+    mesh_shape = dict(mesh.shape)
+    axes = logical_axes(model)
+
+    def one(leaf, ax):
+        if not isinstance(ax, LogicalAxes):
+            return None
+        return NamedSharding(mesh, spec_for(tuple(ax), leaf.shape, mesh_shape, table))
+
+    return jtu.tree_map(one, model, axes, is_leaf=lambda x: x is None)
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def batch_sharding(mesh: Mesh, rules: tuple[str, ...] = (), ndim: int = 2) -> NamedSharding:
+    """Batch-leading arrays: the batch dimension over the rules' `batch` axes."""
+    axes = tuple(a for a in parse_rules(rules)["batch"] if mesh.shape[a] > 1)
+    lead = None if not axes else (axes[0] if len(axes) == 1 else axes)
+    return NamedSharding(mesh, PartitionSpec(lead, *([None] * (ndim - 1))))
+
+
+def batch_divisor(mesh: Mesh, rules: tuple[str, ...] = ()) -> int:
+    return math.prod(mesh.shape[a] for a in parse_rules(rules)["batch"])
+
+
+def opt_state_shardings(optimizer: optax.GradientTransformation, abstract_opt_state: Any, p_shardings: Any, mesh: Mesh) -> Any:
+    """Optimizer-state leaves shaped like params take the params' shardings; the rest replicate."""
+    return optax.tree_map_params(
+        optimizer,
+        lambda _, s: s,
+        abstract_opt_state,
+        p_shardings,
+        transform_non_params=lambda leaf: replicated(mesh) if eqx.is_array_like(leaf) or hasattr(leaf, "shape") else leaf,
+        is_leaf=lambda x: x is None,
+    )
+
+
+def with_sharding(abstract: Any, shardings: Any) -> Any:
+    """ShapeDtypeStructs carrying shardings (restore targets, jit out_shardings)."""
+    return jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
+    )
