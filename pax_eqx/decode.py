@@ -1,0 +1,44 @@
+"""`python -m pax_eqx.decode --exp NAME --job-log-dir DIR --prompt "ROMEO:" --max-new-tokens 200
+[--temperature 0.8 --top-k 40 --top-p 0.95 --seed 0 --num-samples 1]`: print samples.
+
+The short flags are the `decode.*` fields of the experiment (`--decode.prompt` works too).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from pax_eqx import cli, entry
+
+DESCRIPTION = "Sample text from the newest checkpoint of a job dir."
+_SHORT = ("prompt", "max-new-tokens", "temperature", "top-k", "top-p", "seed", "num-samples", "eos-id")
+
+
+def expand_short_flags(argv: list[str]) -> list[str]:
+    """--top-k 40 -> --decode.top-k 40 (also --top_k and --top-k=40)."""
+    out = []
+    for arg in argv:
+        name, eq, value = arg.partition("=")
+        bare = name[2:].replace("_", "-") if name.startswith("--") else None
+        if bare in _SHORT:
+            arg = f"--decode.{bare}{eq}{value}"
+        out.append(arg)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import sys
+
+    argv = expand_short_flags(list(sys.argv[1:] if argv is None else argv))
+    exp, job_dir, _ = cli.parse(argv, "python -m pax_eqx.decode", DESCRIPTION)
+    from pax_eqx.programs.restore import restore_for_inference
+    from pax_eqx.programs.sampling import print_samples
+
+    rt, state, step = restore_for_inference(exp, job_dir)
+    print(f"Sampling from the checkpoint at step {step}:")
+    print_samples(rt, state, exp.decode)
+    return 0
+
+
+if __name__ == "__main__":
+    entry.run(main)

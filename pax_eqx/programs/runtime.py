@@ -1,0 +1,50 @@
+"""Runtime: what train, eval and decode all build from an experiment before running.
+
+The mesh, the Task and its compiled Programs, the tokenizer (trained into / loaded from the
+job dir) and this host's inputs. Building it validates the experiment against the devices,
+hosts and data first, so every bad combination is reported before anything is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+
+from pax_eqx.data import build_input, build_tokenizer
+from pax_eqx.experiment import ExperimentConfig, check_batch_divisible
+from pax_eqx.programs.compiled import Programs
+from pax_eqx.sharding.mesh import build_mesh
+from pax_eqx.sharding.rules import batch_divisor
+from pax_eqx.tasks.task import Task
+
+
+@dataclass
+class Runtime:
+    exp: ExperimentConfig
+    job_dir: Path
+    programs: Programs
+    tokenizer: Any
+    _inputs: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, exp: ExperimentConfig, job_dir: Path, log: Callable = print) -> Runtime:
+        exp.validate(num_devices=jax.device_count())
+        mesh = build_mesh(exp.mesh)
+        check_batch_divisible(exp, jax.process_count(), batch_divisor(mesh, exp.mesh.rules))
+        tokenizer = build_tokenizer(exp.data, job_dir)
+        if tokenizer.vocab_size > exp.model.vocab_size:
+            raise ValueError(
+                f"the tokenizer has {tokenizer.vocab_size} tokens but model.vocab_size={exp.model.vocab_size}; "
+                f"set model.vocab_size >= {tokenizer.vocab_size}."
+            )
+        task = Task(exp.model, exp.learner, exp.train.fprop_dtype)
+        return cls(exp, job_dir, Programs(task, mesh, exp.mesh.rules), tokenizer)
+
+    def input(self, split: str) -> Any:
+        """This host's input for `split`, built once and kept (eval inputs roll across runs)."""
+        if split not in self._inputs:
+            self._inputs[split] = build_input(self.exp.data, split, self.tokenizer)
+        return self._inputs[split]

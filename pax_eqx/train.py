@@ -1,0 +1,52 @@
+"""`python -m pax_eqx.train --exp NAME --job-log-dir DIR [--section.field VALUE ...]`
+
+Trains the experiment (default: shakespeare_char), resuming from DIR's newest checkpoint.
+`--dry-run` prints the sharding/memory plan without devices or writing anything.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from pax_eqx import cli, entry
+
+DESCRIPTION = "Train a pax_eqx experiment; a second run on the same --job-log-dir resumes it."
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    exp, job_dir, ns = cli.parse(
+        argv,
+        "python -m pax_eqx.train",
+        DESCRIPTION,
+        job_dir_required=False,
+        extra=[
+            ("--dry-run", dict(action="store_true", help="print the sharding and memory plan, then exit")),
+            ("--dry-run-device-memory-gb", dict(type=float, default=None, help="per-device memory to check against")),
+        ],
+    )
+    if ns.dry_run:
+        from pax_eqx.sharding.planner import plan
+
+        print(plan(exp, device_memory_gb=ns.dry_run_device_memory_gb))
+        return 0
+    if not job_dir:
+        raise cli.fail("--job-log-dir is required: python -m pax_eqx.train --exp NAME --job-log-dir DIR")
+    import jax
+
+    from pax_eqx.programs.job_dir import prepare
+    from pax_eqx.programs.train_loop import NonFiniteLossError, train
+    from pax_eqx.sharding.distributed import initialize
+
+    initialize()
+    exp.validate(num_devices=jax.device_count())
+    path = prepare(job_dir)
+    try:
+        train(exp, path)
+    except NonFiniteLossError as e:
+        print(f"error: {e}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    entry.run(main)
