@@ -72,10 +72,11 @@ class AttentionConfig(Config):
 
 
 class KVCache(eqx.Module):
-    """Keys and values of every position decoded so far: [batch, max_len, kv_heads, head_dim]."""
+    """Keys and values of every position decoded so far: [batch, max_len, kv_heads, head_dim]
+    (with a leading [num_layers] axis for a repeated stack)."""
 
-    k: Float[Array, "batch max_len kv_heads head_dim"]
-    v: Float[Array, "batch max_len kv_heads head_dim"]
+    k: Float[Array, "*layers batch max_len kv_heads head_dim"]
+    v: Float[Array, "*layers batch max_len kv_heads head_dim"]
 
 
 class Attention(eqx.Module):
