@@ -74,5 +74,5 @@ class BatchNorm(eqx.Module):
         y = (xf - mean) * jax.lax.rsqrt(var + self.epsilon) * (1.0 + self.gamma) + self.beta
         return y.astype(x.dtype), ctx
 
-    def param_axes(self) -> dict[str, tuple[str, ...]]:
+    def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"beta": ("embed",), "gamma": ("embed",)}

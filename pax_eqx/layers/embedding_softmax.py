@@ -48,7 +48,7 @@ class Embedding(eqx.Module):
     def __call__(self, ids: Int[Array, "*batch"]) -> Float[Array, "*batch embed"]:
         return _lookup(self.emb_var, ids, self.scale_sqrt_depth)
 
-    def param_axes(self) -> dict[str, tuple[str, ...]]:
+    def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"emb_var": ("vocab", "embed")}
 
 
@@ -92,7 +92,7 @@ class FullSoftmax(eqx.Module):
     def xent(self, logits: Float[Array, "*batch vocab"], labels: Int[Array, "*batch"]) -> Float[Array, "*batch"]:
         return cross_entropy(logits, labels, self.label_smoothing_prob)
 
-    def param_axes(self) -> dict[str, tuple[str, ...]]:
+    def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"w": ("embed", "vocab"), "b": ("vocab",)}
 
 
@@ -133,7 +133,7 @@ class SharedEmbeddingSoftmax(eqx.Module):
     def xent(self, logits: Float[Array, "*batch vocab"], labels: Int[Array, "*batch"]) -> Float[Array, "*batch"]:
         return cross_entropy(logits, labels, self.label_smoothing_prob)
 
-    def param_axes(self) -> dict[str, tuple[str, ...]]:
+    def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"w": ("vocab", "embed")}
 
 

@@ -41,7 +41,7 @@ class Linear(eqx.Module):
     def __call__(self, x: Float[Array, "*batch input_dims"]) -> Float[Array, "*batch output_dims"]:
         return jnp.einsum("...i,io->...o", x, self.w.astype(x.dtype))
 
-    def param_axes(self) -> dict[str, tuple[str, ...]]:
+    def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"w": self.axes}
 
 
@@ -67,7 +67,7 @@ class Bias(eqx.Module):
     def __call__(self, x: Float[Array, "*batch dims"]) -> Float[Array, "*batch dims"]:
         return x + self.b.astype(x.dtype)
 
-    def param_axes(self) -> dict[str, tuple[str, ...]]:
+    def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"b": (self.axis,)}
 
 

@@ -68,7 +68,7 @@ class LayerNorm(eqx.Module):
             y = y + self.bias
         return y.astype(x.dtype)
 
-    def param_axes(self) -> dict[str, tuple[str, ...]]:
+    def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"scale": ("embed",), "bias": ("embed",)}
 
 
@@ -89,7 +89,7 @@ class RmsNorm(eqx.Module):
             y = y * self.scale
         return y.astype(x.dtype)
 
-    def param_axes(self) -> dict[str, tuple[str, ...]]:
+    def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"scale": ("embed",)}
 
 

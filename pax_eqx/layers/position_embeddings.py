@@ -39,7 +39,7 @@ class TrainablePositionalEmbedding(eqx.Module):
     def __call__(self, positions: Int[Array, "*batch"]) -> Float[Array, "*batch embed"]:
         return jnp.take(self.emb_var, positions, axis=0)
 
-    def param_axes(self) -> dict[str, tuple[str, ...]]:
+    def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"emb_var": (None, "embed")}
 
 
