@@ -6,7 +6,7 @@ The short flags are the `decode.*` fields of the experiment (`--decode.prompt` w
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from pax_eqx import cli, entry
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from pax_eqx.cli import CliError
 from pax_eqx.config import ConfigError

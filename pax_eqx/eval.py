@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 from pax_eqx import cli, entry
 
@@ -12,8 +12,8 @@ DESCRIPTION = "Evaluate the newest checkpoint of a job dir on the experiment's e
 
 def main(argv: Sequence[str] | None = None) -> int:
     exp, job_dir, _ = cli.parse(argv, "python -m pax_eqx.eval", DESCRIPTION)
-    from pax_eqx.programs.restore import restore_for_inference
     from pax_eqx.programs.eval_loop import evaluate
+    from pax_eqx.programs.restore import restore_for_inference
     from pax_eqx.summaries import SummaryWriter
 
     rt, state, step = restore_for_inference(exp, job_dir)

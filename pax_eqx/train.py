@@ -6,7 +6,7 @@ Trains the experiment (default: shakespeare_char), resuming from DIR's newest ch
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from pax_eqx import cli, entry
 

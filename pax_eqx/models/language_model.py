@@ -137,7 +137,9 @@ class LanguageModel(eqx.Module):
         self.max_seq_len = cfg.max_seq_len
 
     # Pieces shared by training and decoding ---------------------------------------------------
-    def embed(self, ids: Int[Array, "batch time"], positions: Int[Array, "batch time"]) -> Float[Array, "batch time embed"]:
+    def embed(
+        self, ids: Int[Array, "batch time"], positions: Int[Array, "batch time"]
+    ) -> Float[Array, "batch time embed"]:
         emb = self.embedding
         x = emb.lookup(ids) if self.softmax is None else emb(ids)
         if self.position is not None:
@@ -150,7 +152,9 @@ class LanguageModel(eqx.Module):
         x = self.final_norm(x)
         return (self.embedding if self.softmax is None else self.softmax).logits(x)
 
-    def xent(self, logits: Float[Array, "batch time vocab"], labels: Int[Array, "batch time"]) -> Float[Array, "batch time"]:
+    def xent(
+        self, logits: Float[Array, "batch time vocab"], labels: Int[Array, "batch time"]
+    ) -> Float[Array, "batch time"]:
         return (self.embedding if self.softmax is None else self.softmax).xent(logits, labels)
 
     # Training / eval forward ------------------------------------------------------------------

@@ -38,7 +38,7 @@ def prepare(job_dir: str | os.PathLike, *, create: bool = True) -> Path:
         try:
             path.mkdir(parents=True)
         except OSError as e:
-            raise JobDirError(f"--job-log-dir {str(path)!r} cannot be created ({e.strerror}); choose a writable path.")
+            raise JobDirError(f"--job-log-dir {str(path)!r} cannot be created ({e.strerror}); choose a writable path.") from None
     if create and not os.access(path, os.W_OK | os.X_OK):
         raise JobDirError(f"--job-log-dir {str(path)!r} is not writable; fix its permissions or choose another path.")
     return path
@@ -66,7 +66,7 @@ def write_or_check_config(path: Path, config: dict[str, Any], allow_change: bool
         try:
             old = json.loads(file.read_text())
         except json.JSONDecodeError as e:
-            raise JobDirError(f"{file} is not valid JSON ({e}); restore it or use a new --job-log-dir.")
+            raise JobDirError(f"{file} is not valid JSON ({e}); restore it or use a new --job-log-dir.") from None
         changed = config_diff(old, config)
         blocking = [c for c in changed if c.split(".")[0].split(":")[0] not in _RESUMABLE_SECTIONS]
         if blocking and not allow_change:

@@ -7,9 +7,10 @@ hosts and data first, so every bad combination is reported before anything is wr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jax
 

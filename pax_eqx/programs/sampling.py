@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 
@@ -29,6 +30,8 @@ def sample_text(rt: Any, state: Any, decode_cfg: Any) -> list[str]:
 def print_samples(rt: Any, state: Any, decode_cfg: Any, log: Callable = print) -> list[str]:
     texts = sample_text(rt, state, decode_cfg)
     for i, text in enumerate(texts):
-        log(f"--- sample {i} (temperature {decode_cfg.temperature}, top_k {decode_cfg.top_k}, top_p {decode_cfg.top_p}) ---")
+        log(
+            f"--- sample {i} (temperature {decode_cfg.temperature}, top_k {decode_cfg.top_k}, top_p {decode_cfg.top_p}) ---"
+        )
         log(text)
     return texts

@@ -59,7 +59,5 @@ def _axes_of(model: Any, path: tuple, leaf: Any) -> Any:
         )
     axes = ("layers",) * stacked + tuple(table[name])
     if len(axes) != leaf.ndim:
-        raise ValueError(
-            f"weight {jtu.keystr(path)} has shape {leaf.shape} but logical axes {axes}."
-        )
+        raise ValueError(f"weight {jtu.keystr(path)} has shape {leaf.shape} but logical axes {axes}.")
     return LogicalAxes(axes)

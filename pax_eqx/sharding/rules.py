@@ -39,7 +39,7 @@ DEFAULT_RULES: tuple[str, ...] = (
 
 
 def parse_rules(rules: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
-    """"name=a+b" strings (DEFAULT_RULES first, then `rules`) -> {name: (a, b)}."""
+    """ "name=a+b" strings (DEFAULT_RULES first, then `rules`) -> {name: (a, b)}."""
     table: dict[str, tuple[str, ...]] = {}
     for rule in DEFAULT_RULES + tuple(rules):
         name, sep, axes = rule.partition("=")
@@ -96,20 +96,22 @@ def batch_divisor(mesh: Mesh, rules: tuple[str, ...] = ()) -> int:
     return math.prod(mesh.shape[a] for a in parse_rules(rules)["batch"])
 
 
-def opt_state_shardings(optimizer: optax.GradientTransformation, abstract_opt_state: Any, p_shardings: Any, mesh: Mesh) -> Any:
+def opt_state_shardings(
+    optimizer: optax.GradientTransformation, abstract_opt_state: Any, p_shardings: Any, mesh: Mesh
+) -> Any:
     """Optimizer-state leaves shaped like params take the params' shardings; the rest replicate."""
     return optax.tree_map_params(
         optimizer,
         lambda _, s: s,
         abstract_opt_state,
         p_shardings,
-        transform_non_params=lambda leaf: replicated(mesh) if eqx.is_array_like(leaf) or hasattr(leaf, "shape") else leaf,
+        transform_non_params=lambda leaf: (
+            replicated(mesh) if eqx.is_array_like(leaf) or hasattr(leaf, "shape") else leaf
+        ),
         is_leaf=lambda x: x is None,
     )
 
 
 def with_sharding(abstract: Any, shardings: Any) -> Any:
     """ShapeDtypeStructs carrying shardings (restore targets, jit out_shardings)."""
-    return jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
-    )
+    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)

@@ -1,0 +1,143 @@
+"""The dry-run planner: `python -m pax_eqx.train --exp NAME --dry-run [--mesh...] [--dry-run-device-memory-gb 80]`.
+
+Everything is abstract: the train state comes from `jax.eval_shape` (no arrays are made), the
+mesh is just its shape, so a 175B model on a 1024-way mesh plans on a laptop CPU in seconds.
+For every parameter group it prints the logical axes and the PartitionSpec the rules give,
+then the per-device bytes of parameters, optimizer state and an activation estimate, and
+whether that fits the given device memory.
+
+The activation estimate (per device, for one step, documented so it can be checked):
+  saved between layers   L x B_d x S x d x c_policy x bytes(fprop)
+  live inside one layer  B_d x S x (6 d + 2 H_t) x bytes + attention scores B_d x N_t x S x S x 4
+                         (the XLA path; flash attention on GPU keeps no S x S scores)
+  logits and their grad  2 x B_d x S x V_t x 4
+with B_d the per-device batch, H_t / N_t / V_t the hidden size, heads and vocab over the tensor
+axis, and c_policy the number of d-sized tensors a remat policy saves per layer
+(full: 1, dots_with_no_batch_dims_saveable: 4 + 2 H/d, dots_saveable: 6 + 2 H/d, none: 12 + 4 H/d).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+
+from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.sharding.logical import LogicalAxes, logical_axes
+from pax_eqx.sharding.mesh import AXES
+from pax_eqx.sharding.rules import parse_rules, spec_for
+from pax_eqx.tasks.task import Task
+
+_POLICY_SAVED = {
+    "full": lambda d, h: 1.0,
+    "dots_with_no_batch_dims_saveable": lambda d, h: 4 + 2 * h / d,
+    "dots_saveable": lambda d, h: 6 + 2 * h / d,
+    "everything_saveable": lambda d, h: 12 + 4 * h / d,
+    "none": lambda d, h: 12 + 4 * h / d,
+}
+
+
+def _shard_bytes(shape: tuple[int, ...], dtype, spec, mesh_shape: dict[str, int]) -> int:
+    n = 1
+    for size, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+        axes = () if axes is None else (axes,) if isinstance(axes, str) else axes
+        n *= math.ceil(size / math.prod(mesh_shape[a] for a in axes))
+    return n * jnp.dtype(dtype).itemsize
+
+
+def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> str:
+    exp.validate()
+    mesh_shape = dict(zip(AXES, exp.mesh.shape))
+    table = parse_rules(exp.mesh.rules)
+    num_devices = exp.mesh.num_devices
+    batch_ways = math.prod(mesh_shape[a] for a in table["batch"])
+    global_batch = exp.data.train.batch_size
+    if global_batch % batch_ways:
+        raise ValueError(
+            f"--dry-run: data.train.batch_size={global_batch} is not divisible by the mesh's batch axes "
+            f"({'x'.join(table['batch'])} = {batch_ways}); change the batch size or mesh.ici_mesh_shape."
+        )
+    task = Task(exp.model, exp.learner, exp.train.fprop_dtype)
+    state = jax.eval_shape(task.init_state, jax.random.PRNGKey(0))
+    param_specs = jtu.tree_map(
+        lambda leaf, ax: spec_for(tuple(ax), leaf.shape, mesh_shape, table),
+        state.params, logical_axes(state.params),
+    )  # fmt: skip
+    lines = [
+        f"Dry run of {exp.name or 'experiment'}: mesh (data, fsdp, tensor) = {exp.mesh.shape} "
+        f"(ICI {exp.mesh.ici_mesh_shape} x DCN {exp.mesh.dcn_mesh_shape}), {num_devices} devices",
+    ]
+    groups: dict[str, list] = defaultdict(list)
+    axes_tree = logical_axes(state.params)
+    leaves = jtu.tree_leaves_with_path(state.params)
+    specs = jtu.tree_leaves(param_specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+    axes = jtu.tree_leaves(axes_tree, is_leaf=lambda x: isinstance(x, LogicalAxes))
+    param_count = param_bytes = 0
+    for (path, leaf), spec, ax in zip(leaves, specs, axes):
+        name = _group_name(path)
+        groups[name].append((leaf, spec, ax))
+        param_count += leaf.size
+        param_bytes += _shard_bytes(leaf.shape, leaf.dtype, spec, mesh_shape)
+    lines.append(f"Parameters: {param_count:,} ({param_count / 1e9:.2f} B)")
+    lines.append("Parameter groups (shape, logical axes -> PartitionSpec):")
+    for name, items in groups.items():
+        leaf, spec, ax = items[0]
+        more = f"  (x{len(items)})" if len(items) > 1 else ""
+        lines.append(f"  {name:40s} {str(tuple(leaf.shape)):28s} {str(tuple(ax)):38s} -> {spec}{more}")
+    opt_bytes = _opt_state_bytes(task, state, param_specs, mesh_shape)
+    act_bytes = _activation_bytes(exp, mesh_shape, table, global_batch // batch_ways)
+    total = param_bytes + opt_bytes + act_bytes
+    gib = 1024**3
+    lines += [
+        "Per-device memory:",
+        f"  parameters (float32)      {param_bytes / gib:10.2f} GiB",
+        f"  optimizer state           {opt_bytes / gib:10.2f} GiB",
+        f"  activations (estimate)    {act_bytes / gib:10.2f} GiB  (per-device batch {global_batch // batch_ways}, "
+        f"seq {exp.data.seq_len}, remat {exp.model.remat_policy})",
+        f"  total                     {total / gib:10.2f} GiB",
+    ]
+    if device_memory_gb is not None:
+        verdict = "fits" if total <= device_memory_gb * gib else "does NOT fit"
+        lines.append(f"Verdict: {verdict} in {device_memory_gb:g} GiB per device.")
+    return "\n".join(lines)
+
+
+def _group_name(path) -> str:
+    parts = []
+    for entry in path:
+        if isinstance(entry, jtu.GetAttrKey):
+            parts.append(entry.name)
+        elif isinstance(entry, jtu.SequenceKey):
+            parts.append("*")
+    return ".".join(parts)
+
+
+def _opt_state_bytes(task: Task, state: Any, param_specs: Any, mesh_shape: dict[str, int]) -> int:
+    import optax
+
+    specs = optax.tree_map_params(
+        task.optimizer, lambda _, s: s, state.opt_state, param_specs,
+        transform_non_params=lambda _: jax.sharding.PartitionSpec(),
+        is_leaf=lambda x: x is None or isinstance(x, jax.sharding.PartitionSpec),
+    )  # fmt: skip
+    leaves = jtu.tree_leaves(state.opt_state)
+    spec_leaves = jtu.tree_leaves(specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+    return sum(_shard_bytes(leaf.shape, leaf.dtype, s, mesh_shape) for leaf, s in zip(leaves, spec_leaves))
+
+
+def _activation_bytes(exp: ExperimentConfig, mesh_shape: dict[str, int], table: dict, batch: int) -> int:
+    m = exp.model
+    s, d = exp.data.seq_len, m.model_dims
+    ways = lambda name: math.prod(mesh_shape[a] for a in table.get(name, ()))
+    h_t = m.hidden_dims / ways("mlp")
+    n_t = m.num_heads / ways("heads")
+    v_t = m.vocab_size / ways("vocab")
+    nbytes = 2 if exp.train.fprop_dtype == "bfloat16" else 4
+    saved = m.num_layers * batch * s * d * _POLICY_SAVED[m.remat_policy](d, m.hidden_dims) * nbytes
+    layer = batch * s * (6 * d + 2 * h_t) * nbytes + batch * n_t * s * s * 4
+    logits = 2 * batch * s * v_t * 4
+    return int(saved + layer + logits)

@@ -1,0 +1,75 @@
+"""Mesh construction (ICI x DCN) and the logical-axis rules, on 8 fake CPU devices."""
+
+import jax
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from pax_eqx.models import LanguageModelConfig
+from pax_eqx.sharding.logical import logical_axes
+from pax_eqx.sharding.mesh import MeshConfig, _outer_inner_grid, build_mesh
+from pax_eqx.sharding.rules import param_shardings, parse_rules, spec_for
+
+
+def test_mesh_shape_must_match_devices():
+    with pytest.raises(ValueError, match=r"mesh.ici_mesh_shape \(1, 4, 1\).*8 are available"):
+        build_mesh(MeshConfig(ici_mesh_shape=(1, 4, 1)))
+    mesh = build_mesh(MeshConfig(ici_mesh_shape=(2, 2, 2)))
+    assert dict(mesh.shape) == {"data": 2, "fsdp": 2, "tensor": 2}
+
+
+def test_dcn_is_the_outer_factor_of_each_axis():
+    devices = list(range(8))
+    grid = _outer_inner_grid(devices, (1, 2, 2), (2, 1, 1))
+    # Devices 0-3 form DCN granule 0, 4-7 granule 1: the data axis crosses granules.
+    assert grid.shape == (2, 2, 2)
+    assert set(grid[0].ravel()) == {0, 1, 2, 3} and set(grid[1].ravel()) == {4, 5, 6, 7}
+    mesh = build_mesh(MeshConfig(ici_mesh_shape=(1, 2, 2), dcn_mesh_shape=(2, 1, 1)))
+    assert dict(mesh.shape) == {"data": 2, "fsdp": 2, "tensor": 2}
+
+
+def test_spec_for_rules_and_divisibility():
+    table = parse_rules(())
+    shape = {"data": 2, "fsdp": 2, "tensor": 2}
+    assert spec_for(("embed", "mlp"), (16, 32), shape, table) == P("fsdp", "tensor")
+    assert spec_for(("layers", "embed", "heads", "kv"), (3, 16, 4, 8), shape, table) == P(None, "fsdp", "tensor", None)
+    # 3 heads do not split over 2: replicated rather than an error.
+    assert spec_for(("embed", "heads", "kv"), (16, 3, 8), shape, table) == P("fsdp", None, None)
+    # A mesh axis is used once per array.
+    assert spec_for(("embed", "embed"), (16, 16), shape, table) == P("fsdp", None)
+    custom = parse_rules(("embed=", "vocab=fsdp+tensor"))
+    assert spec_for(("vocab", "embed"), (8, 16), shape, custom) == P(("fsdp", "tensor"), None)
+
+
+def test_bad_rule_is_reported():
+    with pytest.raises(ValueError, match="mesh.rules"):
+        parse_rules(("embed->fsdp",))
+    with pytest.raises(ValueError, match="unknown mesh axes"):
+        parse_rules(("embed=model",))
+
+
+def test_param_shardings_cover_every_weight():
+    cfg = LanguageModelConfig(vocab_size=16, max_seq_len=8, num_layers=2, model_dims=16, hidden_dims=32, num_heads=4)
+    model = jax.eval_shape(lambda: cfg.build(jax.random.key(0)))
+    mesh = build_mesh(MeshConfig(ici_mesh_shape=(1, 4, 2)))
+    shardings = param_shardings(model, mesh)
+    axes = logical_axes(model)
+    w_q = shardings.stack.layers.attention.w_q
+    assert axes.stack.layers.attention.w_q == ("layers", "embed", "heads", "kv")
+    assert w_q.spec == P(None, "fsdp", "tensor", None)
+    assert shardings.embedding.w.spec == P("tensor", "fsdp")
+    leaves = jax.tree.leaves(model)
+    assert len(jax.tree.leaves(shardings)) == len(leaves)
+
+
+def test_unnamed_weight_is_an_error():
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    class Bad(eqx.Module):
+        w: jax.Array
+
+        def param_axes(self):
+            return {}
+
+    with pytest.raises(ValueError, match="no logical axis names"):
+        logical_axes(Bad(jnp.zeros((2, 2))))
