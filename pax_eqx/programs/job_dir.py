@@ -38,7 +38,8 @@ def prepare(job_dir: str | os.PathLike, *, create: bool = True) -> Path:
         try:
             path.mkdir(parents=True)
         except OSError as e:
-            raise JobDirError(f"--job-log-dir {str(path)!r} cannot be created ({e.strerror}); choose a writable path.") from None
+            message = f"--job-log-dir {str(path)!r} cannot be created ({e.strerror}); choose a writable path."
+            raise JobDirError(message) from None
     if create and not os.access(path, os.W_OK | os.X_OK):
         raise JobDirError(f"--job-log-dir {str(path)!r} is not writable; fix its permissions or choose another path.")
     return path

@@ -30,8 +30,7 @@ def sample_text(rt: Any, state: Any, decode_cfg: Any) -> list[str]:
 def print_samples(rt: Any, state: Any, decode_cfg: Any, log: Callable = print) -> list[str]:
     texts = sample_text(rt, state, decode_cfg)
     for i, text in enumerate(texts):
-        log(
-            f"--- sample {i} (temperature {decode_cfg.temperature}, top_k {decode_cfg.top_k}, top_p {decode_cfg.top_p}) ---"
-        )
+        settings = f"temperature {decode_cfg.temperature}, top_k {decode_cfg.top_k}, top_p {decode_cfg.top_p}"
+        log(f"--- sample {i} ({settings}) ---")
         log(text)
     return texts
