@@ -1,0 +1,41 @@
+"""The small model, learner and batches shared by the SPMD tests and the multi-host worker."""
+
+import numpy as np
+
+from pax_eqx.learners import LearnerConfig
+from pax_eqx.models import LanguageModelConfig
+from pax_eqx.programs.compiled import Programs
+from pax_eqx.sharding.mesh import MeshConfig, build_mesh
+from pax_eqx.tasks.task import Task
+
+MODEL = LanguageModelConfig(
+    vocab_size=32, max_seq_len=16, num_layers=2, model_dims=32, hidden_dims=64, num_heads=4, num_kv_heads=2
+)
+LEARNER = LearnerConfig(optimizer="adamw", learning_rate=1e-2, weight_decay=0.01)
+
+
+def global_batches(n: int = 5, batch: int = 8, seq: int = 16):
+    rng = np.random.default_rng(0)
+    for _ in range(n):
+        ids = rng.integers(0, 32, (batch, seq + 1)).astype(np.int32)
+        yield {
+            "ids": ids[:, :-1],
+            "labels": ids[:, 1:],
+            "weights": np.ones((batch, seq), np.float32),
+            "segment_ids": np.ones((batch, seq), np.int32),
+            "segment_pos": np.tile(np.arange(seq, dtype=np.int32), (batch, 1)),
+        }
+
+
+def programs_for(mesh_cfg: MeshConfig, devices=None, model=MODEL, learner=LEARNER) -> Programs:
+    return Programs(Task(model, learner), build_mesh(mesh_cfg, devices), mesh_cfg.rules)
+
+
+def losses(mesh_cfg: MeshConfig, devices=None, **kw) -> list[float]:
+    programs = programs_for(mesh_cfg, devices, **kw)
+    state = programs.init_state(0)
+    out = []
+    for b in global_batches():
+        state, metrics = programs.train_step(state, programs.global_batch(b))
+        out.append(float(metrics["total_loss"]))
+    return out
