@@ -24,6 +24,7 @@ from pax_eqx.checkpoint import Checkpointer
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.programs.eval_loop import evaluate
 from pax_eqx.programs.job_dir import write_or_check_config
+from pax_eqx.programs.pgle import enable_auto_pgle
 from pax_eqx.programs.runtime import Runtime
 from pax_eqx.programs.sampling import print_samples
 from pax_eqx.summaries import Progress, SummaryWriter, write_plots
@@ -72,6 +73,8 @@ class _StopFlag:
 
 
 def train(exp: ExperimentConfig, job_dir: Path, log=print) -> TrainResult:
+    if exp.profile.auto_pgle:
+        enable_auto_pgle()
     rt = Runtime.create(exp, job_dir, log=log)
     primary = jax.process_index() == 0
     if primary:
