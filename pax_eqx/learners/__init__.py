@@ -1,0 +1,12 @@
+"""pax_eqx.learners: Pax's Learner on optax: optimizers, schedules, clipping, weight-decay masks, EMA.
+
+    tx = build_optimizer(learner_cfg, params)        # one optax.GradientTransformation
+    lr = learning_rate_fn(learner_cfg)(step)         # the rate applied at `step`, to log
+    n = skipped_steps(opt_state)                     # steps skipped for a NaN/Inf gradient
+    ema = ema_update(ema, params, learner_cfg.ema_decay)
+"""
+
+from pax_eqx.learners.decay_mask import default_decay_mask
+from pax_eqx.learners.ema import ema_init, ema_update
+from pax_eqx.learners.optimizers import LearnerConfig, build_optimizer, learning_rate_fn, skipped_steps
+from pax_eqx.learners.schedules import ScheduleConfig, build_schedule, linear_rampup_exponential_decay

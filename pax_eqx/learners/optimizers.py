@@ -1,0 +1,181 @@
+"""The learner: one optax transformation from one config (Pax's Learner + optimizer + schedule).
+
+    apply_if_finite(                        only when skip_nonfinite
+        clip_by_global_norm(clip_grad_norm)  only when clip_grad_norm > 0
+        -> optimizer direction              scale_by_adam / factored RMS / lion / momentum
+        -> + weight_decay * params          decoupled, masked, only when weight_decay > 0
+    ) -> x -learning_rate_fn(step)          the schedule, always counted
+
+This is optax's own structure (`optax.adamw` is scale_by_adam -> add_decayed_weights ->
+scale_by_learning_rate), so each optimizer equals its optax alias; the tests check that.
+Decoupled weight decay is multiplied by the scheduled learning rate, as in optax.adamw and
+PyTorch (optax.adafactor's `weight_decay_rate` is not; ours is, for every optimizer).
+
+The learning-rate scaling sits *outside* the non-finite guard on purpose: its step counter
+advances on skipped steps too, so the rate applied at train step `s` is always
+`learning_rate_fn(cfg)(s)`, the value the train loop logs (Pax's schedules also follow the
+global step). A skipped step applies a zero update and leaves every inner state (moments,
+factored statistics) untouched; `skipped_steps(opt_state)` counts them, and the count is
+checkpointed with the rest of the optimizer state.
+
+Weight decay skips norms and biases: see `pax_eqx.learners.decay_mask`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from typing import Any, Literal, get_args
+
+import jax
+import jax.numpy as jnp
+import optax
+from jaxtyping import Array, Int
+
+from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.learners.decay_mask import default_decay_mask
+from pax_eqx.learners.schedules import ScheduleConfig, build_schedule
+
+Optimizer = Literal["adam", "adamw", "adafactor", "sgd", "lion"]
+
+# optax.apply_if_finite gives up (and applies a NaN update) after this many consecutive bad
+# steps; the int32 counter saturates below it, so the guard never gives up.
+_NEVER_GIVE_UP = 2**31 - 1
+
+
+@config
+class LearnerConfig(Config):
+    """optimizer: adam, adamw (Adam + decoupled weight decay), adafactor, sgd, lion.
+    learning_rate: the base rate; the schedule multiplies it (lr(step) = learning_rate * schedule(step)).
+    schedule: warmup and decay of the rate (constant, cosine, linear, exponential, rsqrt).
+    b1, b2: Adam's / Lion's moment decays (Lion's paper uses b2=0.99). eps: Adam's epsilon.
+    momentum: SGD's momentum (0 = plain SGD); nesterov: Nesterov momentum for SGD.
+    weight_decay: decoupled weight decay, times the scheduled rate; matrices only (0 = off).
+    clip_grad_norm: clip the gradient to this global L2 norm before the optimizer (0 = off).
+    skip_nonfinite: skip (and count) a step whose gradient has a NaN/Inf; False: the run stops.
+    ema_decay: keep an exponential moving average of the parameters with this decay (0 = off).
+    num_microbatches: gradient accumulation: the train step splits each batch into this many
+        sequential microbatches and averages their gradients.
+
+    Adafactor uses optax's defaults (factored second moments of parameters with both
+    dimensions >= 128, decay 0.8, update clipping at RMS 1, relative step size); b1, b2, eps
+    and momentum do not apply to it.
+    """
+
+    optimizer: Optimizer = "adamw"
+    learning_rate: float = 1e-3
+    schedule: ScheduleConfig = ScheduleConfig()
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    momentum: float = 0.9
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    clip_grad_norm: float = 0.0
+    skip_nonfinite: bool = False
+    ema_decay: float = 0.0
+    num_microbatches: int = 1
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field, the value and the fix (the schedule checks itself)."""
+        choices = get_args(Optimizer)
+        if self.optimizer not in choices:
+            close = difflib.get_close_matches(str(self.optimizer), choices, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"learner.optimizer={self.optimizer!r} is not one of {choices}.{hint}")
+        if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
+            raise ConfigError(f"learner.learning_rate must be a finite number > 0, got {self.learning_rate}.")
+        for name in ("b1", "b2", "momentum", "ema_decay"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ConfigError(f"learner.{name} must be in [0, 1), got {value}.")
+        for name in ("eps", "weight_decay", "clip_grad_norm"):
+            value = getattr(self, name)
+            if not value >= 0.0:
+                raise ConfigError(f"learner.{name} must be >= 0 (0 = off), got {value}.")
+        if self.optimizer == "adam" and self.weight_decay > 0:
+            raise ConfigError(
+                f"learner.weight_decay={self.weight_decay} with optimizer='adam': plain Adam has no weight "
+                "decay; set optimizer='adamw' for decoupled weight decay, or weight_decay=0."
+            )
+        if isinstance(self.num_microbatches, bool) or not isinstance(self.num_microbatches, int):
+            raise ConfigError(f"learner.num_microbatches must be an int, got {self.num_microbatches!r}.")
+        if self.num_microbatches < 1:
+            raise ConfigError(
+                f"learner.num_microbatches must be >= 1 (1 = no accumulation), got {self.num_microbatches}."
+            )
+
+
+def learning_rate_fn(cfg: LearnerConfig) -> optax.Schedule:
+    """step -> learning rate (float32): learning_rate * schedule(step), for the loop to log."""
+    return build_schedule(cfg.schedule, cfg.learning_rate)
+
+
+def build_optimizer(cfg: LearnerConfig, params: Any = None, *, decay_mask: Any = None) -> optax.GradientTransformation:
+    """The optax transformation for `cfg` (see the module docstring for the chain).
+
+    params: the parameters (or `eqx.filter(model, eqx.is_array)`), optional; when given with a
+      `decay_mask` pytree, the mask's structure is checked against them here, not at the
+      first step.
+    decay_mask: which parameters get weight decay: a pytree of bools shaped like params (or
+      a prefix of it), or a function params -> such a pytree; None = `default_decay_mask`
+      (no decay on arrays with < 2 dimensions per layer). A function is applied to the
+      arrays the optimizer sees at init and at every update, so it works on abstract models.
+    """
+    cfg.validate()
+    mask = default_decay_mask if decay_mask is None else decay_mask
+    if params is not None and not callable(mask):
+        _check_mask(mask, params)
+    inner = []
+    if cfg.clip_grad_norm > 0:
+        inner.append(optax.clip_by_global_norm(cfg.clip_grad_norm))
+    inner.append(_direction(cfg))
+    if cfg.weight_decay > 0:
+        inner.append(optax.add_decayed_weights(cfg.weight_decay, mask))
+    guarded = optax.chain(*inner)
+    if cfg.skip_nonfinite:
+        guarded = optax.apply_if_finite(guarded, max_consecutive_errors=_NEVER_GIVE_UP)
+    return optax.chain(guarded, optax.scale_by_learning_rate(learning_rate_fn(cfg)))
+
+
+def _direction(cfg: LearnerConfig) -> optax.GradientTransformation:
+    """The optimizer proper, before weight decay and the (negative) learning rate."""
+    if cfg.optimizer in ("adam", "adamw"):
+        return optax.scale_by_adam(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
+    if cfg.optimizer == "lion":
+        return optax.scale_by_lion(b1=cfg.b1, b2=cfg.b2)
+    if cfg.optimizer == "adafactor":
+        # optax.adafactor's pieces, in its order, less its learning rate and sign flip.
+        return optax.chain(
+            optax.scale_by_factored_rms(),
+            optax.clip_by_block_rms(1.0),
+            optax.scale_by_param_block_rms(),
+        )
+    if cfg.momentum > 0:
+        return optax.trace(decay=cfg.momentum, nesterov=cfg.nesterov)
+    return optax.identity()
+
+
+def _check_mask(mask: Any, params: Any) -> None:
+    try:
+        jax.tree.map(lambda m, p: None, mask, params)
+    except ValueError as e:
+        raise ConfigError(
+            f"build_optimizer: decay_mask does not match the structure of params ({e}); give one bool per "
+            "array (or per subtree), or a function params -> mask."
+        ) from None
+
+
+def skipped_steps(opt_state: Any) -> Int[Array, ""]:
+    """How many steps the non-finite guard has skipped so far (0 when skip_nonfinite is off)."""
+    guards = [
+        s
+        for s in jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, optax.ApplyIfFiniteState))
+        if isinstance(s, optax.ApplyIfFiniteState)
+    ]
+    if not guards:
+        return jnp.zeros((), jnp.int32)
+    return guards[0].total_notfinite

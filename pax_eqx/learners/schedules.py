@@ -1,0 +1,155 @@
+"""Learning-rate schedules (praxis.schedules), built from optax's schedule functions.
+
+As in Pax, the learning rate at a step is `learner.learning_rate x schedule(step)`: the
+schedule is a multiplier. Every kind has the same three phases, and the same field names as
+Pax's `LinearRampup*Decay` schedules:
+
+    [0, warmup_steps)              linear ramp from 0 to `max`
+    [warmup_steps, decay_start)    hold at `max` (no hold when decay_start <= warmup_steps)
+    [decay_start, decay_end]       decay from `max` to `max * min_ratio`, then hold there
+
+`decay_start = 0` means "decay right after warmup". The decay of each kind:
+
+    kind          decay phase, t = step - start, T = decay_end - start     Pax equivalent
+    constant      none: stays at `max`                                      Constant
+    cosine        max * (r + (1 - r) * (1 + cos(pi * t / T)) / 2)          LinearRampupCosineDecay
+    linear        max * (1 - (1 - r) * t / T)                               LinearRampupPolynomialDecay(power=1)
+    exponential   max * r ** (t / T)   (geometric interpolation)            LinearRampupExponentialDecay
+    rsqrt         max * sqrt(start / step)   (no floor, no decay_end)       LinearRampupSqrtDecay
+
+with `r = min_ratio` and `start = max(warmup_steps, decay_start)`. `exponential` *is* Pax's
+LinearRampupExponentialDecay, parameter for parameter; `linear_rampup_exponential_decay(...)`
+spells it with Pax's name. With no hold, `cosine` equals
+`optax.warmup_cosine_decay_schedule(0, max, warmup_steps, decay_end, max * min_ratio)`.
+`rsqrt` matches Pax's LinearRampupSqrtDecay(peak=max, warmup_steps) at every step >= 1 (Pax
+clamps step 0 to 1; here step 0 is the start of the linear ramp, 0).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Literal, get_args
+
+import jax
+import jax.numpy as jnp
+import optax
+from jaxtyping import Array, ArrayLike, Float
+
+from pax_eqx.config import Config, ConfigError, config
+
+ScheduleKind = Literal["constant", "cosine", "linear", "exponential", "rsqrt"]
+_DECAYING = ("cosine", "linear", "exponential")
+
+
+@config
+class ScheduleConfig(Config):
+    """The learning-rate multiplier over steps (see the module docstring for the formulas).
+
+    kind: constant, cosine, linear, exponential (Pax's LinearRampupExponentialDecay) or rsqrt.
+    warmup_steps: linear ramp from 0 to `max` over this many steps (0 = start at `max`).
+    decay_start: the step the decay starts (0 = when warmup ends); must be >= warmup_steps.
+    decay_end: the step the decay reaches `max * min_ratio` (cosine, linear, exponential).
+    min_ratio: the floor, as a fraction of `max` (> 0 for exponential).
+    max: the peak multiplier of the base learning rate (Pax's `max`).
+    """
+
+    kind: ScheduleKind = "constant"
+    warmup_steps: int = 0
+    decay_start: int = 0
+    decay_end: int = 0
+    min_ratio: float = 0.01
+    max: float = 1.0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def decay_begins(self) -> int:
+        """The first step of the decay phase: max(warmup_steps, decay_start)."""
+        return max(self.warmup_steps, self.decay_start)
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field, the value and the fix."""
+        kinds = get_args(ScheduleKind)
+        if self.kind not in kinds:
+            close = difflib.get_close_matches(str(self.kind), kinds, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"learner.schedule.kind={self.kind!r} is not one of {kinds}.{hint}")
+        for name in ("warmup_steps", "decay_start", "decay_end"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"learner.schedule.{name} must be >= 0, got {getattr(self, name)}.")
+        if 0 < self.decay_start < self.warmup_steps:
+            raise ConfigError(
+                f"learner.schedule.decay_start={self.decay_start} is before the end of warmup_steps="
+                f"{self.warmup_steps}; set decay_start >= warmup_steps, or 0 to decay right after warmup."
+            )
+        if self.kind in _DECAYING and self.decay_end <= self.decay_begins:
+            raise ConfigError(
+                f"learner.schedule.decay_end={self.decay_end} must be after the step the {self.kind} decay "
+                f"starts ({self.decay_begins} = max(warmup_steps, decay_start)); set decay_end to the step "
+                "where the decay should reach max * min_ratio (often train.num_steps)."
+            )
+        if self.kind == "rsqrt" and self.decay_begins < 1:
+            raise ConfigError(
+                "learner.schedule: kind='rsqrt' decays as sqrt(start / step) and needs warmup_steps or "
+                "decay_start >= 1, got both 0."
+            )
+        if not 0.0 <= self.min_ratio <= 1.0:
+            raise ConfigError(f"learner.schedule.min_ratio must be in [0, 1], got {self.min_ratio}.")
+        if self.kind == "exponential" and self.min_ratio <= 0.0:
+            raise ConfigError(
+                f"learner.schedule.min_ratio must be > 0 for kind='exponential' (it decays geometrically "
+                f"towards it), got {self.min_ratio}."
+            )
+        if not self.max > 0.0:
+            raise ConfigError(f"learner.schedule.max must be > 0, got {self.max}.")
+
+
+def linear_rampup_exponential_decay(
+    *, warmup_steps: int = 0, decay_start: int = 0, decay_end: int = 0, min_ratio: float = 0.01, max: float
+) -> ScheduleConfig:
+    """Pax's `schedules.LinearRampupExponentialDecay`, with Pax's parameters and semantics."""
+    return ScheduleConfig(
+        kind="exponential", warmup_steps=warmup_steps, decay_start=decay_start, decay_end=decay_end,
+        min_ratio=min_ratio, max=max,
+    )  # fmt: skip
+
+
+def build_schedule(cfg: ScheduleConfig, scale: float = 1.0) -> optax.Schedule:
+    """`step -> scale * multiplier(step)` as a float32 scalar; `scale` is the base learning rate.
+
+    The phases are joined with `optax.join_schedules`, which hands each piece the steps since
+    its own start; zero-length phases are left out (as Pax does).
+    """
+    peak = scale * cfg.max
+    start = cfg.decay_begins
+    pieces, boundaries = [], []
+    if cfg.warmup_steps > 0:
+        pieces.append(optax.linear_schedule(0.0, peak, cfg.warmup_steps))
+        boundaries.append(cfg.warmup_steps)
+    if start > cfg.warmup_steps:
+        pieces.append(optax.constant_schedule(peak))
+        boundaries.append(start)
+    pieces.append(_decay(cfg, peak, start))
+    schedule = optax.join_schedules(pieces, boundaries) if boundaries else pieces[0]
+
+    def value(step: ArrayLike) -> Float[Array, ""]:
+        return jnp.asarray(schedule(step), jnp.float32)
+
+    return value
+
+
+def _decay(cfg: ScheduleConfig, peak: float, start: int) -> optax.Schedule:
+    """The decay phase, as a function of the steps since `start`."""
+    span = cfg.decay_end - start
+    floor = peak * cfg.min_ratio
+    if cfg.kind == "cosine":
+        return optax.cosine_decay_schedule(peak, span, alpha=cfg.min_ratio)
+    if cfg.kind == "linear":
+        return optax.linear_schedule(peak, floor, span)
+    if cfg.kind == "exponential":
+        return optax.exponential_decay(peak, span, cfg.min_ratio, end_value=floor)
+    if cfg.kind == "rsqrt":
+        # sqrt(start / step) with step = start + t.
+        return lambda t: peak * jax.lax.rsqrt(1.0 + jnp.asarray(t, jnp.float32) / start)
+    return optax.constant_schedule(peak)
