@@ -1,9 +1,9 @@
 """pax_eqx.learners: Pax's Learner on optax: optimizers, schedules, clipping, weight-decay masks, EMA.
 
-    tx = build_optimizer(learner_cfg, params)        # one optax.GradientTransformation
-    lr = learning_rate_fn(learner_cfg)(step)         # the rate applied at `step`, to log
-    n = skipped_steps(opt_state)                     # steps skipped for a NaN/Inf gradient
-    ema = ema_update(ema, params, learner_cfg.ema_decay)
+tx = build_optimizer(learner_cfg, params)        # one optax.GradientTransformation
+lr = learning_rate_fn(learner_cfg)(step)         # the rate applied at `step`, to log
+n = skipped_steps(opt_state)                     # steps skipped for a NaN/Inf gradient
+ema = ema_update(ema, params, learner_cfg.ema_decay)
 """
 
 from pax_eqx.learners.decay_mask import default_decay_mask

@@ -3,8 +3,9 @@
 Pax's ICI_MESH_SHAPE / DCN_MESH_SHAPE: the mesh is the elementwise product of the two, with
 the DCN (data-centre network, between slices/hosts) factor on the *outside* of each axis, so
 only the slow outer axis crosses DCN. On TPU/GPU slices JAX's `create_hybrid_device_mesh` does
-this from the devices' slice indices; where devices have no slice index (CPU, or one process
-standing in for several slices in tests) we lay the same outer/inner order out by hand.
+this from the devices' slice indices (or, when each host is a granule, from process indices);
+where neither matches the DCN size (one process standing in for several slices in tests) we
+lay the same outer/inner order out by hand.
 
 Axis types are `Auto` (GSPMD-style): the sharding rules annotate inputs/outputs and a few
 activations and XLA propagates the rest (`jax.make_mesh` would default to Explicit axes).
@@ -62,8 +63,12 @@ def build_mesh(cfg: MeshConfig, devices: list | None = None) -> Mesh:
     cfg.validate(len(devices))
     if math.prod(cfg.dcn_mesh_shape) == 1:
         grid = mesh_utils.create_device_mesh(cfg.ici_mesh_shape, devices, allow_split_physical_axes=True)
-    elif all(hasattr(d, "slice_index") for d in devices):
+    elif len({getattr(d, "slice_index", 0) for d in devices}) == math.prod(cfg.dcn_mesh_shape):
         grid = mesh_utils.create_hybrid_device_mesh(cfg.ici_mesh_shape, cfg.dcn_mesh_shape, devices)
+    elif len({d.process_index for d in devices}) == math.prod(cfg.dcn_mesh_shape):
+        grid = mesh_utils.create_hybrid_device_mesh(
+            cfg.ici_mesh_shape, cfg.dcn_mesh_shape, devices, process_is_granule=True
+        )
     else:
         grid = _outer_inner_grid(devices, cfg.ici_mesh_shape, cfg.dcn_mesh_shape)
     return Mesh(grid, AXES, axis_types=(AxisType.Auto,) * len(AXES))

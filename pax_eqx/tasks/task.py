@@ -36,6 +36,11 @@ from pax_eqx.tasks.train_state import TrainState
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
+def is_param(x: Any) -> bool:
+    """Arrays, or their abstract shapes (the Task is built from `eval_shape`)."""
+    return isinstance(x, (jax.Array, jax.ShapeDtypeStruct))
+
+
 def cast_floating(tree: Any, dtype) -> Any:
     return jax.tree.map(lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, tree)
 
@@ -46,10 +51,10 @@ class Task:
         self.learner_cfg = learner_cfg
         self.dtype = _DTYPES[fprop_dtype]
         model, _ = jax.eval_shape(lambda: split_state(model_cfg.build(jax.random.PRNGKey(0))))
-        self.static = eqx.filter(model, eqx.is_array, inverse=True)
+        self.static = eqx.filter(model, is_param, inverse=True)
         self.mean_sync = mean_sync_markers(model)
         self.lr_fn = learning_rate_fn(learner_cfg)
-        self.optimizer = build_optimizer(learner_cfg, eqx.filter(model, eqx.is_array))
+        self.optimizer = build_optimizer(learner_cfg, eqx.filter(model, is_param))
 
     # Building ---------------------------------------------------------------------------------
     def init_state(self, key: jax.Array) -> TrainState:

@@ -14,13 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 import equinox as eqx
-from jaxtyping import Array, Int, UInt32
 
 
 class TrainState(eqx.Module):
-    step: Int[Array, ""]
-    params: Any  # the model's arrays (eqx.filter(model, eqx.is_array)); statics live in the Task
+    """Fields are `Any` because the same structure also carries shardings and ShapeDtypeStructs."""
+
+    step: Any  # int32 scalar
+    params: Any  # the model's arrays (eqx.filter(model, is_param)); statics live in the Task
     nt_state: Any  # equinox.nn.State of non-trainable variables
     opt_state: Any
     ema: Any  # params-shaped EMA, or None
-    key: UInt32[Array, "2"]
+    key: Any  # uint32[2]

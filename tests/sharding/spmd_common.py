@@ -17,7 +17,10 @@ LEARNER = LearnerConfig(optimizer="adamw", learning_rate=1e-2, weight_decay=0.01
 def global_batches(n: int = 5, batch: int = 8, seq: int = 16):
     rng = np.random.default_rng(0)
     for _ in range(n):
-        ids = rng.integers(0, 32, (batch, seq + 1)).astype(np.int32)
+        # Learnable rows: arithmetic sequences mod 32 with random starts and strides.
+        start = rng.integers(0, 32, (batch, 1))
+        stride = rng.integers(1, 4, (batch, 1))
+        ids = ((start + stride * np.arange(seq + 1)) % 32).astype(np.int32)
         yield {
             "ids": ids[:, :-1],
             "labels": ids[:, 1:],

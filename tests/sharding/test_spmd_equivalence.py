@@ -9,7 +9,7 @@ around 3.0 stay within 2e-5 relative.
 import jax
 import numpy as np
 import pytest
-from spmd_common import LEARNER, MODEL, losses, programs_for
+from spmd_common import LEARNER, losses, programs_for
 
 from pax_eqx.sharding.mesh import MeshConfig
 from pax_eqx.sharding.rules import param_shardings
@@ -22,7 +22,13 @@ def reference():
 
 @pytest.mark.parametrize(
     "ici,dcn",
-    [((8, 1, 1), (1, 1, 1)), ((1, 8, 1), (1, 1, 1)), ((1, 1, 8), (1, 1, 1)), ((2, 2, 2), (1, 1, 1)), ((1, 2, 2), (2, 1, 1))],
+    [
+        ((8, 1, 1), (1, 1, 1)),
+        ((1, 8, 1), (1, 1, 1)),
+        ((1, 1, 8), (1, 1, 1)),
+        ((2, 2, 2), (1, 1, 1)),
+        ((1, 2, 2), (2, 1, 1)),
+    ],
 )
 def test_sharded_losses_equal_single_device(reference, ici, dcn):
     got = losses(MeshConfig(ici_mesh_shape=ici, dcn_mesh_shape=dcn))
@@ -46,5 +52,4 @@ def test_parameters_are_sharded_as_the_rules_say():
 def test_microbatched_step_equals_full_batch():
     full = losses(MeshConfig(ici_mesh_shape=(2, 2, 2)))
     micro = losses(MeshConfig(ici_mesh_shape=(2, 2, 2)), learner=LEARNER.replace(num_microbatches=2))
-    del MODEL
     np.testing.assert_allclose(micro, full, rtol=2e-5)
