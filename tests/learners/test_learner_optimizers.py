@@ -70,9 +70,9 @@ COSINE = ScheduleConfig(kind="cosine", warmup_steps=2, decay_end=6, min_ratio=0.
                 learning_rate=0.1,
                 schedule=ScheduleConfig(kind="linear", warmup_steps=1, decay_end=6),
             ),
-            lambda: optax.adafactor(optax.join_schedules(
-                [optax.linear_schedule(0.0, 0.1, 1), optax.linear_schedule(0.1, 0.001, 5)], [1]
-            )),  # fmt: skip
+            lambda: optax.adafactor(
+                optax.join_schedules([optax.linear_schedule(0.0, 0.1, 1), optax.linear_schedule(0.1, 0.001, 5)], [1])
+            ),
         ),
     ],
     ids=["adam", "adamw+cosine", "sgd-nesterov", "sgd", "lion", "adafactor+linear"],
