@@ -39,10 +39,18 @@ class Linear(eqx.Module):
         self.axes = cfg.axes
 
     def __call__(self, x: Float[Array, "*batch input_dims"]) -> Float[Array, "*batch output_dims"]:
-        return jnp.einsum("...i,io->...o", x, self.w.astype(x.dtype))
+        return _matmul(x, self.w)
 
     def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"w": self.axes}
+
+
+def _matmul(
+    x: Float[Array, "*batch input_dims"], w: Float[Array, "input_dims output_dims"]
+) -> Float[Array, "*batch output_dims"]:
+    """x @ w in x's dtype. A function of both arrays so the shape check ties x to the weight
+    (jaxtyping does not relate a call's argument to the module's field annotations)."""
+    return jnp.einsum("...i,io->...o", x, w.astype(x.dtype))
 
 
 @config
@@ -65,10 +73,15 @@ class Bias(eqx.Module):
         self.axis = cfg.axis
 
     def __call__(self, x: Float[Array, "*batch dims"]) -> Float[Array, "*batch dims"]:
-        return x + self.b.astype(x.dtype)
+        return _add(x, self.b)
 
     def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"b": (self.axis,)}
+
+
+def _add(x: Float[Array, "*batch dims"], b: Float[Array, " dims"]) -> Float[Array, "*batch dims"]:
+    """x + b in x's dtype; a function of both so the shape check ties x to the bias."""
+    return x + b.astype(x.dtype)
 
 
 @config
