@@ -79,6 +79,20 @@ class KVCache(eqx.Module):
     v: Float[Array, "*layers batch max_len kv_heads head_dim"]
 
 
+def _project(
+    x: Float[Array, "batch time embed"], w: Float[Array, "embed heads head_dim"]
+) -> Float[Array, "batch time heads head_dim"]:
+    """x @ w per head, in x's dtype. A function of both arrays so the shape check ties x's
+    embed to the weight's (jaxtyping does not relate arguments to field annotations)."""
+    return jnp.einsum("btd,dnh->btnh", x, w.astype(x.dtype))
+
+
+def _project_combined(
+    x: Float[Array, "batch time embed"], w: Float[Array, "3 embed heads head_dim"]
+) -> Float[Array, "3 batch time heads head_dim"]:
+    return jnp.einsum("btd,cdnh->cbtnh", x, w.astype(x.dtype))
+
+
 class Attention(eqx.Module):
     w_q: Float[Array, "embed heads head_dim"] | None
     w_k: Float[Array, "embed kv_heads head_dim"] | None
@@ -140,10 +154,9 @@ class Attention(eqx.Module):
         """q: [B, T, N, H] (already scaled when per_dim_scale), k, v: [B, T, K, H]."""
         dt = x.dtype
         if self.w_qkv is not None:
-            q, k, v = jnp.einsum("btd,cdnh->cbtnh", x, self.w_qkv.astype(dt))
+            q, k, v = _project_combined(x, self.w_qkv)
         else:
-            proj = lambda w: jnp.einsum("btd,dnh->btnh", x, w.astype(dt))
-            q, k, v = proj(self.w_q), proj(self.w_k), proj(self.w_v)
+            q, k, v = _project(x, self.w_q), _project(x, self.w_k), _project(x, self.w_v)
         if self.b_q is not None:
             q, k, v = q + self.b_q.astype(dt), k + self.b_k.astype(dt), v + self.b_v.astype(dt)
         if self.cfg.use_rotary:
