@@ -9,6 +9,8 @@ without a type registry. Gated variants (GeGLU, SwiGLU) are an MLP property (`ga
 
 from __future__ import annotations
 
+import difflib
+import typing
 from collections.abc import Callable
 from typing import Literal
 
@@ -17,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from pax_eqx.config import Config, config
+from pax_eqx.config import Config, ConfigError, config
 
 ActivationName = Literal[
     "relu", "relu6", "squared_relu", "leaky_relu", "elu", "sigmoid", "tanh",
@@ -75,6 +77,11 @@ class Activation(eqx.Module):
     negative_slope: float = eqx.field(static=True)
 
     def __init__(self, cfg: ActivationConfig = ActivationConfig()):
+        names = typing.get_args(ActivationName)
+        if cfg.name not in names:
+            close = difflib.get_close_matches(cfg.name, names, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"ActivationConfig.name={cfg.name!r} is unknown.{hint} Choose one of {', '.join(names)}.")
         self.name = cfg.name
         self.negative_slope = cfg.negative_slope
 
