@@ -8,6 +8,7 @@ input dtype (bf16 variances lose too much precision), and the result is cast bac
 
 from __future__ import annotations
 
+import typing
 from typing import Literal
 
 import equinox as eqx
@@ -15,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from pax_eqx.config import Config, config
+from pax_eqx.config import Config, ConfigError, config
 
 NormKind = Literal["layer_norm", "rms_norm", "rms_norm_no_scale"]
 
@@ -40,6 +41,10 @@ class NormConfig(Config):
     def build(self, key: PRNGKeyArray | None = None) -> LayerNorm | RmsNorm:
         if self.dims <= 0:
             raise ValueError(f"NormConfig.dims must be > 0, got {self.dims}.")
+        if self.kind not in typing.get_args(NormKind):
+            raise ConfigError(
+                f"NormConfig.kind={self.kind!r} is unknown; choose one of {', '.join(typing.get_args(NormKind))}."
+            )
         if self.kind == "layer_norm":
             return LayerNorm(self)
         return RmsNorm(self.replace(use_scale=self.kind == "rms_norm"))
