@@ -1,0 +1,184 @@
+"""`python -m benchmarks.mfu --exp NAME [--steps N] [--warmup N] [--no-reference] [--section.field VALUE ...]`
+
+Times the real pax_eqx train step (the same `Programs.train_step` the trainer runs: sharded,
+donated, mixed precision) on synthetic tokens of the experiment's shapes, then a hand-written
+plain-JAX GPT of the same architecture (`benchmarks/reference_gpt.py`, no pax_eqx imports) in
+the same process on the same shapes. Prints a human summary and, as its last line, one JSON
+object:
+
+    exp, device_kind, num_devices, params, tokens_per_step, step_time_s (median),
+    tokens_per_s, model_tflops_per_s, mfu, hfu, peak_tflops, compile_s, peak_mem_gb,
+    reference_step_time_s, ratio_to_reference
+
+MFU uses PaLM's 6N + 12·L·d·S model FLOPs per token (N = all parameters; see
+`benchmarks/flops.py`), HFU adds what the remat policy recomputes. On CPU the peak is measured
+(the best jitted matmul throughput of this process) and reported as such.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from benchmarks import flops
+from benchmarks.reference_gpt import ReferenceConfig, make_train_step
+from pax_eqx import cli
+from pax_eqx.experiment import ExperimentConfig
+
+
+def time_steps(step: Callable[[Any], Any], state: Any, warmup: int, steps: int) -> tuple[list[float], Any]:
+    """Median-ready per-step wall times; each step is waited for (no overlap across steps)."""
+    for _ in range(warmup):
+        state, out = step(state)
+        jax.block_until_ready(out)
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        state, out = step(state)
+        jax.block_until_ready(out)
+        times.append(time.perf_counter() - start)
+    return times, state
+
+
+def synthetic_tokens(batch: int, seq: int, vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
+    tokens = np.random.default_rng(seed).integers(0, vocab, (batch, seq + 1)).astype(np.int32)
+    return {"ids": tokens[:, :-1], "labels": tokens[:, 1:], "weights": np.ones((batch, seq), np.float32)}
+
+
+def reference_config(exp: ExperimentConfig, batch: int) -> ReferenceConfig:
+    m = exp.model
+    return ReferenceConfig(
+        num_layers=m.num_layers,
+        model_dims=m.model_dims,
+        num_heads=m.num_heads,
+        hidden_dims=m.hidden_dims,
+        seq_len=exp.data.seq_len,
+        vocab_size=m.vocab_size,
+        batch_size=batch,
+        remat_policy=m.remat_policy,
+        unroll=m.unroll,
+        attention_impl=m.block.attention.implementation,
+        dtype=exp.train.fprop_dtype,
+        use_bias=m.block.attention.use_bias,
+        layer_norm_epsilon=m.block.norm.epsilon,
+        learning_rate=exp.learner.learning_rate,
+        weight_decay=exp.learner.weight_decay,
+        adam_b1=exp.learner.b1,
+        adam_b2=exp.learner.b2,
+        adam_eps=exp.learner.eps,
+        grad_clip_norm=exp.learner.clip_grad_norm,
+    )
+
+
+def peak_memory_gb() -> float | None:
+    stats = [d.memory_stats() or {} for d in jax.local_devices()]
+    peaks = [s.get("peak_bytes_in_use") for s in stats if s.get("peak_bytes_in_use") is not None]
+    return max(peaks) / 1024**3 if peaks else None
+
+
+def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, log=print) -> dict[str, Any]:
+    from pax_eqx.programs.compiled import Programs
+    from pax_eqx.sharding.mesh import build_mesh
+    from pax_eqx.tasks.task import Task
+
+    exp.validate(num_devices=jax.device_count())
+    batch = exp.data.train.batch_size * jax.process_count()
+    seq = exp.data.seq_len
+    programs = Programs(Task(exp.model, exp.learner, exp.train.fprop_dtype), build_mesh(exp.mesh), exp.mesh.rules)
+    state = programs.init_state(exp.train.seed)
+    data = programs.global_batch(synthetic_tokens(exp.data.train.batch_size, seq, exp.model.vocab_size))
+    start = time.perf_counter()
+    compiled = programs.train_step.lower(state, data).compile()
+    compile_s = time.perf_counter() - start
+
+    def step(s):
+        s, metrics = compiled(s, data)
+        return s, metrics["total_loss"]
+
+    times, state = time_steps(step, state, warmup, steps)
+    step_time = statistics.median(times)
+    num_params = sum(x.size for x in jax.tree.leaves(state.params))
+    m = exp.model
+    tokens_per_step = batch * seq
+    tokens_per_s = tokens_per_step / step_time
+    model_fpt = flops.model_flops_per_token(num_params, m.num_layers, m.model_dims, seq)
+    device = jax.devices()[0]
+    on_gpu = device.platform == "gpu"
+    hardware_fpt = flops.hardware_flops_per_token(
+        num_params, m.num_layers, m.model_dims, seq, m.remat_policy,
+        attention_impl="cudnn" if on_gpu and m.block.attention.implementation != "xla" else "xla",
+    )  # fmt: skip
+    n_dev = jax.device_count()
+    peak, peak_source, mfu_devices = flops.peak_tflops(device.device_kind), "datasheet", n_dev
+    if peak is None and device.platform == "cpu":
+        # Fake CPU devices share the same cores: the process-wide matmul rate is the whole peak.
+        peak, peak_source, mfu_devices = flops.measure_cpu_peak_tflops(), "measured matmul (whole CPU)", 1
+    result = {
+        "exp": exp.name,
+        "device_kind": device.device_kind,
+        "num_devices": n_dev,
+        "params": int(num_params),
+        "tokens_per_step": tokens_per_step,
+        "step_time_s": step_time,
+        "tokens_per_s": tokens_per_s,
+        "model_tflops_per_s": tokens_per_s * model_fpt / 1e12,
+        "mfu": flops.mfu(tokens_per_s, model_fpt, peak, mfu_devices) if peak else None,
+        "hfu": flops.mfu(tokens_per_s, hardware_fpt, peak, mfu_devices) if peak else None,
+        "peak_tflops": peak,
+        "peak_source": peak_source if peak else "unknown",
+        "compile_s": compile_s,
+        "peak_mem_gb": peak_memory_gb(),
+        "reference_step_time_s": None,
+        "ratio_to_reference": None,
+    }
+    del state, compiled, programs
+    if with_reference:
+        init_fn, ref_step = make_train_step(reference_config(exp, batch))
+        ref_state = init_fn(jax.random.key(0))
+        ref_batch = {k: v for k, v in synthetic_tokens(batch, seq, m.vocab_size).items() if k != "weights"}
+        ref_times, _ = time_steps(lambda s: ref_step(s, ref_batch), ref_state, warmup + 1, steps)
+        result["reference_step_time_s"] = statistics.median(ref_times)
+        result["ratio_to_reference"] = step_time / result["reference_step_time_s"]
+    _print_summary(result, log)
+    return result
+
+
+def _print_summary(r: dict[str, Any], log) -> None:
+    log(f"{r['exp']} on {r['num_devices']} x {r['device_kind']}: {r['params'] / 1e6:,.1f}M params")
+    log(f"  step {r['step_time_s'] * 1e3:,.1f} ms (median), {r['tokens_per_s']:,.0f} tokens/s, "
+        f"{r['model_tflops_per_s']:,.2f} model TFLOP/s, compile {r['compile_s']:.1f} s")  # fmt: skip
+    if r["mfu"] is not None:
+        log(f"  MFU {r['mfu'] * 100:.1f}%  HFU {r['hfu'] * 100:.1f}%  (peak {r['peak_tflops']:.1f} TF/s, {r['peak_source']})")
+    if r["reference_step_time_s"]:
+        log(f"  plain-JAX reference {r['reference_step_time_s'] * 1e3:,.1f} ms: ratio {r['ratio_to_reference']:.3f}")
+    if r["peak_mem_gb"] is not None:
+        log(f"  peak memory {r['peak_mem_gb']:.2f} GB")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    exp, _, ns = cli.parse(
+        argv,
+        "python -m benchmarks.mfu",
+        "MFU of an experiment's train step on synthetic data, against a plain-JAX reference.",
+        job_dir_required=False,
+        extra=[
+            ("--steps", dict(type=int, default=10)),
+            ("--warmup", dict(type=int, default=2)),
+            ("--no-reference", dict(action="store_true")),
+        ],
+    )
+    result = run(exp, ns.steps, ns.warmup, not ns.no_reference)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    from pax_eqx import entry
+
+    entry.run(lambda: main(sys.argv[1:]))
