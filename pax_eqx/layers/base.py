@@ -115,7 +115,10 @@ class Context(eqx.Module):
         return self._state(var).get(var)
 
     def update_var(self, var: Variable, value: Array) -> Context:
-        return self._replace(state=self._state(var).set(var, value))
+        # `State.set` invalidates the State it is called on (equinox's guard against a dropped
+        # result), but that object may still be held by the caller -- e.g. the `state` passed to
+        # `apply`, used again for a second call. Setting on a copy keeps every Context immutable.
+        return self._replace(state=copy_state(self._state(var)).set(var, value))
 
     def _state(self, var: Variable) -> eqx.nn.State:
         if self.state is None:
@@ -162,6 +165,12 @@ class Context(eqx.Module):
         )
         fields.update(changes)
         return Context(**fields)
+
+
+def copy_state(state: eqx.nn.State) -> eqx.nn.State:
+    """A new State object holding the same arrays (no data is copied), so that equinox's
+    `set`/`update`, which invalidate the object they are called on, leave `state` usable."""
+    return jtu.tree_map(lambda a: a, state)
 
 
 def _add_unique(d: dict[str, Array], name: str, value: Array) -> dict[str, Array]:

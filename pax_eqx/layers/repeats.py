@@ -25,7 +25,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from pax_eqx.config import Config, config
 from pax_eqx.layers.attentions import KVCache
-from pax_eqx.layers.base import Context
+from pax_eqx.layers.base import Context, copy_state
 from pax_eqx.layers.transformers import Transformer, TransformerConfig
 
 RematPolicy = Literal["none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable", "everything_saveable"]
@@ -148,7 +148,7 @@ class StackedTransformerRepeated(eqx.Module):
         body = _remat(body, self.remat_policy)
         x, (state, summaries, aux) = jax.lax.scan(body, x, (params, keys, state), unroll=self.unroll)
         if state is not None:
-            ctx = ctx._replace(state=ctx.state.update(state))
+            ctx = ctx._replace(state=copy_state(ctx.state).update(state))
         ctx = ctx.push("repeat")
         for name, value in summaries.items():
             ctx = ctx.add_summary(name, value)
