@@ -1,0 +1,103 @@
+"""LayerNorm ((1 + scale), eps 1e-6), RmsNorm and RmsNormNoScale against numpy formulas."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pax_eqx.config import ConfigError
+from pax_eqx.layers import LayerNorm, NormConfig, RmsNorm, rms_norm_no_scale
+
+
+def _x(shape=(2, 3, 8), seed=0, offset=3.0):
+    # A large offset makes a missing mean subtraction or a wrong epsilon visible.
+    return jax.random.normal(jax.random.key(seed), shape) * 2.0 + offset
+
+
+def _randomize(norm, seed=5):
+    for i, name in enumerate(("scale", "bias")):
+        if getattr(norm, name, None) is not None:
+            norm = eqx.tree_at(lambda m, n=name: getattr(m, n), norm, jax.random.normal(jax.random.key(seed + i), (8,)))
+    return norm
+
+
+def test_layer_norm_praxis_formula():
+    norm = NormConfig(kind="layer_norm", dims=8).build()
+    assert isinstance(norm, LayerNorm) and norm.epsilon == 1e-6
+    np.testing.assert_array_equal(norm.scale, np.zeros(8))  # stored as an offset from one
+    norm = _randomize(norm)
+    x = np.asarray(_x(), np.float64)
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    expected = (x - mean) / np.sqrt(var + 1e-6) * (1.0 + np.asarray(norm.scale)) + np.asarray(norm.bias)
+    np.testing.assert_allclose(norm(jnp.asarray(x, jnp.float32)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_layer_norm_at_init_is_a_plain_standardisation():
+    x = _x()
+    y = np.asarray(NormConfig(dims=8).build()(x))
+    np.testing.assert_allclose(y.mean(-1), 0.0, atol=1e-5)
+    np.testing.assert_allclose(y.var(-1), 1.0, rtol=1e-4)
+
+
+def test_layer_norm_epsilon_matters_for_a_constant_row():
+    x = jnp.full((1, 8), 2.0).at[0, 0].set(2.001)
+    a = NormConfig(dims=8, epsilon=1e-6).build()(x)
+    b = NormConfig(dims=8, epsilon=1.0).build()(x)
+    assert float(jnp.max(jnp.abs(a))) > 100 * float(jnp.max(jnp.abs(b)))
+
+
+def test_layer_norm_without_scale_or_bias():
+    norm = NormConfig(dims=8, use_scale=False, use_bias=False).build()
+    assert norm.scale is None and norm.bias is None
+    x = np.asarray(_x(), np.float64)
+    expected = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(norm(jnp.asarray(x, jnp.float32)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_rms_norm_formula():
+    norm = NormConfig(kind="rms_norm", dims=8).build()
+    assert isinstance(norm, RmsNorm)
+    np.testing.assert_array_equal(norm.scale, np.ones(8))
+    norm = _randomize(norm)
+    x = np.asarray(_x(), np.float64)
+    expected = x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6) * np.asarray(norm.scale)
+    np.testing.assert_allclose(norm(jnp.asarray(x, jnp.float32)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_rms_norm_no_scale_formula():
+    cfg = rms_norm_no_scale(8, epsilon=1e-3)
+    assert cfg.kind == "rms_norm_no_scale"
+    norm = cfg.build()
+    assert isinstance(norm, RmsNorm) and norm.scale is None
+    x = np.asarray(_x(), np.float64)
+    expected = x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-3)
+    np.testing.assert_allclose(norm(jnp.asarray(x, jnp.float32)), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+def test_bf16_input_uses_float32_statistics(kind):
+    norm = _randomize(NormConfig(kind=kind, dims=8).build())
+    x = _x().astype(jnp.bfloat16)
+    y = norm(x)
+    assert y.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(y, norm(x.astype(jnp.float32)).astype(jnp.bfloat16))
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm", "rms_norm_no_scale"])
+def test_norms_jit_and_grad(kind):
+    norm = NormConfig(kind=kind, dims=8).build()
+    x = _x()
+    np.testing.assert_allclose(eqx.filter_jit(lambda m, x: m(x))(norm, x), norm(x), rtol=1e-6)
+    g = jax.grad(lambda x: jnp.sum(norm(x) * jnp.arange(8.0)))(x)
+    assert g.shape == x.shape and np.all(np.isfinite(g))
+    # Normalisation is invariant to the input's scale, so the gradient is orthogonal to x.
+    np.testing.assert_allclose(jnp.sum(g * x, -1), 0.0, atol=1e-3)
+
+
+def test_norm_config_errors():
+    with pytest.raises(ValueError, match="dims"):
+        NormConfig(dims=0).build()
+    with pytest.raises(ConfigError, match="'rms_norm_noscale'.*rms_norm_no_scale"):
+        NormConfig(kind="rms_norm_noscale", dims=8).build()
