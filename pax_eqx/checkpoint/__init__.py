@@ -1,0 +1,17 @@
+"""Checkpoints: orbax CheckpointManager holding the train state and the data iterator state.
+
+    from pax_eqx.checkpoint import Checkpointer, CheckpointConfig
+"""
+
+from pax_eqx.checkpoint.checkpointer import (
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointFallbackWarning,
+    Checkpointer,
+    CheckpointMismatchError,
+    CheckpointSaveError,
+    NonFiniteCheckpointError,
+    NoReadableCheckpointError,
+)
+from pax_eqx.checkpoint.config import CheckpointConfig
+from pax_eqx.checkpoint.integrity import all_finite, leaf_summaries

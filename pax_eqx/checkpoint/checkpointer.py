@@ -1,0 +1,392 @@
+"""Checkpointer: orbax's CheckpointManager with the guarantees a long run needs.
+
+    ckpt = Checkpointer(job_dir / "checkpoints", CheckpointConfig(every_n_steps=1000))
+    if ckpt.should_save(step):
+        ckpt.save(step, train_state, data_iterator.get_state())
+    step, train_state, data_state = ckpt.restore(abstract_state_with_shardings)
+
+A step directory `DIR/<step>/` holds three orbax items:
+    state/      the train state pytree (orbax StandardSave: OCDBT + zarr, one file set per host)
+    manifest/   JSON: every leaf's path, shape, dtype and checksum (see `integrity.py`)
+    data/       the data iterator's state, one JSON file per host (grain's orbax handler)
+
+What orbax already guarantees, and we rely on: a step is written into
+`DIR/<step>.orbax-checkpoint-tmp-<time>/` and renamed to `DIR/<step>/` only once every host has
+written every item, so a kill mid-save (or a full disk) never produces a directory that looks
+committed; old steps beyond `max_to_keep` are deleted only after the new one commits; all hosts
+call save/restore and orbax coordinates them.
+
+What this wrapper adds:
+- refuses to write a state with NaN/Inf in any float leaf (error names the step and the leaves);
+- `latest_step()` counts committed steps on disk only, never one still being written;
+- restore checks the manifest first, so a checkpoint of a different model fails with the leaf
+  path and both shapes, and checks the checksums after, so damaged bytes are noticed;
+- a committed newest checkpoint that cannot be read is skipped with a warning naming it, and
+  the next newest is tried; if none can be read the restore raises (a run never silently
+  starts from scratch);
+- save failures (disk full, permissions) raise `CheckpointSaveError` naming the step and the
+  directory; the previous checkpoint stays restorable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import grain.checkpoint
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
+
+from pax_eqx.checkpoint.config import CheckpointConfig
+from pax_eqx.checkpoint.integrity import (
+    MANIFEST_FORMAT,
+    build_manifest,
+    checksum_mismatches,
+    leaf_path,
+    leaf_summaries,
+    nonfinite_paths,
+    structure_mismatches,
+)
+
+_STATE, _MANIFEST, _DATA = "state", "manifest", "data"
+_MAX_LISTED = 12
+
+
+class CheckpointError(RuntimeError):
+    """Base of the errors below."""
+
+
+class NonFiniteCheckpointError(CheckpointError):
+    """The train state to save holds NaN or Inf."""
+
+
+class CheckpointSaveError(CheckpointError):
+    """Writing a checkpoint failed (disk full, permissions, ...); earlier checkpoints are intact."""
+
+
+class CheckpointMismatchError(CheckpointError, ValueError):
+    """The checkpoint holds a different state (shapes, dtypes, leaves) than the one to restore."""
+
+
+class CheckpointCorruptError(CheckpointError):
+    """A committed checkpoint could not be read back, or read back different bytes."""
+
+
+class NoReadableCheckpointError(CheckpointError):
+    """No committed checkpoint in the directory could be restored."""
+
+
+class CheckpointFallbackWarning(UserWarning):
+    """The newest checkpoint was unreadable; an older one was restored instead."""
+
+
+class _IteratorState:
+    """The data state in the shape grain's orbax handler expects of an iterator.
+
+    grain's `CheckpointHandler` writes `process_<i>-of-<n>.json` from `get_state()` on every host
+    (each host's iterator is at its own position in its own shard), and on restore calls
+    `set_state()` and `start_prefetch()`. Its bytes branch is the one for iterators whose state
+    is already serialised; we hand it the JSON text, so the file is the same JSON that
+    `DatasetIterator.get_state()` would produce.
+    """
+
+    def __init__(self, state: dict[str, Any] | None = None):
+        self.state = state
+
+    def get_state(self) -> bytes:
+        return json.dumps(self.state, indent=2, sort_keys=True).encode()
+
+    def set_state(self, raw: bytes) -> None:
+        self.state = json.loads(raw.decode())
+
+    def start_prefetch(self) -> None:
+        pass
+
+
+def _agree_all(ok: bool) -> bool:
+    """True on every host iff `ok` on every host (hosts must take the same restore branch)."""
+    if jax.process_count() == 1:
+        return ok
+    return bool(np.min(multihost_utils.process_allgather(np.array([ok], np.int32))))
+
+
+def _from_process_0(value: int) -> int:
+    if jax.process_count() == 1:
+        return value
+    return int(multihost_utils.broadcast_one_to_all(np.array(value, np.int64)))
+
+
+def _listed(items: list[str]) -> str:
+    shown = items[:_MAX_LISTED]
+    more = f"\n  ... and {len(items) - len(shown)} more" if len(items) > len(shown) else ""
+    return "\n  " + "\n  ".join(shown) + more
+
+
+_TENSORSTORE_SPEC = re.compile(r"\s*\[tensorstore_spec(\[\d+\])?='.*?'\]", re.DOTALL)
+
+
+def _short(error: BaseException, head: int = 200, tail: int = 300) -> str:
+    """One line of an exception: tensorstore's JSON specs dropped, then its start and end kept
+    (the OS error -- "No space left on device" -- comes last)."""
+    text = _TENSORSTORE_SPEC.sub("", f"{type(error).__name__}: {error}")
+    text = " ".join(text.split())
+    return text if len(text) <= head + tail else f"{text[:head]} ... {text[-tail:]}"
+
+
+def _with_shardings(abstract: Any) -> Any:
+    """Array leaves -> ShapeDtypeStruct with their sharding; a leaf without one is an error."""
+
+    def convert(path, leaf):
+        if isinstance(leaf, jax.Array):
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)
+        if isinstance(leaf, jax.ShapeDtypeStruct) and leaf.sharding is None:
+            raise ValueError(
+                f"restore target leaf {leaf_path(path)} has no sharding; build the abstract state with "
+                "jax.ShapeDtypeStruct(shape, dtype, sharding=...) for every leaf (e.g. "
+                "Programs.abstract_with_shardings()), so arrays are restored straight onto their devices."
+            )
+        return leaf
+
+    return jax.tree_util.tree_map_with_path(convert, abstract)
+
+
+class Checkpointer:
+    """Saves and restores (train state, data iterator state) under one directory; see module doc.
+
+    Every host must call `save`, `restore`, `wait_until_finished` and `close` together, with the
+    same step (they run collectives). `should_save` with a time interval is also collective.
+    """
+
+    def __init__(self, directory: str | os.PathLike, cfg: CheckpointConfig = CheckpointConfig()):
+        self.directory = Path(directory).absolute()
+        self.cfg = cfg
+        if self.directory.exists() and not self.directory.is_dir():
+            raise CheckpointError(f"checkpoint directory {self.directory} is a file; choose another --job-log-dir.")
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=cfg.max_to_keep or None,
+            enable_async_checkpointing=cfg.async_save,
+            cleanup_tmp_directories=True,  # drop the leftovers of saves that were killed
+            create=True,
+        )
+        try:
+            self._manager = ocp.CheckpointManager(
+                self.directory, options=options, item_names=(_STATE, _MANIFEST, _DATA)
+            )
+        except OSError as e:
+            raise CheckpointError(
+                f"cannot use checkpoint directory {self.directory}: {e}; check it is writable."
+            ) from e
+        self._last_save_time = time.monotonic()
+        self._in_flight: int | None = None
+
+    # ---------------------------------------------------------------- saving
+
+    def should_save(self, step: int) -> bool:
+        """Whether `step` is due: a multiple of `every_n_steps`, or `every_n_seconds` elapsed.
+
+        The time test is decided by process 0 and broadcast, so all hosts agree (a host that
+        saved alone would wait for the others forever); it is a small collective per call, and
+        only runs when `every_n_seconds` is set.
+        """
+        if self.cfg.every_n_steps and step % self.cfg.every_n_steps == 0:
+            return True
+        if self.cfg.every_n_seconds:
+            due = time.monotonic() - self._last_save_time >= self.cfg.every_n_seconds
+            return bool(_from_process_0(int(due)))
+        return False
+
+    def save(
+        self,
+        step: int,
+        train_state: Any,
+        data_state: dict[str, Any] | None = None,
+        *,
+        force: bool = False,
+    ) -> bool:
+        """Starts writing `step` (async by default) and returns True; False if not due or done.
+
+        Returns once the arrays have been copied off the devices, so the caller may donate or
+        overwrite `train_state` right after. Raises NonFiniteCheckpointError before writing
+        anything if a float leaf holds NaN/Inf, and CheckpointSaveError if the write fails
+        (here or, for an async save, at the next `save`/`wait_until_finished`).
+        """
+        if not force and not self.should_save(step):
+            return False
+        self.wait_until_finished()
+        if step in self.committed_steps():
+            return False
+        entries = leaf_summaries(train_state)
+        bad = nonfinite_paths(entries)
+        if bad:
+            latest = self.latest_step()
+            kept = f"the newest checkpoint (step {latest}) is kept" if latest is not None else "nothing was written"
+            raise NonFiniteCheckpointError(
+                f"refusing to save the checkpoint for step {step}: NaN or Inf in {len(bad)} leaves of the train "
+                f"state ({kept}):{_listed(bad)}"
+            )
+        if data_state is not None:
+            try:
+                json.dumps(data_state)
+            except (TypeError, ValueError) as e:
+                raise TypeError(
+                    f"data_state for step {step} must be JSON-serialisable (the iterator's get_state() dict); {e}"
+                ) from None
+        items = {
+            _STATE: ocp.args.StandardSave(train_state),
+            _MANIFEST: ocp.args.JsonSave(build_manifest(step, entries, has_data=data_state is not None)),
+        }
+        if data_state is not None:
+            items[_DATA] = grain.checkpoint.CheckpointSave(_IteratorState(data_state))
+        try:
+            self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+        except (OSError, ValueError, RuntimeError) as e:
+            self._in_flight = None
+            raise self._save_error(step, e) from e
+        self._in_flight = step
+        self._last_save_time = time.monotonic()
+        return True
+
+    def _save_error(self, step: int, cause: BaseException) -> CheckpointSaveError:
+        latest = self.latest_step()
+        kept = (
+            f"the previous checkpoint (step {latest}) is intact and will be restored"
+            if latest is not None
+            else "no earlier checkpoint exists"
+        )
+        return CheckpointSaveError(
+            f"saving the checkpoint for step {step} in {self.directory} failed: {_short(cause)}. "
+            f"Its partial files are in a *.orbax-checkpoint-tmp* directory that restore ignores; {kept}. "
+            "If the disk is full, free space (or lower checkpoint.max_to_keep) and rerun the same command."
+        )
+
+    def wait_until_finished(self) -> None:
+        """Blocks until an async save has committed; raises CheckpointSaveError if it failed."""
+        try:
+            self._manager.wait_until_finished()
+        except Exception as e:
+            step, self._in_flight = self._in_flight, None
+            raise self._save_error(step if step is not None else -1, e) from e
+        self._in_flight = None
+
+    def close(self) -> None:
+        """Waits for the last save, then releases orbax's threads."""
+        try:
+            self.wait_until_finished()
+        finally:
+            self._manager.close()
+
+    # ------------------------------------------------------------- restoring
+
+    def committed_steps(self) -> list[int]:
+        """Steps whose directories are committed on disk, oldest first (never a tmp dir)."""
+        if not self.directory.exists():
+            return []
+        return sorted(ocp.path.step.checkpoint_steps(self.directory))
+
+    def latest_step(self) -> int | None:
+        """The newest committed step, or None. A save still in flight does not count."""
+        steps = self.committed_steps()
+        return steps[-1] if steps else None
+
+    def restore(
+        self,
+        abstract_train_state: Any,
+        step: int | None = None,
+        *,
+        restore_data: bool = True,
+    ) -> tuple[int, Any, dict[str, Any] | None]:
+        """Returns (step, train_state, data_state) from the newest readable checkpoint (or `step`).
+
+        `abstract_train_state` is a pytree of jax.ShapeDtypeStruct *with shardings* (or of
+        arrays, whose shardings are used): arrays are read straight into those shardings, which
+        may be on a different mesh than the one that saved them. `data_state` is None if the
+        checkpoint has none or `restore_data` is False (eval and decode do not need it).
+
+        Raises CheckpointMismatchError (leaf path, both shapes) if the checkpoint holds a
+        different state, and NoReadableCheckpointError if no committed checkpoint is readable.
+        With an explicit `step`, an unreadable checkpoint raises CheckpointCorruptError instead
+        of falling back.
+        """
+        abstract = _with_shardings(abstract_train_state)
+        self.wait_until_finished()
+        if step is not None:
+            if step not in self.committed_steps():
+                raise NoReadableCheckpointError(
+                    f"no committed checkpoint for step {step} in {self.directory}; "
+                    f"committed steps: {self.committed_steps() or 'none'}."
+                )
+            candidates = [step]
+        else:
+            candidates = list(reversed(self.committed_steps()))
+            if not candidates:
+                raise NoReadableCheckpointError(
+                    f"no committed checkpoint in {self.directory}; nothing to restore "
+                    "(train first, or check --job-log-dir)."
+                )
+        failures = []
+        for candidate in candidates:
+            candidate = _from_process_0(candidate)
+            try:
+                state, data_state = self._restore_step(candidate, abstract, restore_data)
+                error = None
+            except CheckpointMismatchError:
+                raise
+            except Exception as e:  # a damaged checkpoint can fail anywhere in orbax/tensorstore
+                error = e
+            if _agree_all(error is None):
+                return candidate, state, data_state
+            reason = _short(error) if error else "unreadable on another host"
+            where = self.directory / str(candidate)
+            if step is not None:
+                raise CheckpointCorruptError(f"checkpoint {where} is unreadable: {reason}") from error
+            failures.append(f"{where}: {reason}")
+            warnings.warn(
+                f"checkpoint {where} is unreadable ({reason}); falling back to the next newest checkpoint.",
+                CheckpointFallbackWarning,
+                stacklevel=2,
+            )
+        raise NoReadableCheckpointError(
+            f"none of the {len(candidates)} committed checkpoints in {self.directory} could be read; refusing to "
+            f"start from scratch over them. Move the directory aside to start afresh.{_listed(failures)}"
+        )
+
+    def _restore_step(self, step: int, abstract: Any, restore_data: bool) -> tuple[Any, dict[str, Any] | None]:
+        manifest = self._manager.restore(step, args=ocp.args.Composite(**{_MANIFEST: ocp.args.JsonRestore()}))[
+            _MANIFEST
+        ]
+        if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+            raise CheckpointCorruptError(f"its manifest is not a {MANIFEST_FORMAT} manifest")
+        problems = structure_mismatches(manifest, abstract)
+        if problems:
+            raise CheckpointMismatchError(
+                f"checkpoint {self.directory / str(step)} does not match the state being restored "
+                f"({len(problems)} differences):{_listed(problems)}\n"
+                "It was written by a different model or optimizer configuration: restore with the config it was "
+                "saved with (DIR/config.json), or start a new --job-log-dir."
+            )
+        with_data = restore_data and manifest["has_data"]
+        if with_data and manifest["process_count"] != jax.process_count():
+            raise CheckpointMismatchError(
+                f"checkpoint {self.directory / str(step)} holds data iterator states for "
+                f"{manifest['process_count']} processes, but {jax.process_count()} are restoring it: each host's "
+                "position in its data shard cannot be remapped. Resume with the same number of processes, or "
+                "restore with restore_data=False (the data order then starts over)."
+            )
+        items = {_STATE: ocp.args.StandardRestore(abstract)}
+        if with_data:
+            items[_DATA] = grain.checkpoint.CheckpointRestore(_IteratorState())
+        restored = self._manager.restore(step, args=ocp.args.Composite(**items))
+        state = restored[_STATE]
+        damaged = checksum_mismatches(manifest, state)
+        if damaged:
+            raise CheckpointCorruptError(
+                f"{len(damaged)} restored arrays differ from the checksums written at save time: {damaged[:5]}"
+            )
+        return state, restored[_DATA].state if with_data else None

@@ -1,0 +1,153 @@
+"""SummaryWriter: one call logs a step's metrics to TensorBoard and to DIR/metrics.jsonl.
+
+    writer = SummaryWriter(job_dir, enabled=jax.process_index() == 0)
+    writer.write(step, "train", {"total_loss": 2.31, "learning_rate": 1e-3})
+    writer.close()
+
+Two records of the same numbers, for two readers:
+- `DIR/summaries/{train,eval}/events.*` -- TensorBoard event files (tensorboardX, no
+  TensorFlow needed), one run per split so both curves share a chart;
+- `DIR/metrics.jsonl` -- one JSON object per logged step, `{"step": 120, "split": "train",
+  "loss": 2.31, "total_loss": 2.31, ...}`, for scripts, plots and tests. It is flushed after
+  every line, so a SIGKILL loses nothing already written, and it is opened for appending, so a
+  resumed run adds to it and never truncates it. A resumed run re-logs the steps after its
+  checkpoint; readers keep the last record of each (split, step) (`read_metrics` does).
+
+`loss` is always present: it is `total_loss` when the metrics do not name a `loss`, so plots
+and dashboards have one name to look for. Non-finite values are written as the strings
+"nan", "inf", "-inf" (bare NaN is not JSON), as the config files do.
+
+Only process 0 should write (`enabled=False` elsewhere makes every call a no-op and creates
+no files).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, SupportsFloat
+
+SPLITS = ("train", "eval")
+METRICS_FILE = "metrics.jsonl"
+
+
+def _json_number(value: float) -> float | str:
+    if math.isfinite(value):
+        return value
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+
+
+def _as_float(split: str, step: int, name: str, value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"metric {name!r} ({split}, step {step}) must be a number (a Python float or a scalar array), "
+            f"got {type(value).__name__} {value!r:.80}; reduce it to a scalar before logging."
+        ) from None
+
+
+class SummaryWriter:
+    """Writes TensorBoard scalars and metrics.jsonl lines under `job_dir` (see module doc).
+
+    `start_step`: the step a resumed run restarts from. TensorBoard is then told to drop the
+    events of earlier runs logged after it (tensorboardX's `purge_step`), so curves do not
+    double back where a killed run had logged past its last checkpoint.
+    """
+
+    def __init__(self, job_dir: str | os.PathLike, enabled: bool = True, *, start_step: int = 0):
+        self.job_dir = Path(job_dir)
+        self.enabled = enabled
+        self._start_step = start_step
+        self._tensorboard: dict[str, Any] = {}
+        self._jsonl = None
+        self._closed = False
+        if enabled:
+            self.job_dir.mkdir(parents=True, exist_ok=True)
+            self._jsonl = open(self.job_dir / METRICS_FILE, "a", encoding="utf-8")
+
+    def _board(self, split: str):
+        """The split's tensorboardX writer, created on first use (an unused split gets no file)."""
+        if split not in self._tensorboard:
+            from tensorboardX import SummaryWriter as TensorBoardWriter
+
+            self._tensorboard[split] = TensorBoardWriter(
+                logdir=str(self.job_dir / "summaries" / split),
+                purge_step=self._start_step + 1 if self._start_step > 0 else None,
+                # Unique per writer: tensorboardX names files by the second, and a second
+                # writer in the same second would otherwise overwrite the first one's file.
+                filename_suffix=f".{os.getpid()}.{time.time_ns()}",
+                flush_secs=10,
+            )
+        return self._tensorboard[split]
+
+    def write(self, step: int, split: str, metrics: Mapping[str, SupportsFloat]) -> None:
+        """Logs `metrics` (name -> scalar) at `step` for `split` ("train" or "eval")."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}.")
+        if self._closed:
+            raise RuntimeError(f"SummaryWriter for {self.job_dir} is closed; cannot log step {step}.")
+        if not self.enabled:
+            return
+        step = int(step)
+        values = {name: _as_float(split, step, name, v) for name, v in metrics.items()}
+        if "loss" not in values and "total_loss" in values:
+            values = {"loss": values["total_loss"], **values}
+        record = {"step": step, "split": split, **{k: _json_number(v) for k, v in values.items()}}
+        self._jsonl.write(json.dumps(record) + "\n")
+        self._jsonl.flush()
+        board = self._board(split)
+        for name, value in values.items():
+            board.add_scalar(name, value, global_step=step)
+        board.flush()
+
+    def close(self) -> None:
+        """Flushes and closes every file; further writes are an error."""
+        for board in self._tensorboard.values():
+            board.close()
+        self._tensorboard = {}
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._jsonl = None
+        self._closed = True
+
+    def __enter__(self) -> SummaryWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _parse_number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def read_metrics(job_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of DIR/metrics.jsonl, the last one of each (split, step), sorted by step.
+
+    A resumed run re-logs the steps between its checkpoint and the point where the previous
+    run died; the later record wins. A torn last line (the writer was killed mid-line) is
+    skipped. Non-finite values come back as float nan/inf.
+    """
+    path = Path(job_dir) / METRICS_FILE
+    latest: dict[tuple[str, int], dict[str, Any]] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(record, dict) or "step" not in record or "split" not in record:
+                continue
+            for key, value in record.items():
+                if key not in ("step", "split") and isinstance(value, str):
+                    record[key] = _parse_number(value)
+            latest[(record["split"], record["step"])] = record
+    return sorted(latest.values(), key=lambda r: (r["step"], r["split"]))
