@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-
 from pathlib import Path
 
 import numpy as np
@@ -94,7 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("--num-infeed-hosts", {"type": int, "default": None, "dest": "num_infeed_hosts"}),
         ("--infeed-host-index", {"type": int, "default": None, "dest": "infeed_host_index"}),
     )
-    exp, job_dir, ns = cli.parse(argv, "python -m pax_eqx.inspect_data", DESCRIPTION, job_dir_required=False, extra=extra)
+    exp, job_dir, ns = cli.parse(
+        argv, "python -m pax_eqx.inspect_data", DESCRIPTION, job_dir_required=False, extra=extra
+    )
     print(inspect(exp.data, ns.split, ns.num_batches, ns.num_infeed_hosts, ns.infeed_host_index, job_dir))
     return 0
 

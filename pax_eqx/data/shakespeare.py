@@ -32,6 +32,8 @@ from pathlib import Path
 
 _INLINE_BRACKET = re.compile(r"_*\\?\[([^\]]*)\]_*|\*\\?\[([^\]]*)\]\*")
 _ESCAPE = re.compile(r"\\(.)")
+_SPACES = re.compile(r" {2,}")
+_DIRECTION_STARTS = ("_", "*", "[", "\\[")  # `_Enter ..._`, `*Exit.*`, `\[Aside]_` (not `**NAME**`)
 
 
 def plays_directory() -> Path:
@@ -47,43 +49,33 @@ def plays_directory() -> Path:
     return path
 
 
-def _clean_line(line: str) -> str:
-    line = _INLINE_BRACKET.sub(lambda m: (m.group(1) or m.group(2) or "").strip(), line)
-    line = _ESCAPE.sub(r"\1", line)
-    line = line.replace("—", "--").replace("_", "").replace("*", "")
-    return re.sub(r" {2,}", " ", line).strip()
-
-
-def _is_stage_direction(line: str) -> bool:
-    s = line.strip()
-    return s.startswith(("_", "[", "\\[")) or (s.startswith("*") and not s.startswith("**"))
-
-
-def _closes_direction(line: str) -> bool:
-    s = line.strip()
-    return len(s) > 1 and s.endswith(("_", "*"))
-
-
 def clean_play(markdown: str) -> str:
-    """One play's Markdown -> play text: `NAME:` lines, verse, a blank line after each speech."""
+    """One play's Markdown -> play text: `NAME:` lines, verse, a blank line after each speech.
+
+    One loop with no helper calls: under the test suite's runtime type checker a helper called
+    for each of the corpus' 190k lines would cost seconds.
+    """
     speeches: list[tuple[str, list[str]]] = []
     in_direction = False  # inside a stage direction that spans several lines
     for raw in markdown.split("\n"):
         line = raw.strip()
+        closes = len(line) > 1 and line.endswith(("_", "*"))
         if in_direction:
-            in_direction = not _closes_direction(line) and bool(line)
+            in_direction = bool(line) and not closes
             continue
         if not line or line.startswith("#"):
             continue
-        if _is_stage_direction(line):
-            in_direction = not _closes_direction(line)
+        if line.startswith(_DIRECTION_STARTS) and not line.startswith("**"):
+            in_direction = not closes
             continue
         if line.startswith("**") and line.endswith("**"):
             speeches.append((line.strip("*").strip(), []))
             continue
-        text = _clean_line(line)
-        if text and speeches:  # text before the first speaker has nobody to give it to
-            speeches[-1][1].append(text)
+        line = _INLINE_BRACKET.sub(lambda m: (m.group(1) or m.group(2) or "").strip(), line)
+        line = _ESCAPE.sub(r"\1", line).replace("\u2014", "--").replace("_", "").replace("*", "")
+        line = _SPACES.sub(" ", line).strip()
+        if line and speeches:  # text before the first speaker has nobody to give it to
+            speeches[-1][1].append(line)
     return "".join(f"{name}:\n" + "".join(t + "\n" for t in body) + "\n" for name, body in speeches if body)
 
 

@@ -68,12 +68,14 @@ def resolve_paths(spec: str, field: str, *, suffixes: Sequence[str] = ()) -> lis
 
 
 def split_text_tail(text: str, fraction: float) -> tuple[str, str]:
-    """(head, tail): the tail is the last ~`fraction` of `text`, starting after a blank line or a line."""
+    """(head, tail): the tail is about the last `fraction` of `text`, cut after a blank line if one
+    is near (within 5% of the text), else after a line end, else at a character. head + tail == text."""
     target = int(len(text) * (1.0 - fraction))
+    near = max(len(text) // 20, 200)
     for sep in ("\n\n", "\n"):
-        cut = text.find(sep, target)
-        if cut >= 0:
-            return text[: cut + len(sep)], text[cut + len(sep) :]
+        for cut in (text.find(sep, target, target + near), text.rfind(sep, max(target - near, 0), target)):
+            if cut >= 0 and text[: cut + len(sep)].strip() and text[cut + len(sep) :].strip():
+                return text[: cut + len(sep)], text[cut + len(sep) :]
     return text[:target], text[target:]
 
 
@@ -88,7 +90,11 @@ def text_file_documents(spec: str, field: str, split: str | None, eval_fraction:
         if text.strip():
             docs.append(text)
     if not docs:
-        raise ValueError(f"{field}={spec!r}: the files are empty" + (f" (in the {split} split)." if split else "."))
+        if split == "eval":
+            raise ValueError(
+                f"{field}={spec!r}: the held-out eval part is empty; set data.eval_path or raise data.eval_fraction."
+            )
+        raise ValueError(f"{field}={spec!r}: the files are empty.")
     return docs
 
 
@@ -184,7 +190,7 @@ class _ArraySource(grain.sources.RandomAccessDataSource):
     def __len__(self) -> int:
         return self._len
 
-    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+    def __getitem__(self, index: int) -> dict[str, Any]:
         return {k: v[index] for k, v in self._arrays.items()}
 
 

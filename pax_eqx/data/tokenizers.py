@@ -77,7 +77,7 @@ class Tokenizer(Protocol):
 
     def encode(self, text: str) -> list[int]: ...
 
-    def decode(self, ids: Iterable[int]) -> str: ...
+    def decode(self, ids: Iterable[int] | Int[ArrayLike, " time"]) -> str: ...
 
     def unknown_characters(self, text: str) -> str: ...
 
@@ -100,7 +100,7 @@ class ByteTokenizer:
         """The same ids as `encode`, as int32, without a Python list (fast for whole corpora)."""
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int32) + _BYTE_OFFSET
 
-    def decode(self, ids: Iterable[int]) -> str:
+    def decode(self, ids: Iterable[int] | Int[ArrayLike, " time"]) -> str:
         data = bytes(int(i) - _BYTE_OFFSET for i in ids if _BYTE_OFFSET <= int(i) < self.vocab_size)
         return data.decode("utf-8", errors="replace")
 
@@ -147,7 +147,7 @@ class SentencePieceTokenizer:
     def encode_array(self, text: str) -> np.ndarray:
         return np.asarray(self._sp.encode(text), dtype=np.int32)
 
-    def decode(self, ids: Iterable[int]) -> str:
+    def decode(self, ids: Iterable[int] | Int[ArrayLike, " time"]) -> str:
         return self._sp.decode([int(i) for i in ids if int(i) not in self._specials or int(i) == self.unk_id])
 
     def unknown_characters(self, text: str) -> str:
