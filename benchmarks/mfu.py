@@ -137,7 +137,7 @@ def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, lo
         "reference_step_time_s": None,
         "ratio_to_reference": None,
     }
-    del state, compiled, programs
+    del state  # free the model's memory before the reference runs
     if with_reference:
         init_fn, ref_step = make_train_step(reference_config(exp, batch))
         ref_state = init_fn(jax.random.key(0))
@@ -154,7 +154,8 @@ def _print_summary(r: dict[str, Any], log) -> None:
     log(f"  step {r['step_time_s'] * 1e3:,.1f} ms (median), {r['tokens_per_s']:,.0f} tokens/s, "
         f"{r['model_tflops_per_s']:,.2f} model TFLOP/s, compile {r['compile_s']:.1f} s")  # fmt: skip
     if r["mfu"] is not None:
-        log(f"  MFU {r['mfu'] * 100:.1f}%  HFU {r['hfu'] * 100:.1f}%  (peak {r['peak_tflops']:.1f} TF/s, {r['peak_source']})")
+        peak = f"peak {r['peak_tflops']:.1f} TF/s, {r['peak_source']}"
+        log(f"  MFU {r['mfu'] * 100:.1f}%  HFU {r['hfu'] * 100:.1f}%  ({peak})")
     if r["reference_step_time_s"]:
         log(f"  plain-JAX reference {r['reference_step_time_s'] * 1e3:,.1f} ms: ratio {r['ratio_to_reference']:.3f}")
     if r["peak_mem_gb"] is not None:
