@@ -5,9 +5,9 @@
 
 from pax_eqx.checkpoint.checkpointer import (
     CheckpointCorruptError,
+    Checkpointer,
     CheckpointError,
     CheckpointFallbackWarning,
-    Checkpointer,
     CheckpointMismatchError,
     CheckpointSaveError,
     NonFiniteCheckpointError,

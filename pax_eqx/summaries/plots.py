@@ -22,7 +22,10 @@ PLOTS = {
     "log_pplx": (("log_pplx",), "log perplexity (nats per token)"),
 }
 
-_STYLE = {"train": {"color": "tab:blue", "linewidth": 1.2}, "eval": {"color": "tab:orange", "marker": "o", "markersize": 3}}
+_STYLE = {
+    "train": {"color": "tab:blue", "linewidth": 1.2},
+    "eval": {"color": "tab:orange", "marker": "o", "markersize": 3},
+}
 
 
 def _series(records: list[dict], split: str, names: tuple[str, ...]) -> tuple[list[int], list[float]]:

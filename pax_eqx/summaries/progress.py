@@ -22,13 +22,22 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Mapping
-from typing import SupportsFloat, TextIO
+from typing import Protocol, SupportsFloat, runtime_checkable
 
 _BAR_WIDTH = 30
 _LOSS_NAMES = ("loss", "total_loss")
 
 
-def format_duration(seconds: float) -> str:
+@runtime_checkable
+class TextStream(Protocol):
+    """What Progress writes to: sys.stdout, a file, io.StringIO, ..."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+
+def format_duration(seconds: float | int) -> str:
     """3725 -> '1h02m05s'; 83 -> '1m23s'; 9 -> '9s'."""
     seconds = max(0, int(round(seconds)))
     hours, rest = divmod(seconds, 3600)
@@ -40,7 +49,7 @@ def format_duration(seconds: float) -> str:
     return f"{secs}s"
 
 
-def _is_terminal(stream: TextIO) -> bool:
+def _is_terminal(stream: TextStream) -> bool:
     isatty = getattr(stream, "isatty", None)
     try:
         return bool(isatty and isatty())
@@ -55,7 +64,7 @@ class Progress:
         self,
         total_steps: int,
         start_step: int = 0,
-        stream: TextIO | None = None,
+        stream: TextStream | None = None,
         *,
         plain_lines: bool = True,
     ):

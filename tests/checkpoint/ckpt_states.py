@@ -29,27 +29,38 @@ def mesh(shape=(1, 8)):
 
 
 def make_state(seed: int = 0, sharding_mesh=None, *, ema: bool = False, width: int = 8) -> State:
-    """Params sharded over the mesh's "model" axis; an AdamW state with moments that are not zero."""
+    """Params sharded over the mesh's "model" axis and an AdamW state with non-zero moments.
+
+    Values are drawn with numpy and placed with device_put (eager jax math on 8 fake devices
+    compiles op by op, which would dominate the tests' time).
+    """
     m = sharding_mesh if sharding_mesh is not None else mesh()
-    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(seed), 3)
-    params = {
-        "w": jax.device_put(jax.random.normal(k1, (width, 16)), NamedSharding(m, P(None, "model"))),
-        "b": jax.device_put(jax.random.normal(k2, (16,)), NamedSharding(m, P("model"))),
-        "scale": jnp.ones((16,), jnp.bfloat16) * (seed + 1),
+    rng = np.random.default_rng(seed)
+    shardings = {
+        "w": NamedSharding(m, P(None, "model")),
+        "b": NamedSharding(m, P("model")),
+        "scale": NamedSharding(m, P()),
     }
-    opt = optax.adamw(1e-2)
-    opt_state = opt.init(params)
-    grads = jax.tree.map(lambda p: jnp.ones_like(p) * 0.5, params)
-    _, opt_state = opt.update(grads, opt_state, params)
-    bn, nt_state = eqx.nn.make_with_state(eqx.nn.BatchNorm)(4, axis_name="batch", mode="ema")
-    del bn
+    shapes = {"w": (width, 16), "b": (16,), "scale": (16,)}
+    dtypes = {"w": np.float32, "b": np.float32, "scale": jnp.bfloat16}
+
+    def tree():
+        return {
+            name: jax.device_put(rng.standard_normal(shapes[name]).astype(dtypes[name]), shardings[name])
+            for name in shapes
+        }
+
+    params = tree()
+    adam = optax.adamw(1e-2).init(params)
+    opt_state = (adam[0]._replace(count=jnp.asarray(seed, jnp.int32), mu=tree(), nu=tree()), *adam[1:])
+    _, nt_state = eqx.nn.make_with_state(eqx.nn.BatchNorm)(4, axis_name="batch", mode="ema")
     return State(
-        step=jnp.int32(seed * 10),
+        step=jnp.asarray(seed * 10, jnp.int32),
         params=params,
         nt_state=nt_state,
         opt_state=opt_state,
-        ema=jax.tree.map(lambda p: p * 0.9, params) if ema else None,
-        key=jax.random.PRNGKey(seed + 100),
+        ema=tree() if ema else None,
+        key=jnp.asarray([0, seed + 100], jnp.uint32),
     )
 
 

@@ -25,8 +25,8 @@ from jax.sharding import PartitionSpec as P
 from pax_eqx.checkpoint import (
     CheckpointConfig,
     CheckpointCorruptError,
-    CheckpointFallbackWarning,
     Checkpointer,
+    CheckpointFallbackWarning,
     CheckpointMismatchError,
     CheckpointSaveError,
     NonFiniteCheckpointError,
@@ -41,7 +41,7 @@ HERE = Path(__file__).parent
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="module")
 def _quiet_asyncio():
     asyncio_log = logging.getLogger("asyncio")
     level = asyncio_log.level
@@ -49,6 +49,7 @@ def _quiet_asyncio():
     yield
     gc.collect()
     asyncio_log.setLevel(level)
+
 
 DATA_1 = {"next_index": 12, "epoch": 0, "seed": 3}
 DATA_2 = {"next_index": 24, "epoch": 1, "seed": 3}
@@ -361,8 +362,9 @@ def test_restore_target_needs_shardings(tmp_path):
     ckpt.close()
 
 
-def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    ckpt = saved(tmp_path, steps=(1,), max_to_keep=1)
+@pytest.mark.parametrize("async_save", [True, False])
+def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatch, async_save):
+    ckpt = saved(tmp_path, steps=(1,), max_to_keep=1, async_save=async_save)
 
     def no_space(self, directory, item=None, args=None):
         raise OSError(errno.ENOSPC, "No space left on device", str(directory))
@@ -379,12 +381,12 @@ def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypa
     assert_same(state, make_state(1))
 
 
-@pytest.mark.parametrize("async_save", ["1", "0"])
-def test_a_real_write_failure_keeps_the_previous_checkpoint(tmp_path, async_save):
-    """A subprocess whose file-size limit makes tensorstore's own writes fail (EFBIG) mid-save."""
+def test_a_real_write_failure_keeps_the_previous_checkpoint(tmp_path):
+    """A subprocess whose file-size limit makes tensorstore's own writes fail (EFBIG) in the
+    background thread of an async save."""
     env = dict(os.environ, PYTHONPATH=f"{HERE}:{HERE.parent.parent}", JAX_PLATFORMS="cpu")
     run = subprocess.run(
-        [sys.executable, str(HERE / "write_failure_worker.py"), str(tmp_path), async_save],
+        [sys.executable, str(HERE / "write_failure_worker.py"), str(tmp_path), "1"],
         env=env, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
