@@ -15,7 +15,9 @@ everything in grain (and so in the checkpointed iterator state), `inp.map(fn)`.
 
 from __future__ import annotations
 
+import atexit
 import copy
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -67,15 +69,28 @@ class Input:
     def iterator(self) -> grain.DatasetIterator:
         if self._iterator is None:
             self._iterator = iter(self.dataset)
+            if self.cfg.num_workers > 0:
+                _OPEN_WITH_WORKERS.add(self)
         return self._iterator
 
     def get_next(self) -> Batch:
         """The next batch; raises StopIteration at the end of a finite input."""
-        return next(self.iterator)
+        batch = next(self.iterator)
+        if self.cfg.num_workers > 0:
+            # Workers hand over arrays in shared memory; copy them out so each block is released
+            # as soon as the batch is (not at interpreter exit, where grain's cleanup is noisy).
+            batch = _own_memory(batch)
+        return batch
 
     def reset(self) -> None:
         """Restarts from the first batch (Pax calls this between eval runs, never on training data)."""
-        self._iterator = None
+        self.close()
+
+    def close(self) -> None:
+        """Stops grain's worker processes and threads now (the next get_next starts over)."""
+        if self._iterator is not None:
+            self._iterator.close()
+            self._iterator = None
 
     def get_state(self) -> dict[str, Any]:
         """grain's iterator state: a small JSON-serialisable dict; saved in every checkpoint."""
@@ -128,6 +143,27 @@ def _to_iter_dataset(dataset: grain.MapDataset | grain.IterDataset, cfg: InputCo
         _allow_workers_outside_absl()
         dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.num_workers))
     return dataset
+
+
+def _own_memory(tree: Any) -> Any:
+    if isinstance(tree, dict):
+        return {k: _own_memory(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_own_memory(v) for v in tree)
+    if isinstance(tree, np.ndarray) and type(tree) is not np.ndarray:
+        return np.array(tree)
+    return tree
+
+
+_OPEN_WITH_WORKERS: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_worker_inputs() -> None:
+    """Closes inputs with worker processes before the interpreter tears modules down (grain's
+    own cleanup at that point prints tracebacks and leaks shared memory)."""
+    for inp in list(_OPEN_WITH_WORKERS):
+        inp.close()
 
 
 def _allow_workers_outside_absl() -> None:

@@ -74,10 +74,19 @@ class StreamWindows(grain.MapDataset):
 
     def __init__(self, tokens: Int[np.ndarray, " n"], seq_len: int, *, shift_seed: int | None):
         super().__init__()
-        self._tokens = np.asarray(tokens, np.int32)
+        self._tokens = np.array(tokens, np.int32)  # a private read-only copy: rows are views of it
+        self._tokens.flags.writeable = False
         self._seq_len = seq_len
         self._shift_seed = shift_seed
         n = len(self._tokens)
+        # Shared read-only fields of a full window (batching copies them into the batch).
+        self._full = {
+            "weights": np.ones(seq_len, np.float32),
+            "segment_ids": np.ones(seq_len, np.int32),
+            "segment_pos": np.arange(seq_len, dtype=np.int32),
+        }
+        for v in self._full.values():
+            v.flags.writeable = False
         if shift_seed is None:  # eval: cover the n - 1 predictions exactly once
             self._num_windows = -(-(n - 1) // seq_len) if n > 1 else 0
         else:  # train: leave room for a shift of up to seq_len - 1
@@ -104,15 +113,19 @@ class StreamWindows(grain.MapDataset):
         start = window * self._seq_len + self.shift(epoch)
         chunk = self._tokens[start : start + self._seq_len + 1]
         s = self._seq_len
-        real = len(chunk) - 1  # predictions in this window (< seq_len only for the last eval window)
-        ids = np.zeros(s, np.int32)
-        labels = np.zeros(s, np.int32)
-        ids[:real] = chunk[:-1]
-        labels[:real] = chunk[1:]
+        if len(chunk) == s + 1:  # a full window (all but possibly the last eval window)
+            return {
+                "ids": chunk[:-1],
+                "labels": chunk[1:],
+                "weights": self._full["weights"],
+                "segment_ids": self._full["segment_ids"],
+                "segment_pos": self._full["segment_pos"],
+            }
+        real = len(chunk) - 1  # the last eval window: pad the missing predictions with weight 0
         mask = np.arange(s) < real
         return {
-            "ids": ids,
-            "labels": labels,
+            "ids": np.pad(chunk[:-1], (0, s - real)),
+            "labels": np.pad(chunk[1:], (0, s - real)),
             "weights": mask.astype(np.float32),
             "segment_ids": mask.astype(np.int32),
             "segment_pos": np.where(mask, np.arange(s, dtype=np.int32), 0).astype(np.int32),
