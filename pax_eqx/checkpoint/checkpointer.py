@@ -23,7 +23,9 @@ What this wrapper adds:
   path and both shapes, and checks the checksums after, so damaged bytes are noticed;
 - a committed newest checkpoint that cannot be read is skipped with a warning naming it, and
   the next newest is tried; if none can be read the restore raises (a run never silently
-  starts from scratch);
+  starts from scratch). Once an older one is restored, the unreadable ones are renamed
+  `<step>.unreadable-<time>` (kept, but no longer steps), so the resumed run can write those
+  steps again and keep-N does not count them;
 - save failures (disk full, permissions) raise `CheckpointSaveError` naming the step and the
   directory; the previous checkpoint stays restorable.
 """
@@ -330,7 +332,7 @@ class Checkpointer:
                     f"no committed checkpoint in {self.directory}; nothing to restore "
                     "(train first, or check --job-log-dir)."
                 )
-        failures = []
+        failures, unreadable = [], []
         for candidate in candidates:
             candidate = _from_process_0(candidate)
             try:
@@ -341,12 +343,15 @@ class Checkpointer:
             except Exception as e:  # a damaged checkpoint can fail anywhere in orbax/tensorstore
                 error = e
             if _agree_all(error is None):
+                if unreadable:
+                    self._set_aside(unreadable)
                 return candidate, state, data_state
             reason = _short(error) if error else "unreadable on another host"
             where = self.directory / str(candidate)
             if step is not None:
                 raise CheckpointCorruptError(f"checkpoint {where} is unreadable: {reason}") from error
             failures.append(f"{where}: {reason}")
+            unreadable.append(candidate)
             warnings.warn(
                 f"checkpoint {where} is unreadable ({reason}); falling back to the next newest checkpoint.",
                 CheckpointFallbackWarning,
@@ -356,6 +361,37 @@ class Checkpointer:
             f"none of the {len(candidates)} committed checkpoints in {self.directory} could be read; refusing to "
             f"start from scratch over them. Move the directory aside to start afresh.{_listed(failures)}"
         )
+
+    def _set_aside(self, steps: list[int]) -> None:
+        """Renames unreadable checkpoints newer than the one restored to `<step>.unreadable-<time>`.
+
+        Left in place they would still count as committed: the resumed run could not save those
+        steps again, and orbax's keep-N would count them and delete good older checkpoints. The
+        files are kept (renamed, not deleted) for inspection; the new name is not a step name
+        to orbax (no trailing `_<digits>`), so nothing reads or deletes it.
+        """
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        if jax.process_index() == 0:
+            for step in steps:
+                source, target = self.directory / str(step), self.directory / f"{step}.unreadable-{stamp}"
+                try:
+                    source.rename(target)
+                except OSError as e:
+                    warnings.warn(
+                        f"could not rename the unreadable checkpoint {source} aside ({e}); a new checkpoint for "
+                        f"step {step} cannot be written until it is moved.",
+                        CheckpointFallbackWarning,
+                        stacklevel=3,
+                    )
+                    continue
+                warnings.warn(
+                    f"set the unreadable checkpoint {source} aside as {target.name} (kept for inspection).",
+                    CheckpointFallbackWarning,
+                    stacklevel=3,
+                )
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices("pax_eqx.checkpoint.set_aside")
+        self._manager.reload()
 
     def _restore_step(self, step: int, abstract: Any, restore_data: bool) -> tuple[Any, dict[str, Any] | None]:
         manifest = self._manager.restore(step, args=ocp.args.Composite(**{_MANIFEST: ocp.args.JsonRestore()}))[

@@ -7,6 +7,7 @@ import gc
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -203,11 +204,36 @@ def _overwrite(path: Path) -> None:
 def test_corrupt_newest_checkpoint_falls_back_with_a_warning(tmp_path, damage):
     saved(tmp_path, steps=(1, 2)).close()
     damage(tmp_path / "2")
-    with pytest.warns(CheckpointFallbackWarning, match=f"checkpoint {tmp_path / '2'} is unreadable"):
+    with pytest.warns(CheckpointFallbackWarning) as caught:
         step, state, data = restore(tmp_path)
+    assert [str(w.message).split(" (")[0].split(" aside")[0] for w in caught] == [
+        f"checkpoint {tmp_path / '2'} is unreadable",
+        f"set the unreadable checkpoint {tmp_path / '2'}",
+    ]
     assert step == 1
     assert_same(state, make_state(1))
     assert data == DATA_1
+
+
+def test_after_a_fallback_the_unreadable_steps_are_set_aside_and_can_be_saved_again(tmp_path):
+    saved(tmp_path, steps=(1, 2, 3), max_to_keep=3).close()
+    _overwrite(_data_files(tmp_path / "2")[0])
+    _overwrite(_data_files(tmp_path / "3")[0])
+    ckpt = Checkpointer(tmp_path, CheckpointConfig(max_to_keep=2))
+    with pytest.warns(CheckpointFallbackWarning) as caught:
+        step, state, data = ckpt.restore(abstract(make_state(0)))
+    assert step == 1
+    messages = [str(w.message) for w in caught]
+    assert sum("falling back" in m for m in messages) == 2
+    assert any(f"set the unreadable checkpoint {tmp_path / '3'} aside as 3.unreadable-" in m for m in messages)
+    assert ckpt.committed_steps() == [1]
+    # The resumed run writes steps 2 and 3 again; keep-N counts only these readable checkpoints.
+    for step in (2, 3):
+        assert ckpt.save(step, make_state(10 + step), force=True)
+    ckpt.close()
+    assert ckpt.committed_steps() == [2, 3]
+    assert sorted(p.name.split("-")[0] for p in tmp_path.iterdir()) == ["2", "2.unreadable", "3", "3.unreadable"]
+    assert_same(restore(tmp_path)[1], make_state(13))
 
 
 def test_bytes_that_decode_to_wrong_numbers_are_caught_by_the_checksum(tmp_path):
@@ -218,25 +244,28 @@ def test_bytes_that_decode_to_wrong_numbers_are_caught_by_the_checksum(tmp_path)
     entry = next(e for e in manifest["leaves"] if e["path"] == "params/w")
     entry["checksum"] = (entry["checksum"] + 1) % 2**32
     manifest_file.write_text(json.dumps(manifest))
-    with pytest.warns(CheckpointFallbackWarning, match=r"differ from the checksums.*params/w"):
+    with pytest.warns(CheckpointFallbackWarning) as caught:
         step, _, _ = restore(tmp_path)
     assert step == 1
+    assert "1 restored arrays differ from the checksums written at save time: ['params/w']" in str(caught[0].message)
 
 
 def test_single_bit_flips_never_restore_wrong_numbers(tmp_path):
     """Flip one bit at spread-out offsets of the array file: each restore is exact or falls back."""
-    saved(tmp_path, steps=(1, 2)).close()
-    pristine = {p.name: p.read_bytes() for p in _data_files(tmp_path / "2")}
-    target = _data_files(tmp_path / "2")[0]
-    size = len(pristine[target.name])
+    pristine = tmp_path / "pristine"
+    saved(pristine, steps=(1, 2)).close()
+    target = _data_files(pristine / "2")[0].relative_to(pristine)
+    size = (pristine / target).stat().st_size
     outcomes = set()
     for offset in range(7, size, max(size // 12, 1)):
-        corrupted = bytearray(pristine[target.name])
+        trial = tmp_path / f"flip{offset}"
+        shutil.copytree(pristine, trial)
+        corrupted = bytearray((trial / target).read_bytes())
         corrupted[offset] ^= 0x10
-        target.write_bytes(bytes(corrupted))
+        (trial / target).write_bytes(bytes(corrupted))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CheckpointFallbackWarning)
-            step, state, _ = restore(tmp_path)
+            step, state, _ = restore(trial)
         assert_same(state, make_state(step))
         outcomes.add(step)
     assert 1 in outcomes  # the damage was noticed at least once (else this test tests nothing)

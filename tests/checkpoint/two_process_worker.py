@@ -76,6 +76,6 @@ else:
         for shard in array.addressable_shards
     )
     result["w_sharding"] = str(state["w"].sharding.spec)
-    result.update(step=step, data=data, warnings=[str(w.message) for w in caught if "unreadable" in str(w.message)])
+    result.update(step=step, data=data, warnings=[str(w.message) for w in caught])
 with open(out, "w") as f:
     json.dump(result, f)
