@@ -1,0 +1,163 @@
+"""MFU arithmetic: model FLOPs per token (PaLM), hardware FLOPs under remat, device peaks.
+
+Model FLOPs per token (PaLM, Chowdhery et al. 2022, appendix B):
+
+    model_flops_per_token = 6 * N + 12 * L * d * S
+
+- N is the **total** trainable parameter count, embeddings included. PaLM counts all of its
+  540B parameters (its input embedding is tied to the softmax, whose matmul is real work);
+  the 52% MFU for GPT3-XL in issue 7 / DESIGN.md section 5 is computed with this N
+  (GPT3-XL, V=50304: N = 1,315,819,520, of which 103M are the tied embedding and 4.2M the
+  learned position table; with the non-embedding N the same run would read about 48%).
+- 6N: every parameter takes part in one multiply-add (2 FLOPs) per token in the forward pass
+  and two in the backward pass (gradients w.r.t. activations and w.r.t. weights).
+- 12 * L * d * S is the attention score and value matmuls (QK^T and PV: 2 * 2 * S * d FLOPs
+  per token per layer forward, x3 for forward + backward), with d = heads x head dims. It is
+  **not halved for causal masking**, as in PaLM: a causal flash-attention kernel executes
+  about half of it, so MFU with this convention reads slightly high (GPT3-XL at S=2048:
+  the term is 13% of the total, so up to ~7% of the reported MFU is masked-out work).
+- Non-matmul work (LayerNorm, GELU, softmax, the optimizer update) is not counted; neither
+  term changes with batch size.
+
+Hardware FLOPs (HFU) also count what remat recomputes in the backward pass; see
+`hardware_flops_per_token`. MFU = achieved model FLOP/s / peak FLOP/s.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+
+# Dense (no sparsity) bf16 tensor-core peaks, TFLOP/s per device, from the vendors' datasheets.
+# Matched against `jax.Device.device_kind` by substring, in this order (the first match wins,
+# so the more specific names come first).
+PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
+    ("H100 PCIe", 756.0),
+    ("H100", 989.4),  # SXM, e.g. "NVIDIA H100 80GB HBM3"
+    ("H200", 989.4),  # "NVIDIA H200", "NVIDIA GH200 ..."
+    ("A100", 312.0),  # SXM and PCIe
+    ("TPU v4", 275.0),
+    ("TPU v5 lite", 197.0),  # v5e
+    ("TPU v5p", 459.0),
+    ("TPU v5", 459.0),  # v5p reports "TPU v5"
+    ("TPU v6 lite", 918.0),  # v6e (Trillium)
+)
+
+# For each remat policy name: which forward work the backward pass recomputes.
+#   "layers": the whole forward of every layer inside the checkpoint (projections + attention)
+#   "attention": only the attention score/value products (batched dots, or the fused kernel)
+#   "attention_if_fused": the attention only when it runs as a fused kernel (cuDNN), which no
+#                         dot-based policy can save
+#   "nothing": no matmul is recomputed
+_RECOMPUTED: dict[str, str] = {
+    "none": "nothing",
+    "everything_saveable": "nothing",
+    "dots_saveable": "attention_if_fused",
+    "checkpoint_dots": "attention_if_fused",
+    "dots_with_no_batch_dims_saveable": "attention",
+    "checkpoint_dots_with_no_batch_dims": "attention",
+    "full": "layers",
+    "nothing_saveable": "layers",
+}
+
+
+def model_flops_per_token(num_params: int, num_layers: int, model_dims: int, seq_len: int) -> float:
+    """PaLM's 6N + 12*L*d*S training FLOPs per token (N = total params; see the module doc)."""
+    return 6.0 * num_params + 12.0 * num_layers * model_dims * seq_len
+
+
+def attention_flops_per_token(num_layers: int, model_dims: int, seq_len: int) -> float:
+    """Forward-pass FLOPs of the attention products, per token: 2 matmuls x 2 x S x d, per layer."""
+    return 4.0 * num_layers * model_dims * seq_len
+
+
+def hardware_flops_per_token(
+    num_params: int,
+    num_layers: int,
+    model_dims: int,
+    seq_len: int,
+    remat_policy: str,
+    *,
+    layer_params: int | None = None,
+    attention_impl: str = "cudnn",
+) -> float:
+    """Model FLOPs plus the matmul FLOPs the backward pass recomputes under `remat_policy`.
+
+    Approximation: only matmuls are counted, and the recomputation is read off the policy, not
+    off the compiled program (XLA may save or recompute more than the policy asks):
+
+    - "none", "everything_saveable": nothing recomputed; HFU FLOPs = model FLOPs.
+    - "dots_with_no_batch_dims_saveable": the projection and MLP outputs (dots without batch
+      dims) are saved; the attention products (batched dots, or the fused cuDNN kernel) are
+      recomputed: + 4*L*d*S.
+    - "dots_saveable": every dot is saved; with XLA attention nothing matmul-sized is
+      recomputed, with cuDNN attention (a custom call, not a dot) the kernel is: + 4*L*d*S.
+    - "full" / "nothing_saveable": the layers' whole forward is recomputed:
+      + 2 * layer_params + 4*L*d*S, i.e. 8N + 16*L*d*S when every parameter sits in the layers.
+
+    layer_params: parameters inside the checkpointed layers (the embedding and softmax are
+      outside the scan and not recomputed). None counts all of num_params, an upper bound.
+    attention_impl: "cudnn" or "xla"; matters only for "dots_saveable".
+
+    Not counted: flash attention's own recomputation of the scores in its backward kernel
+    (part of the kernel's algorithm, not of remat).
+    """
+    if remat_policy not in _RECOMPUTED:
+        raise ValueError(f"remat_policy={remat_policy!r} is unknown; use one of {sorted(_RECOMPUTED)}.")
+    if attention_impl not in ("cudnn", "xla"):
+        raise ValueError(f"attention_impl={attention_impl!r} is unknown; use 'cudnn' or 'xla'.")
+    flops = model_flops_per_token(num_params, num_layers, model_dims, seq_len)
+    attention = attention_flops_per_token(num_layers, model_dims, seq_len)
+    recomputed = _RECOMPUTED[remat_policy]
+    if recomputed == "layers":
+        flops += 2.0 * (num_params if layer_params is None else layer_params) + attention
+    elif recomputed == "attention" or (recomputed == "attention_if_fused" and attention_impl == "cudnn"):
+        flops += attention
+    return flops
+
+
+def peak_tflops(device_kind: str) -> float | None:
+    """Dense bf16 peak TFLOP/s of one device of this `device_kind`; None when unknown (e.g. CPU).
+
+    >>> peak_tflops("NVIDIA H100 80GB HBM3")
+    989.4
+    """
+    for name, tflops in PEAK_BF16_TFLOPS:
+        if name.lower() in device_kind.lower():
+            return tflops
+    return None
+
+
+def measure_cpu_peak_tflops(size: int = 1024, repeats: int = 5, dtype=jnp.float32) -> float:
+    """Achieved TFLOP/s of a jitted [size, size] @ [size, size] matmul on the default device.
+
+    A stand-in peak for CPUs, which have no datasheet number here: it is the best matmul
+    throughput this process gets (all cores XLA uses), so an MFU against it reads how close
+    the model gets to this machine's own matmul speed. Best of `repeats` timed runs.
+    """
+    if size <= 0 or repeats <= 0:
+        raise ValueError(f"measure_cpu_peak_tflops needs size > 0 and repeats > 0, got {size=}, {repeats=}.")
+    keys = jax.random.split(jax.random.key(0))
+    a = jax.random.normal(keys[0], (size, size), dtype)
+    b = jax.random.normal(keys[1], (size, size), dtype)
+    matmul = jax.jit(jnp.matmul)
+    matmul(a, b).block_until_ready()  # compile
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(a, b).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * size**3 / best / 1e12
+
+
+def mfu(tokens_per_s: float, flops_per_token: float, peak: float, num_devices: int = 1) -> float:
+    """Utilization: tokens_per_s * flops_per_token / (peak TFLOP/s per device * 1e12 * num_devices).
+
+    tokens_per_s is the global throughput (all devices). Pass model FLOPs for MFU, hardware
+    FLOPs for HFU.
+    """
+    if peak <= 0 or num_devices <= 0:
+        raise ValueError(f"mfu needs peak > 0 and num_devices > 0, got {peak=}, {num_devices=}.")
+    return tokens_per_s * flops_per_token / (peak * 1e12 * num_devices)

@@ -1,0 +1,333 @@
+"""A hand-written plain-JAX GPT train step: the yardstick pax_eqx's MFU is compared against.
+
+This is what a competent user writes without a framework (jax, optax and numpy only; nothing
+from pax_eqx): a GPT-2/GPT-3 style decoder
+
+    ids [B, S] -> token embedding (tied with the softmax) + learned positions
+               -> L x pre-LayerNorm block: x += Attn(LN(x)); x += MLP(LN(x))
+               -> final LayerNorm -> logits [B, S, V] = x @ embedding.T -> softmax cross-entropy
+
+with the performance choices DESIGN.md section 5 found to matter on an H100:
+
+- fused QKV: one [d] -> [3, N, H] projection whose output is already in the BTNH layout that
+  `jax.nn.dot_product_attention` wants; `implementation="cudnn"` on GPU (flash attention;
+  `None` would silently mean XLA), "xla" on CPU; causal.
+- layers stacked on a leading [L] axis and applied with `lax.scan(..., unroll=cfg.unroll)`;
+  the body wrapped in `jax.checkpoint` with a named policy (default
+  `dots_with_no_batch_dims_saveable`: keep the projection/MLP matmul outputs, recompute the
+  rest; "none" disables remat).
+- fp32 master params, compute in `cfg.dtype` (bf16): each layer's weights are cast inside the
+  scan body, so only one layer's bf16 copy is live at a time; LayerNorm statistics and the
+  cross-entropy are computed in fp32.
+- AdamW (optax) with global-norm clipping; no weight decay on LayerNorm parameters or biases.
+- the train step is jitted with the state donated, so params and optimizer state update in
+  place.
+
+API: `ReferenceConfig`, `init_params(cfg, key)`, `forward(params, ids, cfg)`,
+`loss_fn(params, batch, cfg)`, `make_train_step(cfg) -> (init_state_fn, step_fn)`,
+`count_params(cfg)`, `synthetic_batch(cfg, seed)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+Params = dict[str, Any]
+Batch = dict[str, jax.Array]
+
+# Remat policy names (the same vocabulary as pax_eqx.layers.repeats, plus jax's own name for
+# "full"). "none" means: no jax.checkpoint at all.
+REMAT_POLICIES: dict[str, Callable[..., Any] | None] = {
+    "none": None,
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "nothing_saveable": jax.checkpoint_policies.nothing_saveable,
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,
+    "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "everything_saveable": jax.checkpoint_policies.everything_saveable,
+}
+ATTENTION_IMPLS = ("auto", "cudnn", "xla")
+DTYPES = {"bfloat16": jnp.bfloat16, "float16": jnp.float16, "float32": jnp.float32}
+
+# Parameters that AdamW decays: the weight matrices and embedding tables, not norms or biases.
+_DECAYED = ("token_embedding", "position_embedding", "w")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceConfig:
+    """Shape, numerics and optimizer of the reference GPT. Defaults: GPT3-XL, batch 16, bf16.
+
+    hidden_dims: MLP width; None means 4 * model_dims.
+    seq_len: training length and the size of the learned position table.
+    remat_policy: a key of REMAT_POLICIES ("none" disables remat).
+    unroll: layers per scan iteration (1 = rolled loop, num_layers = fully unrolled).
+    attention_impl: "cudnn", "xla", or "auto" (cudnn on GPU, xla elsewhere).
+    dtype: compute dtype name; params and optimizer state are always float32.
+    use_bias: biases on the QKV, output and MLP projections (LayerNorms always have one).
+    """
+
+    num_layers: int = 24
+    model_dims: int = 2048
+    num_heads: int = 16
+    hidden_dims: int | None = None
+    seq_len: int = 2048
+    vocab_size: int = 50304
+    batch_size: int = 16
+    remat_policy: str = "dots_with_no_batch_dims_saveable"
+    unroll: int = 1
+    attention_impl: str = "auto"
+    dtype: str = "bfloat16"
+    use_bias: bool = True
+    layer_norm_epsilon: float = 1e-5
+    init_std: float = 0.02
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.1
+    adam_b1: float = 0.9
+    adam_b2: float = 0.95
+    adam_eps: float = 1e-8
+    grad_clip_norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.hidden_dims is None:
+            object.__setattr__(self, "hidden_dims", 4 * self.model_dims)
+        for name in ("num_layers", "model_dims", "num_heads", "hidden_dims", "seq_len", "vocab_size", "batch_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"ReferenceConfig.{name} must be > 0, got {getattr(self, name)}.")
+        if self.model_dims % self.num_heads:
+            raise ValueError(
+                f"ReferenceConfig.model_dims={self.model_dims} is not divisible by num_heads={self.num_heads}; "
+                "pick num_heads that divides model_dims."
+            )
+        if self.remat_policy not in REMAT_POLICIES:
+            raise ValueError(
+                f"ReferenceConfig.remat_policy={self.remat_policy!r} is unknown; use one of {sorted(REMAT_POLICIES)}."
+            )
+        if not 1 <= self.unroll <= self.num_layers:
+            raise ValueError(f"ReferenceConfig.unroll={self.unroll} must be in [1, num_layers={self.num_layers}].")
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise ValueError(
+                f"ReferenceConfig.attention_impl={self.attention_impl!r} is unknown; use one of {ATTENTION_IMPLS}."
+            )
+        if self.dtype not in DTYPES:
+            raise ValueError(f"ReferenceConfig.dtype={self.dtype!r} is unknown; use one of {sorted(DTYPES)}.")
+
+    @property
+    def head_dims(self) -> int:
+        return self.model_dims // self.num_heads
+
+    @property
+    def compute_dtype(self) -> Any:
+        return DTYPES[self.dtype]
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+
+def resolve_attention_impl(cfg: ReferenceConfig) -> str:
+    """The `implementation=` passed to jax.nn.dot_product_attention ("cudnn" or "xla").
+
+    "auto" picks cuDNN's fused flash attention on GPU (about 1.8x faster end to end for
+    GPT3-XL on an H100) and XLA elsewhere. cuDNN needs head dims <= 256 and a multiple of 8,
+    and a 16-bit dtype; this says so here rather than deep inside the kernel selection.
+    """
+    impl = cfg.attention_impl
+    if impl == "auto":
+        impl = "cudnn" if jax.default_backend() == "gpu" else "xla"
+    if impl == "cudnn":
+        if cfg.head_dims > 256 or cfg.head_dims % 8:
+            raise ValueError(
+                f"attention_impl='cudnn' needs head dims (model_dims / num_heads = {cfg.head_dims}) <= 256 and a "
+                "multiple of 8; change num_heads or use attention_impl='xla'."
+            )
+        if cfg.dtype == "float32":
+            raise ValueError("attention_impl='cudnn' needs dtype 'bfloat16' or 'float16', got 'float32'.")
+    return impl
+
+
+# Parameters ------------------------------------------------------------------------------------
+
+
+def count_params(cfg: ReferenceConfig) -> int:
+    """Exact number of trainable scalars, by formula (tests check it against `init_params`).
+
+    V*d (tied embedding) + S*d (positions) + 2d (final LN)
+    + L * [ 4d (two LNs) + 3d*d (QKV) + d*d (out) + 2*d*F (MLP) + biases (3d + d + F + d) ]
+    """
+    d, f, v, s, n_layers = cfg.model_dims, cfg.hidden_dims, cfg.vocab_size, cfg.seq_len, cfg.num_layers
+    per_layer = 4 * d + 3 * d * d + d * d + 2 * d * f
+    if cfg.use_bias:
+        per_layer += 3 * d + d + f + d
+    return v * d + s * d + 2 * d + n_layers * per_layer
+
+
+def init_params(cfg: ReferenceConfig, key: jax.Array) -> Params:
+    """float32 params; every projection N(0, init_std), LayerNorm scale 1 and biases 0.
+
+    Layer params carry a leading [num_layers] axis (what `lax.scan` slices). Shapes:
+    qkv.w [L, 3, d, N, H], out.w [L, N, H, d], mlp_in.w [L, d, F], mlp_out.w [L, F, d].
+    """
+    d, f, n, h, n_layers = cfg.model_dims, cfg.hidden_dims, cfg.num_heads, cfg.head_dims, cfg.num_layers
+    keys = jax.random.split(key, 6)
+    # Drawn flat and reshaped: same distribution, and XLA compiles threefry for a 1-D shape
+    # several times faster than for a 5-D one (seconds on CPU for the init program).
+    normal = lambda k, shape: cfg.init_std * jax.random.normal(k, (math.prod(shape),), jnp.float32).reshape(shape)
+    ones = lambda *shape: jnp.ones(shape, jnp.float32)
+    zeros = lambda *shape: jnp.zeros(shape, jnp.float32)
+    layers: Params = {
+        "ln1": {"scale": ones(n_layers, d), "bias": zeros(n_layers, d)},
+        "qkv": {"w": normal(keys[2], (n_layers, 3, d, n, h))},
+        "out": {"w": normal(keys[3], (n_layers, n, h, d))},
+        "ln2": {"scale": ones(n_layers, d), "bias": zeros(n_layers, d)},
+        "mlp_in": {"w": normal(keys[4], (n_layers, d, f))},
+        "mlp_out": {"w": normal(keys[5], (n_layers, f, d))},
+    }
+    if cfg.use_bias:
+        layers["qkv"]["b"] = zeros(n_layers, 3, n, h)
+        layers["out"]["b"] = zeros(n_layers, d)
+        layers["mlp_in"]["b"] = zeros(n_layers, f)
+        layers["mlp_out"]["b"] = zeros(n_layers, d)
+    return {
+        "token_embedding": normal(keys[0], (cfg.vocab_size, d)),
+        "position_embedding": normal(keys[1], (cfg.seq_len, d)),
+        "layers": layers,
+        "final_ln": {"scale": ones(d), "bias": zeros(d)},
+    }
+
+
+def weight_decay_mask(params: Params) -> Params:
+    """True for weight matrices and embedding tables; False for LayerNorm params and biases."""
+    return jax.tree_util.tree_map_with_path(lambda path, _: path[-1].key in _DECAYED, params)
+
+
+# Forward ---------------------------------------------------------------------------------------
+
+
+def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array, epsilon: float) -> jax.Array:
+    """LayerNorm over the last axis; statistics in float32, result in x's dtype."""
+    x32 = x.astype(jnp.float32)
+    mean = jnp.mean(x32, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
+    y = (x32 - mean) * jax.lax.rsqrt(var + epsilon)
+    return (y * scale.astype(jnp.float32) + bias.astype(jnp.float32)).astype(x.dtype)
+
+
+def _block(cfg: ReferenceConfig, attention_impl: str) -> Callable[[jax.Array, Params], jax.Array]:
+    """One pre-LN transformer layer, x [B, S, d] -> [B, S, d], taking that layer's fp32 params."""
+    dtype, eps = cfg.compute_dtype, cfg.layer_norm_epsilon
+
+    def block(x: jax.Array, p: Params) -> jax.Array:
+        p = jax.tree.map(lambda a: a.astype(dtype), p)
+        h = layer_norm(x, p["ln1"]["scale"], p["ln1"]["bias"], eps)
+        qkv = jnp.einsum("bsd,kdnh->kbsnh", h, p["qkv"]["w"])  # [3, B, S, N, H]: q, k, v contiguous
+        if cfg.use_bias:
+            qkv = qkv + p["qkv"]["b"][:, None, None]
+        context = jax.nn.dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True, implementation=attention_impl)
+        attn = jnp.einsum("bsnh,nhd->bsd", context, p["out"]["w"])
+        if cfg.use_bias:
+            attn = attn + p["out"]["b"]
+        x = x + attn
+        h = layer_norm(x, p["ln2"]["scale"], p["ln2"]["bias"], eps)
+        h = h @ p["mlp_in"]["w"]
+        if cfg.use_bias:
+            h = h + p["mlp_in"]["b"]
+        h = jax.nn.gelu(h, approximate=True) @ p["mlp_out"]["w"]
+        if cfg.use_bias:
+            h = h + p["mlp_out"]["b"]
+        return x + h
+
+    return block
+
+
+def forward(params: Params, ids: jax.Array, cfg: ReferenceConfig) -> jax.Array:
+    """ids int [B, S] (S <= cfg.seq_len) -> logits [B, S, V] in the compute dtype."""
+    dtype = cfg.compute_dtype
+    seq = ids.shape[1]
+    if seq > cfg.seq_len:
+        raise ValueError(f"ids have {seq} positions but ReferenceConfig.seq_len={cfg.seq_len}; raise seq_len.")
+    embedding = params["token_embedding"].astype(dtype)
+    x = embedding[ids] + params["position_embedding"][:seq].astype(dtype)
+
+    block = _block(cfg, resolve_attention_impl(cfg))
+    policy = REMAT_POLICIES[cfg.remat_policy]
+    if cfg.remat_policy != "none":
+        # Inside a rolled scan the recomputation cannot be CSE'd into the forward, so the
+        # CSE-preventing barriers only cost time; fully unrolled there is no loop to protect it.
+        block = jax.checkpoint(block, policy=policy, prevent_cse=cfg.unroll >= cfg.num_layers)
+
+    def body(x: jax.Array, layer_params: Params) -> tuple[jax.Array, None]:
+        return block(x, layer_params), None
+
+    x, _ = jax.lax.scan(body, x, params["layers"], unroll=cfg.unroll)
+    x = layer_norm(x, params["final_ln"]["scale"], params["final_ln"]["bias"], cfg.layer_norm_epsilon)
+    return jnp.einsum("bsd,vd->bsv", x, embedding)
+
+
+def loss_fn(params: Params, batch: Batch, cfg: ReferenceConfig) -> jax.Array:
+    """Mean next-token cross-entropy (float32) of batch {"ids", "labels"}, both int [B, S]."""
+    logits = forward(params, batch["ids"], cfg).astype(jnp.float32)
+    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]))
+
+
+# Training --------------------------------------------------------------------------------------
+
+
+class TrainState(NamedTuple):
+    step: jax.Array
+    params: Params
+    opt_state: optax.OptState
+
+
+def make_optimizer(cfg: ReferenceConfig) -> optax.GradientTransformation:
+    """Global-norm clipping (skipped when grad_clip_norm <= 0) then AdamW with a decay mask."""
+    adamw = optax.adamw(
+        cfg.learning_rate, b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps,
+        weight_decay=cfg.weight_decay, mask=weight_decay_mask,
+    )  # fmt: skip
+    if cfg.grad_clip_norm <= 0:
+        return adamw
+    return optax.chain(optax.clip_by_global_norm(cfg.grad_clip_norm), adamw)
+
+
+def make_train_step(
+    cfg: ReferenceConfig,
+) -> tuple[Callable[[jax.Array], TrainState], Callable[[TrainState, Batch], tuple[TrainState, jax.Array]]]:
+    """(init_state_fn, step_fn), both jitted.
+
+    init_state_fn(key) -> TrainState.
+    step_fn(state, batch) -> (state, loss): one AdamW step; `state` is donated (do not reuse
+    the argument after the call), `loss` is the pre-update loss, a float32 scalar.
+    """
+    optimizer = make_optimizer(cfg)
+
+    @jax.jit
+    def init_state_fn(key: jax.Array) -> TrainState:
+        params = init_params(cfg, key)
+        return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params))
+
+    def step(state: TrainState, batch: Batch) -> tuple[TrainState, jax.Array]:
+        loss, grads = jax.value_and_grad(loss_fn)(state.params, batch, cfg)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        return TrainState(state.step + 1, params, opt_state), loss
+
+    return init_state_fn, jax.jit(step, donate_argnums=0)
+
+
+def synthetic_batch(cfg: ReferenceConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """Uniform random tokens: ids and labels int32 [batch_size, seq_len], labels = ids shifted by one."""
+    tokens = np.random.default_rng(seed).integers(0, cfg.vocab_size, (cfg.batch_size, cfg.seq_len + 1))
+    tokens = tokens.astype(np.int32)
+    return {"ids": tokens[:, :-1], "labels": tokens[:, 1:]}
+
+
+def uniform_loss(cfg: ReferenceConfig) -> float:
+    """The cross-entropy of a uniform prediction, ln(V): what an untrained model scores."""
+    return math.log(cfg.vocab_size)

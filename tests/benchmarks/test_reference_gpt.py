@@ -1,0 +1,206 @@
+"""The plain-JAX reference GPT: param count, numerics against a NumPy forward, training, remat/scan."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from benchmarks.reference_gpt import (
+    ReferenceConfig,
+    count_params,
+    forward,
+    init_params,
+    loss_fn,
+    make_train_step,
+    resolve_attention_impl,
+    synthetic_batch,
+    weight_decay_mask,
+)
+
+TINY = ReferenceConfig(
+    num_layers=3, model_dims=32, num_heads=4, hidden_dims=48, seq_len=16, vocab_size=64, batch_size=4,
+    dtype="float32", remat_policy="none", learning_rate=1e-2, weight_decay=0.0,
+)  # fmt: skip
+# Tolerance for "the same computation, different program" (scan vs unrolled, remat vs not):
+# float32 on CPU, where XLA may fuse or reorder reductions differently.
+SAME_PROGRAM = dict(rtol=1e-5, atol=1e-6)
+
+
+def _leaf_count(params) -> int:
+    return sum(x.size for x in jax.tree.leaves(params))
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"use_bias": False}, {"hidden_dims": 100}, {"num_layers": 1, "vocab_size": 7, "seq_len": 3}],
+)
+def test_count_params_equals_the_initialized_leaves(changes):
+    cfg = ReferenceConfig(**{**TINY.__dict__, **changes})
+    params = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+    assert count_params(cfg) == _leaf_count(params)
+
+
+def test_gpt3_xl_param_count():
+    # 24 * (12 d^2 + 13 d) + V d + S d + 2 d, with d = 2048, V = 50304, S = 2048.
+    assert count_params(ReferenceConfig()) == 1_315_819_520
+    assert ReferenceConfig().hidden_dims == 4 * 2048
+
+
+def _numpy_forward(params, ids, cfg):
+    """An independent float64 NumPy forward: explicit per-head softmax attention with a causal mask."""
+    p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+    eps = cfg.layer_norm_epsilon
+
+    def ln(x, scale, bias):
+        mu = x.mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * scale + bias
+
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+    b, s = ids.shape
+    n, h, d = cfg.num_heads, cfg.head_dims, cfg.model_dims
+    x = p["token_embedding"][ids] + p["position_embedding"][:s]
+    causal = np.tril(np.ones((s, s), bool))
+    for i in range(cfg.num_layers):
+        layer = jax.tree.map(lambda a, i=i: a[i], p["layers"])
+        y = ln(x, layer["ln1"]["scale"], layer["ln1"]["bias"])
+        w = layer["qkv"]["w"].reshape(3, d, n * h)
+        bias = layer["qkv"]["b"].reshape(3, n * h)
+        q, k, v = ((y @ w[j] + bias[j]).reshape(b, s, n, h) for j in range(3))
+        out = np.zeros((b, s, n, h))
+        for head in range(n):
+            scores = q[:, :, head] @ k[:, :, head].transpose(0, 2, 1) / math.sqrt(h)
+            scores = np.where(causal, scores, -np.inf)
+            probs = np.exp(scores - scores.max(-1, keepdims=True))
+            probs /= probs.sum(-1, keepdims=True)
+            out[:, :, head] = probs @ v[:, :, head]
+        x = x + out.reshape(b, s, d) @ layer["out"]["w"].reshape(d, d) + layer["out"]["b"]
+        y = ln(x, layer["ln2"]["scale"], layer["ln2"]["bias"])
+        y = gelu(y @ layer["mlp_in"]["w"] + layer["mlp_in"]["b"])
+        x = x + y @ layer["mlp_out"]["w"] + layer["mlp_out"]["b"]
+    x = ln(x, p["final_ln"]["scale"], p["final_ln"]["bias"])
+    return x @ p["token_embedding"].T
+
+
+def test_forward_matches_an_independent_numpy_forward():
+    cfg = ReferenceConfig(**{**TINY.__dict__, "init_std": 0.2})  # large weights: attention is not uniform
+    params = init_params(cfg, jax.random.key(1))
+    # Non-zero biases and norm params, so that a misplaced one shows.
+    rng = np.random.default_rng(2)
+    params = jax.tree.map(lambda x: x + 0.1 * rng.standard_normal(x.shape, np.float32), params)
+    ids = synthetic_batch(cfg, seed=3)["ids"]
+    got = np.asarray(forward(params, jnp.asarray(ids), cfg))
+    want = _numpy_forward(params, ids, cfg)
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
+    # Causality: changing the last token leaves every earlier position's logits unchanged.
+    ids2 = ids.copy()
+    ids2[:, -1] = (ids2[:, -1] + 1) % cfg.vocab_size
+    got2 = np.asarray(forward(params, jnp.asarray(ids2), cfg))
+    np.testing.assert_array_equal(got2[:, :-1], got[:, :-1])
+    assert not np.allclose(got2[:, -1], got[:, -1])
+
+
+def test_train_step_starts_at_uniform_loss_decreases_and_donates_the_state():
+    init_state, step = make_train_step(TINY)
+    state = init_state(jax.random.key(0))
+    batch = jax.tree.map(jnp.asarray, synthetic_batch(TINY))
+    initial_embedding = state.params["token_embedding"]
+    losses = []
+    for _ in range(8):
+        state, loss = step(state, batch)
+        losses.append(float(loss))
+    assert initial_embedding.is_deleted()  # the state was donated: updated in place
+    assert abs(losses[0] - math.log(TINY.vocab_size)) < 0.05  # init std 0.02: near-uniform logits
+    assert losses[-1] < losses[0] - 0.5, losses
+    assert all(b < a for a, b in zip(losses, losses[1:])), losses
+    assert int(state.step) == 8
+
+
+# One jitted function for the module, so a config's program compiles once per test process.
+_value_and_grad = jax.jit(jax.value_and_grad(loss_fn), static_argnums=2)
+
+
+def _loss_and_grads(cfg, params, batch):
+    return _value_and_grad(params, batch, cfg)
+
+
+def _assert_same(a, b):
+    (loss_a, grads_a), (loss_b, grads_b) = a, b
+    np.testing.assert_allclose(loss_a, loss_b, **SAME_PROGRAM)
+    for ga, gb in zip(jax.tree.leaves(grads_a), jax.tree.leaves(grads_b)):
+        np.testing.assert_allclose(ga, gb, **SAME_PROGRAM)
+
+
+def test_scan_and_unrolled_layers_give_the_same_loss_and_grads():
+    params = init_params(TINY, jax.random.key(0))
+    batch = jax.tree.map(jnp.asarray, synthetic_batch(TINY))
+    rolled = _loss_and_grads(TINY, params, batch)
+    unrolled_cfg = ReferenceConfig(**{**TINY.__dict__, "unroll": TINY.num_layers})
+    _assert_same(rolled, _loss_and_grads(unrolled_cfg, params, batch))
+
+
+@pytest.mark.parametrize("policy", ["dots_with_no_batch_dims_saveable", "full"])
+def test_remat_gives_the_same_loss_and_grads(policy):
+    params = init_params(TINY, jax.random.key(0))
+    batch = jax.tree.map(jnp.asarray, synthetic_batch(TINY))
+    remat_cfg = ReferenceConfig(**{**TINY.__dict__, "remat_policy": policy})
+    _assert_same(_loss_and_grads(TINY, params, batch), _loss_and_grads(remat_cfg, params, batch))
+    # And remat is really applied: the gradient program contains a checkpoint (remat) primitive.
+    jaxpr = str(jax.make_jaxpr(jax.grad(loss_fn), static_argnums=2)(params, batch, remat_cfg))
+    assert "remat" in jaxpr or "checkpoint" in jaxpr
+    plain = str(jax.make_jaxpr(jax.grad(loss_fn), static_argnums=2)(params, batch, TINY))
+    assert "remat" not in plain and "checkpoint" not in plain
+
+
+def test_bfloat16_compute_keeps_float32_params_and_grads():
+    cfg = ReferenceConfig(**{**TINY.__dict__, "dtype": "bfloat16"})
+    params = init_params(cfg, jax.random.key(0))
+    batch = jax.tree.map(jnp.asarray, synthetic_batch(cfg))
+    assert forward(params, batch["ids"], cfg).dtype == jnp.bfloat16
+    loss, grads = _loss_and_grads(cfg, params, batch)
+    assert loss.dtype == jnp.float32
+    assert {g.dtype for g in jax.tree.leaves(grads)} == {jnp.dtype(jnp.float32)}
+    loss32, _ = _loss_and_grads(TINY, params, batch)
+    np.testing.assert_allclose(loss, loss32, rtol=2e-2)  # bf16 has 8 mantissa bits
+
+
+def test_weight_decay_mask_decays_matrices_not_norms_or_biases():
+    mask = weight_decay_mask(init_params(TINY, jax.random.key(0)))
+    assert mask["token_embedding"] and mask["position_embedding"]
+    assert mask["layers"]["qkv"]["w"] and mask["layers"]["mlp_out"]["w"]
+    assert not mask["layers"]["qkv"]["b"] and not mask["layers"]["ln1"]["scale"]
+    assert not mask["final_ln"]["bias"]
+
+
+def test_attention_impl_resolution_and_errors():
+    assert resolve_attention_impl(TINY) == "xla"  # CPU
+    with pytest.raises(ValueError, match="head dims"):
+        resolve_attention_impl(ReferenceConfig(**{**TINY.__dict__, "attention_impl": "cudnn", "dtype": "bfloat16",
+                                                  "num_heads": 8}))  # fmt: skip
+    with pytest.raises(ValueError, match="bfloat16"):
+        resolve_attention_impl(ReferenceConfig(**{**TINY.__dict__, "attention_impl": "cudnn"}))
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"num_heads": 5}, "model_dims=32 is not divisible by num_heads=5"),
+        ({"remat_policy": "dots"}, "remat_policy='dots' is unknown"),
+        ({"unroll": 4}, r"unroll=4 must be in \[1, num_layers=3\]"),
+        ({"attention_impl": "flash"}, "attention_impl='flash' is unknown"),
+        ({"dtype": "bf16"}, "dtype='bf16' is unknown"),
+        ({"vocab_size": 0}, "vocab_size must be > 0"),
+    ],
+)
+def test_config_errors_name_the_field_and_value(changes, message):
+    with pytest.raises(ValueError, match=message):
+        ReferenceConfig(**{**TINY.__dict__, **changes})
+
+
+def test_forward_rejects_sequences_longer_than_the_position_table():
+    params = init_params(TINY, jax.random.key(0))
+    with pytest.raises(ValueError, match="seq_len=16"):
+        forward(params, jnp.zeros((1, 17), jnp.int32), TINY)
