@@ -331,3 +331,82 @@ def synthetic_batch(cfg: ReferenceConfig, seed: int = 0) -> dict[str, np.ndarray
 def uniform_loss(cfg: ReferenceConfig) -> float:
     """The cross-entropy of a uniform prediction, ln(V): what an untrained model scores."""
     return math.log(cfg.vocab_size)
+
+
+def time_steps(cfg: ReferenceConfig, steps: int, warmup: int = 2, seed: int = 0) -> dict[str, float]:
+    """Median wall time of `steps` train steps after `warmup` (the first compiles), synthetic data.
+
+    Returns {"compile_s", "step_time_s", "loss"}; each step is waited on, so the times are
+    per-step latencies of a loop without host-side overlap.
+    """
+    import statistics
+    import time
+
+    init_state, step = make_train_step(cfg)
+    state = init_state(jax.random.key(seed))
+    batch = jax.device_put(synthetic_batch(cfg, seed))
+    start = time.perf_counter()
+    state, loss = step(state, batch)
+    loss.block_until_ready()
+    compile_s = time.perf_counter() - start
+    for _ in range(max(warmup - 1, 0)):
+        state, loss = step(state, batch)
+    loss.block_until_ready()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        state, loss = step(state, batch)
+        loss.block_until_ready()
+        times.append(time.perf_counter() - start)
+    return {"compile_s": compile_s, "step_time_s": statistics.median(times), "loss": float(loss)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m benchmarks.reference_gpt [--steps N] [--field value ...]`: time the reference alone.
+
+    Every ReferenceConfig field is a flag (--batch-size 8, --remat-policy full, --unroll 24).
+    Prints one JSON object with the config, step time, tokens/s and, where the peak is known
+    (or measured on CPU), MFU and HFU.
+    """
+    import argparse
+    import json
+
+    from benchmarks import flops
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    defaults = ReferenceConfig()
+    for field in dataclasses.fields(ReferenceConfig):
+        value = getattr(defaults, field.name)
+        kind = (lambda s: s.lower() in ("1", "true", "yes")) if isinstance(value, bool) else type(value)
+        if field.name == "hidden_dims":
+            value = None  # 4 * the --model-dims given, not of the default model_dims
+        parser.add_argument("--" + field.name.replace("_", "-"), type=kind, default=value)
+    args = vars(parser.parse_args(argv))
+    steps, warmup = args.pop("steps"), args.pop("warmup")
+    cfg = ReferenceConfig(**args)
+    result = time_steps(cfg, steps, warmup)
+    device = jax.devices()[0]
+    peak = flops.peak_tflops(device.device_kind)
+    if peak is None and device.platform == "cpu":
+        peak = flops.measure_cpu_peak_tflops()
+    tokens_per_s = cfg.tokens_per_step / result["step_time_s"]
+    model = flops.model_flops_per_token(count_params(cfg), cfg.num_layers, cfg.model_dims, cfg.seq_len)
+    hardware = flops.hardware_flops_per_token(
+        count_params(cfg), cfg.num_layers, cfg.model_dims, cfg.seq_len, cfg.remat_policy,
+        layer_params=count_params(cfg) - (cfg.vocab_size + cfg.seq_len + 2) * cfg.model_dims,
+        attention_impl=resolve_attention_impl(cfg),
+    )  # fmt: skip
+    report = {
+        **dataclasses.asdict(cfg), "device_kind": device.device_kind, "params": count_params(cfg),
+        **result, "tokens_per_s": tokens_per_s, "model_tflops_per_s": tokens_per_s * model / 1e12,
+        "peak_tflops": peak,
+        "mfu": None if peak is None else flops.mfu(tokens_per_s, model, peak),
+        "hfu": None if peak is None else flops.mfu(tokens_per_s, hardware, peak),
+    }  # fmt: skip
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,5 +1,6 @@
 """The plain-JAX reference GPT: param count, numerics against a NumPy forward, training, remat/scan."""
 
+import json
 import math
 
 import jax
@@ -13,6 +14,7 @@ from benchmarks.reference_gpt import (
     forward,
     init_params,
     loss_fn,
+    main,
     make_train_step,
     resolve_attention_impl,
     synthetic_batch,
@@ -204,3 +206,14 @@ def test_forward_rejects_sequences_longer_than_the_position_table():
     params = init_params(TINY, jax.random.key(0))
     with pytest.raises(ValueError, match="seq_len=16"):
         forward(params, jnp.zeros((1, 17), jnp.int32), TINY)
+
+
+def test_cli_prints_one_json_report(capsys):
+    flags = "--steps 1 --warmup 1 --num-layers 1 --model-dims 16 --num-heads 2 --seq-len 8 --vocab-size 32"
+    main([*flags.split(), "--batch-size", "2", "--dtype", "float32", "--use-bias", "false"])
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    cfg = ReferenceConfig(num_layers=1, model_dims=16, num_heads=2, seq_len=8, vocab_size=32, batch_size=2,
+                          dtype="float32", use_bias=False)  # fmt: skip
+    assert report["hidden_dims"] == 64 and report["params"] == count_params(cfg)
+    assert report["tokens_per_s"] == pytest.approx(16 / report["step_time_s"])
+    assert report["peak_tflops"] > 0 and 0 < report["mfu"] <= report["hfu"]
