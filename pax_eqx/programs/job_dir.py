@@ -19,8 +19,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-# Top-level config sections a resumed run may change freely.
-_RESUMABLE_SECTIONS = ("train", "checkpoint", "decode", "mesh", "name", "profile")
+# Config fields (dotted prefixes) a resumed run may change freely: run length, logging, eval
+# settings, the mesh (checkpoints reshard), decoding and profiling.
+_RESUMABLE = ("train.", "checkpoint.", "decode.", "mesh.", "name:", "profile.", "data.eval.")
 
 
 class JobDirError(ValueError):
@@ -69,12 +70,12 @@ def write_or_check_config(path: Path, config: dict[str, Any], allow_change: bool
         except json.JSONDecodeError as e:
             raise JobDirError(f"{file} is not valid JSON ({e}); restore it or use a new --job-log-dir.") from None
         changed = config_diff(old, config)
-        blocking = [c for c in changed if c.split(".")[0].split(":")[0] not in _RESUMABLE_SECTIONS]
+        blocking = [c for c in changed if not c.startswith(_RESUMABLE)]
         if blocking and not allow_change:
             raise JobDirError(
                 f"--job-log-dir {str(path)!r} holds a run with a different experiment; changed fields:\n  "
                 + "\n  ".join(blocking)
-                + "\nUse a new --job-log-dir, or pass --checkpoint.allow-config-change True to resume anyway."
+                + "\nUse a new --job-log-dir, or pass --checkpoint.allow-config-change to resume anyway."
             )
     tmp = file.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(config, indent=2, sort_keys=True))

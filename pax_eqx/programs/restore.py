@@ -26,6 +26,6 @@ def restore_for_inference(exp: ExperimentConfig, job_dir: str) -> tuple[Runtime,
             f"no checkpoint in {path / 'checkpoints'}; train first: python -m pax_eqx.train --exp {exp.name} "
             f"--job-log-dir {path}"
         )
-    step, state, _ = ckpt.restore(rt.programs.abstract_with_shardings())
+    step, state, _ = ckpt.restore(rt.programs.abstract_with_shardings(), restore_data=False)
     ckpt.close()
     return rt, state, step

@@ -94,7 +94,7 @@ def train(exp: ExperimentConfig, job_dir: Path, log=print) -> TrainResult:
         if data_state is not None:
             train_input.set_state(data_state)
         log(f"Resuming {exp.name or 'experiment'} from checkpoint at step {step} in {job_dir}.")
-    writer = SummaryWriter(job_dir, enabled=primary)
+    writer = SummaryWriter(job_dir, enabled=primary, start_step=step)
     progress = Progress(exp.train.num_steps, step) if primary else None
     tokens_per_step = exp.data.train.batch_size * jax.process_count() * exp.data.seq_len
     train_metrics: dict[str, float] = {}
