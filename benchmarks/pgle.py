@@ -1,0 +1,62 @@
+"""Manual PGLE (the Pax README's GPU workflow), as one command.
+
+    python -m benchmarks.pgle --exp gpt3_xl --job-log-dir runs/pgle [--steps 5] [overrides]
+
+1. runs `--steps` train steps of the experiment on synthetic data under the JAX profiler
+   (trace in DIR/pgle_trace/),
+2. converts the trace into XLA's ProfiledInstructionsProto, DIR/profile.pb,
+3. prints the flag for the second run, which feeds the measured latencies to XLA's scheduler:
+
+    XLA_FLAGS="--xla_gpu_pgle_profile_file_or_directory_path=DIR/profile.pb" python -m benchmarks.mfu --exp gpt3_xl
+
+On CPU the profile has no instruction latencies (XLA records them on NVIDIA GPUs only); the
+command then says so and writes nothing. Automatic PGLE is `--profile.auto-pgle` on train.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+import jax
+
+from benchmarks.mfu import synthetic_tokens
+from pax_eqx import cli
+from pax_eqx.programs.pgle import write_profile, xla_flag
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    exp, job_dir, ns = cli.parse(
+        argv, "python -m benchmarks.pgle", "Collect a PGLE profile (DIR/profile.pb) for an experiment's train step.",
+        extra=[("--steps", dict(type=int, default=5))],
+    )  # fmt: skip
+    from pax_eqx.programs.compiled import Programs
+    from pax_eqx.programs.job_dir import prepare
+    from pax_eqx.sharding.mesh import build_mesh
+    from pax_eqx.tasks.task import Task
+
+    exp.validate(num_devices=jax.device_count())
+    path = prepare(job_dir)
+    programs = Programs(Task(exp.model, exp.learner, exp.train.fprop_dtype), build_mesh(exp.mesh), exp.mesh.rules)
+    state = programs.init_state(exp.train.seed)
+    batch = programs.global_batch(synthetic_tokens(exp.data.train.batch_size, exp.data.seq_len, exp.model.vocab_size))
+    state, metrics = programs.train_step(state, batch)  # compile outside the trace
+    jax.block_until_ready(metrics)
+    trace = path / "pgle_trace"
+    with jax.profiler.trace(str(trace)):
+        for _ in range(ns.steps):
+            state, metrics = programs.train_step(state, batch)
+        jax.block_until_ready(metrics)
+    size = write_profile(trace, path / "profile.pb")
+    if size == 0:
+        print(f"The trace in {trace} has no instruction latencies (they are recorded on NVIDIA GPUs only); "
+              "no profile.pb written.")  # fmt: skip
+        return 0
+    print(f'Wrote {path / "profile.pb"} ({size:,} bytes). Run with:\n  XLA_FLAGS="{xla_flag(path / "profile.pb")}" ...')
+    return 0
+
+
+if __name__ == "__main__":
+    from pax_eqx import entry
+
+    entry.run(lambda: main(sys.argv[1:]))
