@@ -12,7 +12,7 @@ from pax_eqx.models.decoding import generate
 
 def sample_text(rt: Any, state: Any, decode_cfg: Any) -> list[str]:
     tokenizer = rt.tokenizer
-    bad = tokenizer.unknown_characters(decode_cfg.prompt) if hasattr(tokenizer, "unknown_characters") else ""
+    bad = tokenizer.unknown_characters(decode_cfg.prompt)
     if bad:
         raise ValueError(
             f"--prompt {decode_cfg.prompt!r} has characters outside the vocabulary: {bad!r}; "
