@@ -111,16 +111,16 @@ def generate(
 ) -> list[list[int]]:
     """Continuations of each prompt (token ids), cut after `cfg.eos_id` (excluded).
 
-    A model with a learned position table cannot see past `max_seq_len` tokens. Longer
-    generations slide a window, as nanoGPT does: the context is cropped to its last
-    max_seq_len // 2 tokens, re-prefilled at positions 0.., and extended to max_seq_len;
-    every window has the same shapes, so it compiles once.
+    A model is trained on at most `max_seq_len` tokens (and a learned position table has no
+    rows past it), so longer generations slide a window, as nanoGPT does: the context is
+    cropped to its last max_seq_len // 2 tokens, re-prefilled at positions 0.., and extended to
+    max_seq_len; every window has the same shapes, so it compiles once.
     """
     cfg.validate()
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token.")
     longest = max(len(p) for p in prompts)
-    if model.position is None or longest + cfg.max_new_tokens <= model.max_seq_len:
+    if longest + cfg.max_new_tokens <= model.max_seq_len:
         return _cut_at_eos(_run(model, prompts, longest, cfg, key, pad_id), cfg.eos_id)
     keep = model.max_seq_len // 2
     window = cfg.replace(max_new_tokens=model.max_seq_len - keep)
