@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from layer_reference import key, random_normal
 
 from pax_eqx.layers import BatchNormConfig, Context, Mode, apply, init, mean_sync_markers
 
@@ -12,7 +13,7 @@ C = 3
 
 
 def _x(shape=(4, 5, C), seed=0):
-    return jax.random.normal(jax.random.key(seed), shape) * 2.0 + jnp.arange(C, dtype=jnp.float32)
+    return random_normal(shape, seed) * 2.0 + jnp.arange(C, dtype=jnp.float32)
 
 
 def _with_affine(bn):
@@ -25,7 +26,7 @@ def _normalise(x, mean, var, bn, eps):
 
 
 def test_train_uses_batch_stats_and_updates_moving_averages():
-    bn, state = init(BatchNormConfig(dims=C, decay=0.9), jax.random.key(0))
+    bn, state = init(BatchNormConfig(dims=C, decay=0.9), key(0))
     bn = _with_affine(bn)
     x = _x()
     y, ctx = apply(bn, x, state=state, mode=Mode.TRAIN, mutable=True)
@@ -39,7 +40,7 @@ def test_train_uses_batch_stats_and_updates_moving_averages():
 
 
 def test_moving_averages_over_several_steps():
-    bn, state = init(BatchNormConfig(dims=C, decay=0.5), jax.random.key(0))
+    bn, state = init(BatchNormConfig(dims=C, decay=0.5), key(0))
     step = eqx.filter_jit(lambda bn, x, s: apply(bn, x, state=s, mutable=True)[1].state)
     mean, var = np.zeros(C), np.ones(C)
     for seed in range(3):
@@ -53,7 +54,7 @@ def test_moving_averages_over_several_steps():
 
 @pytest.mark.parametrize("mode", [Mode.EVAL, Mode.DECODE])
 def test_eval_uses_moving_stats_and_leaves_state_alone(mode):
-    bn, state = init(BatchNormConfig(dims=C), jax.random.key(0))
+    bn, state = init(BatchNormConfig(dims=C), key(0))
     bn = _with_affine(bn)
     moving_mean, moving_var = jnp.asarray([1.0, -1.0, 0.5]), jnp.asarray([4.0, 0.25, 1.0])
     state = state.set(bn.moving_mean, moving_mean).set(bn.moving_variance, moving_var)
@@ -66,7 +67,7 @@ def test_eval_uses_moving_stats_and_leaves_state_alone(mode):
 
 
 def test_paddings_are_left_out_of_the_batch_statistics():
-    bn, state = init(BatchNormConfig(dims=C, decay=0.0), jax.random.key(0))
+    bn, state = init(BatchNormConfig(dims=C, decay=0.0), key(0))
     x = _x((2, 4, C))
     paddings = jnp.asarray([[0, 0, 0, 1], [0, 0, 1, 1]], jnp.float32)
     y, ctx = apply(bn, x, state=state, mutable=True, paddings=paddings)
@@ -81,7 +82,7 @@ def test_paddings_are_left_out_of_the_batch_statistics():
 
 def test_use_moving_avg_in_training_normalises_with_the_old_moving_stats():
     cfg = BatchNormConfig(dims=C, decay=0.9, use_moving_avg_in_training=True)
-    bn, state = init(cfg, jax.random.key(0))
+    bn, state = init(cfg, key(0))
     x = _x()
     y, ctx = apply(bn, x, state=state, mutable=True)
     np.testing.assert_allclose(y, np.asarray(x) / np.sqrt(1.0 + 1e-3), rtol=1e-5)
@@ -89,7 +90,7 @@ def test_use_moving_avg_in_training_normalises_with_the_old_moving_stats():
 
 
 def test_moving_stats_are_mean_synced_and_never_trained():
-    bn, _ = init(BatchNormConfig(dims=C), jax.random.key(0))
+    bn, _ = init(BatchNormConfig(dims=C), key(0))
     markers = mean_sync_markers(bn)
     assert markers == {bn.moving_mean.marker, bn.moving_variance.marker}
     assert all(m.endswith("#mean_sync") for m in markers)
@@ -98,7 +99,7 @@ def test_moving_stats_are_mean_synced_and_never_trained():
 
 
 def test_grad_flows_through_batch_statistics():
-    bn, state = init(BatchNormConfig(dims=C), jax.random.key(0))
+    bn, state = init(BatchNormConfig(dims=C), key(0))
     x = _x()
 
     def loss(bn, x):

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jaxtyping import TypeCheckError
+from layer_reference import key, random_normal
 
 from pax_eqx.layers import (
     EmbeddingConfig,
@@ -34,16 +35,16 @@ def _xent(logits, labels, smoothing):
 
 
 def _ids(shape=(2, 5), seed=3):
-    return jax.random.randint(jax.random.key(seed), shape, 0, V)
+    return jnp.asarray(np.random.default_rng(seed).integers(0, V, shape))
 
 
 def _x(shape=(2, 5, D), seed=4):
-    return jax.random.normal(jax.random.key(seed), shape)
+    return random_normal(shape, seed)
 
 
 @pytest.mark.parametrize("scale", [False, True])
 def test_embedding_lookup(scale):
-    emb = EmbeddingConfig(num_classes=V, input_dims=D, scale_sqrt_depth=scale).build(jax.random.key(0))
+    emb = EmbeddingConfig(num_classes=V, input_dims=D, scale_sqrt_depth=scale).build(key(0))
     assert emb.emb_var.shape == (V, D)
     ids = _ids()
     expected = np.asarray(emb.emb_var)[np.asarray(ids)] * (math.sqrt(D) if scale else 1.0)
@@ -51,7 +52,7 @@ def test_embedding_lookup(scale):
 
 
 def test_embedding_grad_counts_each_lookup():
-    emb = EmbeddingConfig(num_classes=V, input_dims=D).build(jax.random.key(0))
+    emb = EmbeddingConfig(num_classes=V, input_dims=D).build(key(0))
     ids = jnp.asarray([[0, 2, 2], [6, 2, 0]])
     g = eqx.filter_grad(lambda m: jnp.sum(m(ids)))(emb).emb_var
     counts = np.bincount(np.asarray(ids).ravel(), minlength=V)
@@ -59,23 +60,23 @@ def test_embedding_grad_counts_each_lookup():
 
 
 def test_embedding_rejects_float_ids():
-    emb = EmbeddingConfig(num_classes=V, input_dims=D).build(jax.random.key(0))
+    emb = EmbeddingConfig(num_classes=V, input_dims=D).build(key(0))
     with pytest.raises(TypeCheckError):
         emb(jnp.zeros((2, 3), jnp.float32))
 
 
 def test_full_softmax_logits_formula():
-    sm = SoftmaxConfig(input_dims=D, num_classes=V).build(jax.random.key(0))
+    sm = SoftmaxConfig(input_dims=D, num_classes=V).build(key(0))
     assert sm.w.shape == (D, V) and sm.b.shape == (V,)
-    sm = eqx.tree_at(lambda m: m.b, sm, jax.random.normal(jax.random.key(9), (V,)))
+    sm = eqx.tree_at(lambda m: m.b, sm, random_normal((V,), 9))
     x = _x()
     expected = np.asarray(x) @ np.asarray(sm.w) + np.asarray(sm.b)
     np.testing.assert_allclose(sm.logits(x), expected, rtol=1e-5, atol=1e-6)
-    assert SoftmaxConfig(input_dims=D, num_classes=V, use_bias=False).build(jax.random.key(0)).b is None
+    assert SoftmaxConfig(input_dims=D, num_classes=V, use_bias=False).build(key(0)).b is None
 
 
 def test_full_softmax_soft_cap():
-    sm = SoftmaxConfig(input_dims=D, num_classes=V, soft_cap_logits=0.5).build(jax.random.key(0))
+    sm = SoftmaxConfig(input_dims=D, num_classes=V, soft_cap_logits=0.5).build(key(0))
     x = _x() * 10.0
     raw = np.asarray(x) @ np.asarray(sm.w) + np.asarray(sm.b)
     logits = sm.logits(x)
@@ -85,7 +86,7 @@ def test_full_softmax_soft_cap():
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_full_softmax_cross_entropy(smoothing):
-    sm = SoftmaxConfig(input_dims=D, num_classes=V, label_smoothing_prob=smoothing).build(jax.random.key(0))
+    sm = SoftmaxConfig(input_dims=D, num_classes=V, label_smoothing_prob=smoothing).build(key(0))
     logits, labels = sm.logits(_x()), _ids()
     xent = sm.xent(logits, labels)
     assert xent.shape == (2, 5) and xent.dtype == jnp.float32
@@ -122,7 +123,7 @@ def test_soft_cap_formula_and_off_switch():
 
 def test_shared_embedding_softmax_uses_one_weight_both_ways():
     cfg = SharedEmbeddingSoftmaxConfig(num_classes=V, input_dims=D, scale_sqrt_depth=True, soft_cap_logits=3.0)
-    layer = cfg.build(jax.random.key(0))
+    layer = cfg.build(key(0))
     assert layer.w.shape == (V, D) and len(jax.tree.leaves(layer)) == 1
     ids, x = _ids(), _x()
     w = np.asarray(layer.w)
@@ -131,7 +132,7 @@ def test_shared_embedding_softmax_uses_one_weight_both_ways():
 
 
 def test_shared_embedding_softmax_grad_is_the_sum_of_both_uses():
-    layer = SharedEmbeddingSoftmaxConfig(num_classes=V, input_dims=D).build(jax.random.key(0))
+    layer = SharedEmbeddingSoftmaxConfig(num_classes=V, input_dims=D).build(key(0))
     ids, x, labels = _ids(), _x(), _ids(seed=8)
 
     def embed_loss(m):
@@ -148,9 +149,7 @@ def test_shared_embedding_softmax_grad_is_the_sum_of_both_uses():
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.2])
 def test_shared_softmax_xent_and_jit(smoothing):
-    layer = SharedEmbeddingSoftmaxConfig(num_classes=V, input_dims=D, label_smoothing_prob=smoothing).build(
-        jax.random.key(0)
-    )
+    layer = SharedEmbeddingSoftmaxConfig(num_classes=V, input_dims=D, label_smoothing_prob=smoothing).build(key(0))
     x, labels = _x(), _ids()
     fn = eqx.filter_jit(lambda m, x, y: m.xent(m.logits(x), y))
     np.testing.assert_allclose(fn(layer, x, labels), _xent(layer.logits(x), labels, smoothing), rtol=1e-5)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jaxtyping import TypeCheckError
+from layer_reference import key, random_normal
 
 from pax_eqx.layers import (
     ActivationConfig,
@@ -29,19 +30,19 @@ def _silu(x):
 
 
 def _x(shape, seed=1):
-    return jax.random.normal(jax.random.key(seed), shape)
+    return random_normal(shape, seed)
 
 
 def _with_random(module, *paths, seed=7):
     """Gives the named (zero-initialised) arrays random values, so biases are really tested."""
     for i, path in enumerate(paths):
         leaf = path(module)
-        module = eqx.tree_at(path, module, jax.random.normal(jax.random.key(seed + i), leaf.shape))
+        module = eqx.tree_at(path, module, random_normal(leaf.shape, seed + i))
     return module
 
 
 def test_linear_shapes_and_formula():
-    lin = LinearConfig(input_dims=3, output_dims=5).build(jax.random.key(0))
+    lin = LinearConfig(input_dims=3, output_dims=5).build(key(0))
     assert lin.w.shape == (3, 5)
     x = _x((2, 4, 3))
     y = lin(x)
@@ -50,19 +51,19 @@ def test_linear_shapes_and_formula():
 
 
 def test_linear_xavier_init_is_within_pax_limit():
-    lin = LinearConfig(input_dims=30, output_dims=50).build(jax.random.key(0))
+    lin = LinearConfig(input_dims=30, output_dims=50).build(key(0))
     limit = math.sqrt(6.0 / (30 + 50))
     assert float(jnp.max(jnp.abs(lin.w))) <= limit
     assert float(jnp.max(jnp.abs(lin.w))) > 0.9 * limit  # uniform over the whole range
 
 
 def test_linear_keeps_the_input_dtype():
-    lin = LinearConfig(input_dims=3, output_dims=2).build(jax.random.key(0))
+    lin = LinearConfig(input_dims=3, output_dims=2).build(key(0))
     assert lin(_x((4, 3)).astype(jnp.bfloat16)).dtype == jnp.bfloat16
 
 
 def test_linear_jit_and_grad_match_formula():
-    lin = LinearConfig(input_dims=3, output_dims=2).build(jax.random.key(0))
+    lin = LinearConfig(input_dims=3, output_dims=2).build(key(0))
     x = _x((4, 3))
     np.testing.assert_allclose(eqx.filter_jit(lambda m, x: m(x))(lin, x), lin(x), rtol=1e-6)
     grads = eqx.filter_grad(lambda m: jnp.sum(m(x)))(lin)
@@ -72,7 +73,7 @@ def test_linear_jit_and_grad_match_formula():
 
 
 def test_linear_wrong_input_dims_is_a_type_error():
-    lin = LinearConfig(input_dims=3, output_dims=2).build(jax.random.key(0))
+    lin = LinearConfig(input_dims=3, output_dims=2).build(key(0))
     with pytest.raises(TypeCheckError):
         lin(jnp.ones((4, 5)))
 
@@ -88,7 +89,7 @@ def test_bias_formula_and_type_check():
 
 @pytest.mark.parametrize("has_bias", [True, False])
 def test_feedforward_relu_formula(has_bias):
-    ff = FeedForwardConfig(input_dims=3, output_dims=4, has_bias=has_bias).build(jax.random.key(0))
+    ff = FeedForwardConfig(input_dims=3, output_dims=4, has_bias=has_bias).build(key(0))
     assert ff.gate is None and ff.gate_bias is None
     assert (ff.bias is not None) == has_bias
     if has_bias:
@@ -100,7 +101,7 @@ def test_feedforward_relu_formula(has_bias):
 
 @pytest.mark.parametrize("act, fn", [(geglu(), _gelu_tanh), (swiglu(), _silu)], ids=["geglu", "swiglu"])
 def test_feedforward_gated_formula(act, fn):
-    ff = FeedForwardConfig(input_dims=3, output_dims=4, activation=act).build(jax.random.key(0))
+    ff = FeedForwardConfig(input_dims=3, output_dims=4, activation=act).build(key(0))
     ff = _with_random(ff, lambda m: m.bias.b, lambda m: m.gate_bias.b)
     assert not np.allclose(ff.gate.w, ff.linear.w)  # two independent projections
     x = np.asarray(_x((2, 5, 3)), np.float64)
@@ -110,7 +111,7 @@ def test_feedforward_gated_formula(act, fn):
 
 
 def test_feedforward_grad_reaches_every_weight():
-    ff = FeedForwardConfig(input_dims=3, output_dims=4, activation=swiglu()).build(jax.random.key(0))
+    ff = FeedForwardConfig(input_dims=3, output_dims=4, activation=swiglu()).build(key(0))
     x = _x((6, 3))
     grads = eqx.filter_grad(lambda m: jnp.sum(m(x) ** 2))(ff)
     for g in jax.tree.leaves(grads):
@@ -120,9 +121,7 @@ def test_feedforward_grad_reaches_every_weight():
 @pytest.mark.parametrize("num_layers", [1, 3])
 def test_mlp_block_formula(num_layers):
     ff = FeedForwardConfig(input_dims=0, output_dims=0, activation=ActivationConfig(name="tanh"))
-    mlp = MLPBlockConfig(num_layers=num_layers, input_dims=3, hidden_dims=6, output_dims=2, ff=ff).build(
-        jax.random.key(0)
-    )
+    mlp = MLPBlockConfig(num_layers=num_layers, input_dims=3, hidden_dims=6, output_dims=2, ff=ff).build(key(0))
     dims = [3] + [6] * (num_layers - 1) + [2]
     assert [(layer.linear.w.shape) for layer in mlp.layers] == list(zip(dims[:-1], dims[1:]))
     mlp = _with_random(mlp, *[lambda m, i=i: m.layers[i].bias.b for i in range(num_layers)])
@@ -135,4 +134,4 @@ def test_mlp_block_formula(num_layers):
 
 def test_mlp_block_rejects_zero_layers():
     with pytest.raises(ValueError, match="num_layers"):
-        MLPBlockConfig(num_layers=0, input_dims=3, hidden_dims=6, output_dims=2).build(jax.random.key(0))
+        MLPBlockConfig(num_layers=0, input_dims=3, hidden_dims=6, output_dims=2).build(key(0))

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from layer_reference import random_normal
 
 from pax_eqx.config import ConfigError
 from pax_eqx.layers import LayerNorm, NormConfig, RmsNorm, rms_norm_no_scale
@@ -12,13 +13,13 @@ from pax_eqx.layers import LayerNorm, NormConfig, RmsNorm, rms_norm_no_scale
 
 def _x(shape=(2, 3, 8), seed=0, offset=3.0):
     # A large offset makes a missing mean subtraction or a wrong epsilon visible.
-    return jax.random.normal(jax.random.key(seed), shape) * 2.0 + offset
+    return random_normal(shape, seed) * 2.0 + offset
 
 
 def _randomize(norm, seed=5):
     for i, name in enumerate(("scale", "bias")):
         if getattr(norm, name, None) is not None:
-            norm = eqx.tree_at(lambda m, n=name: getattr(m, n), norm, jax.random.normal(jax.random.key(seed + i), (8,)))
+            norm = eqx.tree_at(lambda m, n=name: getattr(m, n), norm, random_normal((8,), seed + i))
     return norm
 
 

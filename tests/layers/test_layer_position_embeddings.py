@@ -3,11 +3,11 @@
 import math
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jaxtyping import TypeCheckError
+from layer_reference import key, random_normal
 
 from pax_eqx.layers import TrainablePositionalEmbeddingConfig, apply_rotary, sinusoidal_position_embedding
 
@@ -36,7 +36,7 @@ def _praxis_rotary(x, positions, min_ts=1.0, max_ts=10_000.0):
 
 
 def test_trainable_position_embedding_is_a_table_lookup():
-    layer = TrainablePositionalEmbeddingConfig(max_seq_length=10, embedding_dims=4).build(jax.random.key(0))
+    layer = TrainablePositionalEmbeddingConfig(max_seq_length=10, embedding_dims=4).build(key(0))
     assert layer.emb_var.shape == (10, 4)
     np.testing.assert_allclose(np.std(np.asarray(layer.emb_var)), 0.02, rtol=0.5)
     positions = jnp.asarray([[0, 1, 2, 9], [3, 3, 0, 1]])
@@ -67,7 +67,7 @@ def test_sinusoidal_custom_timescales():
 
 
 def test_rotary_matches_praxis():
-    x = jax.random.normal(jax.random.key(0), (2, 5, 3, 8))
+    x = random_normal((2, 5, 3, 8), 0)
     positions = jnp.asarray([[0, 1, 2, 3, 4], [9, 3, 0, 1, 2]])
     got = apply_rotary(x, positions)
     assert got.shape == x.shape
@@ -81,8 +81,8 @@ def test_rotary_matches_praxis():
 
 
 def test_rotary_is_a_rotation_whose_dot_products_depend_on_distance_only():
-    q = jax.random.normal(jax.random.key(1), (1, 1, 1, 8))
-    k = jax.random.normal(jax.random.key(2), (1, 1, 1, 8))
+    q = random_normal((1, 1, 1, 8), 1)
+    k = random_normal((1, 1, 1, 8), 2)
     at = lambda v, p: apply_rotary(v, jnp.asarray([[p]]))[0, 0, 0]
     np.testing.assert_allclose(jnp.linalg.norm(at(q, 17)), jnp.linalg.norm(q), rtol=1e-5)
     np.testing.assert_allclose(at(q, 0), q[0, 0, 0], rtol=1e-6)

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from layer_reference import key
 
 from pax_eqx.layers import Context, DropoutConfig, Mode, StochasticResidualConfig, apply
 
@@ -12,7 +13,7 @@ def test_dropout_statistics_and_scaling():
     rate, n = 0.25, 40_000
     drop = DropoutConfig(rate=rate).build()
     x = jnp.ones((4, n // 4))
-    y = np.asarray(apply(drop, x, key=jax.random.key(0)))
+    y = np.asarray(apply(drop, x, key=key(0)))
     zero = y == 0.0
     # Binomial: the dropped fraction is within 5 standard deviations of the rate.
     assert abs(zero.mean() - rate) < 5 * np.sqrt(rate * (1 - rate) / n)
@@ -20,18 +21,24 @@ def test_dropout_statistics_and_scaling():
     assert abs(y.mean() - 1.0) < 0.02  # expectation preserved
 
 
+def test_dropout_with_the_default_threefry_key():
+    drop = DropoutConfig(rate=0.5).build()
+    y = apply(drop, jnp.ones(64), key=jax.random.key(0))
+    assert 0 < int(jnp.sum(y == 0)) < 64 and set(np.unique(np.asarray(y))) == {0.0, 2.0}
+
+
 def test_dropout_same_key_same_mask_new_key_new_mask():
     drop = DropoutConfig(rate=0.5).build()
     x = jnp.arange(1.0, 65.0)
-    a = apply(drop, x, key=jax.random.key(1))
-    np.testing.assert_array_equal(a, apply(drop, x, key=jax.random.key(1)))
-    assert not np.array_equal(a, apply(drop, x, key=jax.random.key(2)))
+    a = apply(drop, x, key=key(1))
+    np.testing.assert_array_equal(a, apply(drop, x, key=key(1)))
+    assert not np.array_equal(a, apply(drop, x, key=key(2)))
 
 
 def test_two_dropouts_in_a_row_use_different_keys():
     drop = DropoutConfig(rate=0.5).build()
     x = jnp.ones(256)
-    ctx = Context(key=jax.random.key(0))
+    ctx = Context(key=key(0))
     a, ctx = drop(x, ctx)
     b, ctx = drop(x, ctx)
     assert not np.array_equal(a == 0, b == 0)
@@ -59,11 +66,11 @@ def test_dropout_without_key_in_training_is_a_clear_error():
 def test_dropout_under_jit_and_grad():
     drop = DropoutConfig(rate=0.5).build()
     x = jnp.arange(1.0, 9.0)
-    key = jax.random.key(3)
+    k = key(3)
     f = jax.jit(lambda x, k: apply(drop, x, key=k))
-    y = f(x, key)
-    np.testing.assert_array_equal(y, apply(drop, x, key=key))
-    g = jax.grad(lambda x: jnp.sum(f(x, key)))(x)
+    y = f(x, k)
+    np.testing.assert_array_equal(y, apply(drop, x, key=k))
+    g = jax.grad(lambda x: jnp.sum(f(x, k)))(x)
     np.testing.assert_array_equal(g, np.where(np.asarray(y) == 0, 0.0, 2.0))
 
 
@@ -84,7 +91,7 @@ def test_stochastic_residual_drops_whole_examples():
     layer = StochasticResidualConfig(residual_weight=w, survival_prob=p).build()
     x = jnp.zeros((n, 3, 2))
     r = jnp.ones((n, 3, 2))
-    y = np.asarray(apply(layer, x, r, key=jax.random.key(0)))
+    y = np.asarray(apply(layer, x, r, key=key(0)))
     kept = y[:, 0, 0] != 0.0
     # Per example, every element is kept or every element dropped.
     np.testing.assert_allclose(y, np.where(kept[:, None, None], w / p, 0.0) * np.ones((n, 3, 2)), rtol=1e-6)

@@ -1,0 +1,250 @@
+"""Stacks: repeated (scan) == list with the same weights, remat == no remat, decode, side outputs."""
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jaxtyping import Array, Float
+from layer_reference import jit, key, random_module, random_normal
+
+from pax_eqx.layers import (
+    AttentionConfig,
+    Context,
+    Mode,
+    StackedTransformer,
+    StackedTransformerConfig,
+    StackedTransformerRepeated,
+    TransformerConfig,
+    Variable,
+    apply,
+    mean_sync_markers,
+    split_state,
+    variable,
+)
+
+B, T, D, L = 2, 5, 8, 2
+
+
+def _cfg(**kw):
+    block = TransformerConfig(
+        model_dims=D, hidden_dims=16, num_heads=2, attention=AttentionConfig(implementation="xla", num_kv_heads=1)
+    )
+    return StackedTransformerConfig(**{**dict(num_layers=L, block=block), **kw})
+
+
+def _x(seed=1):
+    return random_normal((B, T, D), seed)
+
+
+def _with_layers(cfg: StackedTransformerConfig, layers):
+    """The stack `cfg` builds, holding the given layers (no initialisation is run)."""
+    return eqx.tree_at(lambda s: s.layers, eqx.filter_eval_shape(cfg.build, jax.random.key(0)), layers)
+
+
+@functools.cache
+def _repeated() -> StackedTransformerRepeated:
+    return random_module(_cfg(), seed=0, scale=0.3)
+
+
+def _sliced(repeated: StackedTransformerRepeated) -> tuple:
+    return tuple(jax.tree.map(lambda a, i=i: a[i], repeated.layers) for i in range(L))
+
+
+@jit
+def _fwd(stack, x):
+    return apply(stack, x, mode=Mode.EVAL)
+
+
+@jit
+@eqx.filter_grad
+def _grad(stack, x):
+    return jnp.sum(apply(stack, x, mode=Mode.EVAL) ** 2)
+
+
+def test_real_build_shapes_and_independent_layers():
+    rep = _cfg().build(key(0))
+    assert isinstance(rep, StackedTransformerRepeated)
+    assert rep.layers.attention.w_q.shape == (L, D, 2, 4)
+    w = rep.layers.ff_in.linear.w
+    assert not np.allclose(w[0], w[1])  # each layer gets its own key
+    lst = eqx.filter_eval_shape(_cfg(repeat=False).build, jax.random.key(0))
+    assert isinstance(lst, StackedTransformer) and len(lst.layers) == L
+    assert lst.layers[0].attention.w_q.shape == (D, 2, 4)
+
+
+def test_repeated_equals_list_with_the_same_weights():
+    rep = _repeated()
+    lst = _with_layers(_cfg(repeat=False), _sliced(rep))
+    x = _x()
+    y = _fwd(rep, x)
+    assert y.shape == (B, T, D)
+    np.testing.assert_allclose(y, _fwd(lst, x), rtol=1e-5, atol=1e-5)
+
+
+def test_gradients_agree_across_repeat_and_remat():
+    """The list, and every remat policy (which only changes what the backward pass recomputes),
+    give the repeated stack's gradients."""
+    rep = _repeated()
+    x = _x()
+    expected = jax.tree.leaves(_grad(rep, x).layers)
+    variants = {
+        "list": _with_layers(_cfg(repeat=False), _sliced(rep)),
+        "list, remat full": _with_layers(_cfg(repeat=False, remat_policy="full"), _sliced(rep)),
+        "remat full": _with_layers(_cfg(remat_policy="full"), rep.layers),
+        "remat dots": _with_layers(_cfg(remat_policy="dots_with_no_batch_dims_saveable"), rep.layers),
+    }
+    for name, stack in variants.items():
+        layers = _grad(stack, x).layers
+        if isinstance(layers, tuple):
+            layers = jax.tree.map(lambda *a: jnp.stack(a), *layers)
+        for a, b in zip(jax.tree.leaves(layers), expected, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_unrolled_scan_equals_rolled():
+    unrolled = _with_layers(_cfg(unroll=L), _repeated().layers)
+    x = _x()
+    np.testing.assert_allclose(_fwd(unrolled, x), _fwd(_repeated(), x), rtol=1e-5, atol=1e-6)
+
+
+def test_dropout_keys_in_a_scanned_stack():
+    block = _cfg().block.replace(residual_dropout_prob=0.5)
+    rep = random_module(_cfg(block=block), seed=0, scale=0.3)  # the same weights as _repeated()
+    x = _x()
+    train = jit(lambda m, x, k: apply(m, x, key=k))
+    with pytest.raises(ValueError, match="needs randomness"):
+        train(rep, x, None)
+    a = train(rep, x, key(1))
+    np.testing.assert_array_equal(a, train(rep, x, key(1)))
+    assert not np.allclose(a, train(rep, x, key(2)))
+    np.testing.assert_allclose(_fwd(rep, x), _fwd(_repeated(), x), rtol=1e-6)  # no dropout in EVAL
+
+
+@pytest.mark.parametrize("repeat", [True, False])
+def test_decode_equals_full_forward(repeat):
+    stack = _repeated() if repeat else _with_layers(_cfg(repeat=False), _sliced(_repeated()))
+    x = _x()
+
+    @jit
+    def prefill_then_step(stack, x):
+        caches = stack.init_cache(B, T)
+        pos = jnp.broadcast_to(jnp.arange(T), (B, T))
+        valid = jnp.ones((B, T), bool)
+        out, caches = stack.decode(x[:, :2], caches, jnp.int32(0), pos[:, :2], valid)
+        outs = [out]
+        for t in range(2, T):
+            out, caches = stack.decode(x[:, t : t + 1], caches, jnp.int32(t), pos[:, t : t + 1], valid)
+            outs.append(out)
+        return jnp.concatenate(outs, 1)
+
+    np.testing.assert_allclose(prefill_then_step(stack, x), _fwd(stack, x), rtol=1e-5, atol=1e-5)
+
+
+def test_cache_shapes():
+    rep, lst = _repeated(), _with_layers(_cfg(repeat=False), _sliced(_repeated()))
+    assert eqx.filter_eval_shape(rep.init_cache, B, T).k.shape == (L, B, T, 1, 4)
+    assert [c.k.shape for c in eqx.filter_eval_shape(lst.init_cache, B, T)] == [(B, T, 1, 4)] * L
+
+
+@pytest.mark.parametrize("kw, match", [({"num_layers": 0}, "num_layers"), ({"unroll": 0}, "unroll"),
+                                       ({"unroll": L + 1}, "unroll")])  # fmt: skip
+def test_config_errors(kw, match):
+    with pytest.raises(ValueError, match=match):
+        _cfg(**kw).build(jax.random.key(0))
+
+
+# Side outputs through a scanned stack --------------------------------------------------------
+class ProbeBlock(eqx.Module):
+    """A block with a per-layer weight that reports a summary and an aux loss and counts calls.
+
+    Built from `scale` [D] (one layer) or [L, D] (stacked, as filter_vmap would make it)."""
+
+    scale: Float[Array, "*layers embed"]
+    calls: Variable
+    mean_seen: Variable
+
+    def __init__(self, scale):
+        self.scale = scale
+        self.calls = variable(jnp.zeros(scale.shape[:-1], jnp.int32))
+        self.mean_seen = variable(jnp.zeros(scale.shape[:-1]), mean_sync=True)
+
+    def __call__(self, x: Float[Array, "batch time embed"], ctx: Context, **kwargs):
+        h = x * self.scale + 1.0
+        ctx = ctx.add_summary("h_mean", jnp.mean(h))
+        ctx = ctx.add_aux_loss("h_sq", jnp.mean(h**2))
+        ctx = ctx.update_var(self.calls, ctx.get_var(self.calls) + 1)
+        ctx = ctx.update_var(self.mean_seen, jnp.mean(h))
+        return h, ctx
+
+    def param_axes(self):
+        return {"scale": ("embed",)}
+
+
+SCALES = jnp.asarray(np.random.default_rng(3).uniform(0.5, 1.5, (L, D)), jnp.float32)
+
+
+def _probe_stacks(remat_policy="none"):
+    """The repeated and the list stack with ProbeBlocks in place of their Transformer layers."""
+    rep = _with_layers(_cfg(remat_policy=remat_policy), ProbeBlock(SCALES))
+    lst = _with_layers(_cfg(repeat=False, remat_policy=remat_policy), tuple(ProbeBlock(s) for s in SCALES))
+    return split_state(rep), split_state(lst)
+
+
+def _expected_probe_outputs(x):
+    h, means, squares = np.asarray(x, np.float64), [], []
+    for scale in np.asarray(SCALES):
+        h = h * scale + 1.0
+        means.append(h.mean())
+        squares.append((h**2).mean())
+    return h, np.asarray(means), np.asarray(squares)
+
+
+_apply_mutable = jit(lambda m, x, s: apply(m, x, state=s, mutable=True))
+
+
+def test_scanned_stack_stacks_summaries_sums_aux_losses_and_updates_state():
+    (rep, state), _ = _probe_stacks()
+    x = _x()
+    y, ctx = _apply_mutable(rep, x, state)
+    h, means, squares = _expected_probe_outputs(x)
+    np.testing.assert_allclose(y, h, rtol=1e-5, atol=1e-6)
+    assert set(ctx.summaries) == {"repeat/h_mean"} and set(ctx.aux_losses) == {"repeat/h_sq"}
+    assert ctx.summaries["repeat/h_mean"].shape == (L,)  # one value per layer
+    np.testing.assert_allclose(ctx.summaries["repeat/h_mean"], means, rtol=1e-5)
+    np.testing.assert_allclose(ctx.aux_losses["repeat/h_sq"], squares.sum(), rtol=1e-5)  # summed over layers
+    np.testing.assert_array_equal(ctx.get_var(rep.layers.calls), np.ones(L))
+    np.testing.assert_allclose(ctx.get_var(rep.layers.mean_seen), means, rtol=1e-5)  # per layer
+    np.testing.assert_array_equal(state.get(rep.layers.calls), np.zeros(L))  # input state untouched
+    assert mean_sync_markers(rep) == {rep.layers.mean_seen.marker}
+
+
+def test_scanned_stack_side_outputs_eagerly():
+    (rep, state), _ = _probe_stacks()
+    y, ctx = apply(rep, _x(), state=state, mutable=True)
+    np.testing.assert_allclose(ctx.summaries["repeat/h_mean"], _expected_probe_outputs(_x())[1], rtol=1e-5)
+
+
+@pytest.mark.parametrize("repeat", [True, False])
+def test_stack_state_threads_under_jit_and_remat(repeat):
+    (rep, rep_state), (lst, lst_state) = _probe_stacks(remat_policy="full")
+    stack, state = (rep, rep_state) if repeat else (lst, lst_state)
+    for _ in range(2):
+        state = _apply_mutable(stack, _x(), state)[1].state
+    calls = [state.get(stack.layers.calls)] if repeat else [state.get(layer.calls) for layer in stack.layers]
+    np.testing.assert_array_equal(np.concatenate([np.ravel(c) for c in calls]), np.full(L, 2))
+
+
+def test_list_stack_names_side_outputs_per_layer():
+    _, (lst, state) = _probe_stacks()
+    x = _x()
+    y, ctx = _apply_mutable(lst, x, state)
+    h, means, squares = _expected_probe_outputs(x)
+    np.testing.assert_allclose(y, h, rtol=1e-5, atol=1e-6)
+    assert set(ctx.summaries) == {f"x_layers_{i}/h_mean" for i in range(L)}
+    for i in range(L):
+        np.testing.assert_allclose(ctx.summaries[f"x_layers_{i}/h_mean"], means[i], rtol=1e-5)
+        np.testing.assert_allclose(ctx.aux_losses[f"x_layers_{i}/h_sq"], squares[i], rtol=1e-5)
+        assert int(ctx.get_var(lst.layers[i].calls)) == 1

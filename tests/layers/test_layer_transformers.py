@@ -1,0 +1,161 @@
+"""The Transformer layer against a numpy composition of its parts, for every norm policy."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from layer_reference import causal_mask, jit, key, random_module, random_normal, reference_attention
+
+from pax_eqx.layers import (
+    ActivationConfig,
+    AttentionConfig,
+    Context,
+    Mode,
+    NormConfig,
+    TransformerConfig,
+    apply,
+    swiglu,
+)
+
+B, T, D, F, N = 2, 5, 8, 16, 2
+EVAL = Context(mode=Mode.EVAL)
+
+
+def _cfg(**kw):
+    base = dict(model_dims=D, hidden_dims=F, num_heads=N, attention=AttentionConfig(implementation="xla"))
+    return TransformerConfig(**{**base, **kw})
+
+
+def _randomized(cfg, seed=0):
+    """Every array random (norm scales and biases start at zero, which would hide mistakes)."""
+    return random_module(cfg, seed, scale=0.3)
+
+
+def _x(seed=1):
+    return random_normal((B, T, D), seed)
+
+
+@jit
+def _fwd(layer, x, **kwargs):
+    return layer(x, EVAL, **kwargs)[0]
+
+
+def _np_layer_norm(x, norm):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + 1e-6) * (1 + np.asarray(norm.scale)) + np.asarray(norm.bias)
+
+
+def _np_rms_norm(x, norm):
+    return x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6) * np.asarray(norm.scale)
+
+
+def _np_transformer(layer, x, policy, act=lambda h: np.maximum(h, 0), norm_fn=_np_layer_norm):
+    """The layer written out in numpy from its parts (causal self-attention, ReLU/gated FFN)."""
+    x = np.asarray(x, np.float64)
+    a = layer.attention
+    attend = lambda h: reference_attention(h, a.w_q, a.w_k, a.w_v, a.w_o, mask=causal_mask(*x.shape[:2]))
+
+    def ff(h):
+        hidden = h @ np.asarray(layer.ff_in.linear.w) + np.asarray(layer.ff_in.bias.b)
+        if layer.ff_in.gate is not None:
+            gate = h @ np.asarray(layer.ff_in.gate.w) + np.asarray(layer.ff_in.gate_bias.b)
+            hidden = act(gate) * hidden
+        else:
+            hidden = act(hidden)
+        return hidden @ np.asarray(layer.ff_out.w) + np.asarray(layer.ff_out_bias.b)
+
+    norm = lambda n, h: norm_fn(h, n)
+    if policy == "pre":
+        x = x + attend(norm(layer.attention_norm, x))
+        return x + ff(norm(layer.ff_norm, x))
+    if policy == "post":
+        x = norm(layer.attention_norm, x + attend(x))
+        return norm(layer.ff_norm, x + ff(x))
+    x = x + norm(layer.attention_post_norm, attend(norm(layer.attention_norm, x)))
+    return x + norm(layer.ff_post_norm, ff(norm(layer.ff_norm, x)))
+
+
+@pytest.mark.parametrize("policy", ["pre", "post", "primer_hybrid"])
+def test_matches_numpy_for_each_norm_policy(policy):
+    layer = _randomized(_cfg(norm_policy=policy))
+    assert (layer.attention_post_norm is not None) == (policy == "primer_hybrid")
+    x = _x()
+    y = _fwd(layer, x)
+    assert y.shape == (B, T, D)
+    np.testing.assert_allclose(y, _np_transformer(layer, x, policy), rtol=1e-4, atol=1e-4)
+
+
+def test_swiglu_and_rms_norm():
+    layer = _randomized(_cfg(activation=swiglu(), norm=NormConfig(kind="rms_norm")))
+    assert layer.ff_in.gate is not None
+    x = _x()
+    silu = lambda h: h / (1 + np.exp(-h))
+    expected = _np_transformer(layer, x, "pre", act=silu, norm_fn=_np_rms_norm)
+    np.testing.assert_allclose(_fwd(layer, x), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_segment_ids_keep_packed_documents_apart():
+    layer = _randomized(_cfg(attention=AttentionConfig(implementation="xla", use_rotary=True)))
+    x = _x()[:1]
+    seg = jnp.asarray([[1, 1, 1, 2, 2]])
+    pos = jnp.asarray([[0, 1, 2, 0, 1]])
+    y = _fwd(layer, x, segment_ids=seg, segment_pos=pos)
+    np.testing.assert_allclose(y[:, :3], _fwd(layer, x[:, :3]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(y[:, 3:], _fwd(layer, x[:, 3:]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("policy", ["post", "primer_hybrid"])  # "pre": tests/models decode the LM
+def test_decode_equals_full_forward(policy):
+    layer = _randomized(_cfg(norm_policy=policy, attention=AttentionConfig(implementation="xla", num_kv_heads=1)))
+
+    @jit
+    def prefill_then_step(layer, x):
+        cache = layer.attention.init_cache(B, T)
+        pos = jnp.broadcast_to(jnp.arange(T), (B, T))
+        valid = jnp.ones((B, T), bool)
+        out, cache = layer.decode(x[:, :2], cache, jnp.int32(0), pos[:, :2], valid)
+        outs = [out]
+        for t in range(2, T):
+            out, cache = layer.decode(x[:, t : t + 1], cache, jnp.int32(t), pos[:, t : t + 1], valid)
+            outs.append(out)
+        return jnp.concatenate(outs, 1)
+
+    x = _x()
+    np.testing.assert_allclose(prefill_then_step(layer, x), _fwd(layer, x), rtol=1e-5, atol=1e-5)
+
+
+def test_dropout_needs_a_key_in_training_only():
+    layer = _randomized(_cfg(residual_dropout_prob=0.3, relu_dropout_prob=0.3))
+    plain = _randomized(_cfg())  # the same weights, no dropout
+    x = _x()
+    np.testing.assert_allclose(_fwd(layer, x), _fwd(plain, x), rtol=1e-6)
+    train = jit(lambda m, x, k: apply(m, x, key=k))
+    with pytest.raises(ValueError, match="needs randomness"):
+        train(layer, x, None)
+    a = train(layer, x, key(1))
+    np.testing.assert_array_equal(a, train(layer, x, key(1)))
+    assert not np.allclose(a, train(layer, x, key(2)))
+
+
+def test_grad_reaches_every_weight():
+    layer = _randomized(_cfg(activation=ActivationConfig(name="gelu"), norm_policy="primer_hybrid"))
+    x = _x()
+    grads = jit(eqx.filter_grad(lambda m: jnp.sum(_fwd(m, x) ** 2)))(layer)
+    for g in jax.tree.leaves(grads):
+        assert np.all(np.isfinite(g)) and np.any(g != 0)
+
+
+def test_build_gives_children_the_parent_dims():
+    cfg = _cfg(attention=AttentionConfig(num_kv_heads=1, implementation="xla"))
+    layer = eqx.filter_eval_shape(cfg.build, jax.random.key(0))
+    assert layer.attention.cfg.input_dims == D and layer.attention.cfg.num_heads == N
+    assert layer.attention.w_k.shape == (D, 1, D // N)
+    assert layer.ff_in.linear.w.shape == (D, F) and layer.ff_out.w.shape == (F, D)
+    assert layer.attention_norm.scale.shape == (D,)
+
+
+def test_missing_dims_fail_clearly():
+    with pytest.raises(ValueError, match="model_dims, hidden_dims, num_heads"):
+        TransformerConfig(model_dims=D).build(jax.random.key(0))
