@@ -1,0 +1,184 @@
+"""Configs: typos fail at once with a suggestion; JSON round trips; tyro parses nested configs."""
+
+import dataclasses
+import json
+
+import pytest
+import tyro
+
+from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.layers import (
+    ActivationConfig,
+    AttentionConfig,
+    LinearConfig,
+    MLPBlockConfig,
+    NormConfig,
+    StackedTransformerConfig,
+    TransformerConfig,
+    WeightInit,
+    gaussian,
+    swiglu,
+)
+
+
+def _stack() -> StackedTransformerConfig:
+    block = TransformerConfig(
+        model_dims=16,
+        hidden_dims=64,
+        num_heads=4,
+        norm_policy="primer_hybrid",
+        norm=NormConfig(kind="rms_norm", epsilon=1e-5),
+        attention=AttentionConfig(num_kv_heads=2, use_rotary=True, logit_cap=30.0, implementation="xla"),
+        activation=swiglu(),
+        residual_dropout_prob=0.1,
+        init=gaussian(0.02),
+    )
+    return StackedTransformerConfig(num_layers=3, block=block, repeat=False, remat_policy="full", unroll=1)
+
+
+# Typos --------------------------------------------------------------------------------------
+def test_constructor_typo_names_the_field_and_suggests():
+    with pytest.raises(ConfigError, match=r"LinearConfig has no field 'input_dim'\. Did you mean 'input_dims'\?"):
+        LinearConfig(input_dim=3, output_dims=4)
+
+
+def test_constructor_lists_valid_fields():
+    with pytest.raises(ConfigError, match="Valid fields: axes, init, input_dims, output_dims"):
+        LinearConfig(zzz=1, input_dims=3, output_dims=4)
+
+
+def test_positional_arguments_are_refused():
+    with pytest.raises(ConfigError, match="keyword arguments only"):
+        LinearConfig(3, 4)
+
+
+def test_replace_typo():
+    with pytest.raises(ConfigError, match="'hiden_dims'.*'hidden_dims'"):
+        TransformerConfig().replace(hiden_dims=8)
+
+
+def test_override_typo_at_any_depth():
+    with pytest.raises(ConfigError, match="StackedTransformerConfig has no field 'blok'.*'block'"):
+        _stack().override("blok.model_dims", 8)
+    with pytest.raises(ConfigError, match="AttentionConfig has no field 'num_kv_head'.*'num_kv_heads'"):
+        _stack().override("block.attention.num_kv_head", 1)
+
+
+def test_override_into_a_non_config_fails():
+    with pytest.raises(ConfigError, match="is not a config"):
+        _stack().override("num_layers.x", 1)
+
+
+def test_override_sets_a_nested_field_and_leaves_the_original():
+    cfg = _stack()
+    new = cfg.override("block.attention.num_kv_heads", 1)
+    assert new.block.attention.num_kv_heads == 1 and cfg.block.attention.num_kv_heads == 2
+    assert new.block.model_dims == 16
+
+
+def test_from_json_typo_names_the_path():
+    data = json.loads(_stack().to_json())
+    data["block"]["attention"]["use_rotery"] = True
+    with pytest.raises(ConfigError, match="AttentionConfig has no field 'use_rotery'.*'use_rotary'"):
+        StackedTransformerConfig.from_json(json.dumps(data))
+
+
+def test_from_json_bad_literal_names_the_path():
+    data = json.loads(_stack().to_json())
+    data["block"]["norm_policy"] = "pree"
+    with pytest.raises(ConfigError, match=r"StackedTransformerConfig\.block\.norm_policy: 'pree' is not one of"):
+        StackedTransformerConfig.from_json(json.dumps(data))
+
+
+def test_configs_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        LinearConfig(input_dims=1, output_dims=2).input_dims = 3
+
+
+# JSON ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        _stack(),
+        _stack().block,
+        StackedTransformerConfig(),
+        MLPBlockConfig(input_dims=3, hidden_dims=5, output_dims=2),
+        LinearConfig(input_dims=3, output_dims=4, axes=("mlp", "embed"), init=WeightInit(method="uniform", scale=0.1)),
+    ],
+    ids=["stack", "transformer", "default_stack", "mlp_block", "linear"],
+)
+def test_json_round_trip_is_lossless(cfg):
+    text = cfg.to_json()
+    back = type(cfg).from_json(text)
+    assert back == cfg
+    assert back.to_json() == text
+    assert type(back.to_dict()) is dict
+
+
+def test_json_round_trip_keeps_tuple_types():
+    back = LinearConfig.from_json(LinearConfig(input_dims=1, output_dims=2, axes=("mlp", "embed")).to_json())
+    assert back.axes == ("mlp", "embed") and isinstance(back.axes, tuple)
+
+
+def test_json_of_a_nested_config_is_readable():
+    data = json.loads(_stack().to_json())
+    assert data["block"]["attention"]["num_kv_heads"] == 2
+    assert data["block"]["activation"] == {"gated": True, "name": "silu", "negative_slope": 0.01}
+
+
+def test_a_user_config_gets_the_same_guarantees():
+    @config
+    class MyConfig(Config):
+        width: int = 4
+        ff: ActivationConfig = ActivationConfig()
+
+    cfg = MyConfig(width=8, ff=ActivationConfig(name="gelu"))
+    assert MyConfig.from_json(cfg.to_json()) == cfg
+    with pytest.raises(ConfigError, match="'widht'.*'width'"):
+        MyConfig(widht=3)
+
+
+# tyro ---------------------------------------------------------------------------------------
+def test_tyro_parses_a_nested_config():
+    args = [
+        "--num-layers", "4",
+        "--no-repeat",  # booleans are flags
+        "--remat-policy", "dots_with_no_batch_dims_saveable",
+        "--block.model-dims", "32",
+        "--block.hidden-dims", "128",
+        "--block.num-heads", "8",
+        "--block.norm.kind", "rms_norm",
+        "--block.attention.num-kv-heads", "1",
+        "--block.attention.use-rotary",
+        "--block.activation.name", "gelu",
+        "--block.activation.gated",
+        "--block.init.method", "gaussian",
+        "--block.init.scale", "0.02",
+    ]  # fmt: skip
+    cfg = tyro.cli(StackedTransformerConfig, args=args)
+    expected = StackedTransformerConfig(
+        num_layers=4,
+        repeat=False,
+        remat_policy="dots_with_no_batch_dims_saveable",
+        block=TransformerConfig(
+            model_dims=32,
+            hidden_dims=128,
+            num_heads=8,
+            norm=NormConfig(kind="rms_norm"),
+            attention=AttentionConfig(num_kv_heads=1, use_rotary=True),
+            activation=ActivationConfig(name="gelu", gated=True),
+            init=gaussian(0.02),
+        ),
+    )
+    assert cfg == expected
+
+
+def test_tyro_overrides_a_default_instance():
+    cfg = tyro.cli(StackedTransformerConfig, default=_stack(), args=["--block.attention.logit-cap", "50"])
+    assert cfg == _stack().override("block.attention.logit_cap", 50.0)
+
+
+def test_tyro_rejects_a_bad_choice(capsys):
+    with pytest.raises(SystemExit):
+        tyro.cli(StackedTransformerConfig, args=["--remat-policy", "dots"])
+    assert "remat-policy" in capsys.readouterr().err
