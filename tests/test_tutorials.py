@@ -1,0 +1,79 @@
+"""The tutorials in docs/tutorials run, print what they say, and use only public names."""
+
+import ast
+import contextlib
+import io
+import pathlib
+import runpy
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pax_eqx import layers
+
+TUTORIALS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "tutorials"
+LAYER_BASICS = TUTORIALS / "layer_basics.py"
+
+
+@pytest.fixture(scope="module")
+def layer_basics():
+    """Runs the tutorial once as a script; returns its globals and its printed `name: value` lines."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        namespace = runpy.run_path(str(LAYER_BASICS), run_name="__main__")
+    printed = dict(line.partition(": ")[::2] for line in out.getvalue().splitlines())
+    return namespace, printed
+
+
+def test_layer_basics_prints_the_collections(layer_basics):
+    _, printed = layer_basics
+    assert printed["moving_mean (initial)"] == "[0.0, 0.0]"
+    assert printed["moving_mean (updated)"] == "[1.0, 1.0]"
+    assert printed["moving_mean after 3 steps"] == "[3.0, 3.0]"
+    assert printed["mean-synced variables"] == "['FeedForward.moving_mean#mean_sync']"
+    assert printed["params"] == "{'.linear.w': (1, 2), '.bias.b': (2,)}"
+    assert printed["gradient leaves"] == "[(1, 2), (2,)]"
+    assert "Did you mean 'output_dims'?" in printed["typo"]
+    assert printed["outputs"] == printed["outputs (mutable)"]
+
+
+def test_layer_basics_outputs_match_the_formula(layer_basics):
+    """relu((inputs + uniform noise) @ w + b), recomputed here from the tutorial's keys."""
+    ns, printed = layer_basics
+    ffn, _ = layers.init(ns["ffn_cfg"], ns["init_key"])  # the weights before the SGD steps
+    inputs = np.asarray(ns["inputs"], np.float64)
+    # Context.next_key splits the key it holds and hands out the second half.
+    noise = np.asarray(jax.random.uniform(jax.random.split(ns["noise_key"])[1], inputs.shape, jnp.float32))
+    expected = np.maximum((inputs + noise) @ np.asarray(ffn.linear.w) + np.asarray(ffn.bias.b), 0.0)
+    np.testing.assert_allclose(ns["outputs"], expected, rtol=1e-5, atol=1e-6)
+    assert np.any(expected == 0) and np.any(expected > 0)  # the ReLU is visibly at work
+    np.testing.assert_allclose(np.asarray(ast.literal_eval(printed["outputs"])), expected, atol=1e-4)
+    ctx = ns["ctx"]
+    np.testing.assert_allclose(ctx.summaries["inputs_mean"], inputs.mean(), rtol=1e-6)
+    np.testing.assert_allclose(ctx.aux_losses["dummy_aux_loss"], expected.mean(), rtol=1e-5)
+    assert ast.literal_eval(printed["aux_losses"]) == {"dummy_aux_loss": round(float(expected.mean()), 4)}
+    # apply(mutable=True) returned a new state; the initial one is unchanged.
+    np.testing.assert_array_equal(ns["initial_state"].get(ns["ffn"].moving_mean), [0.0, 0.0])
+
+
+def test_layer_basics_feedforward_is_under_40_lines():
+    text = LAYER_BASICS.read_text()
+    block = text.split("# [feedforward-start]")[1].split("# [feedforward-end]")[0]
+    assert 10 < len(block.strip().splitlines()) < 40
+
+
+def test_layer_basics_uses_only_public_pax_eqx_names():
+    tree = ast.parse(LAYER_BASICS.read_text())
+    allowed_modules = {"equinox", "jax", "jax.numpy", "numpy", "jaxtyping", "pax_eqx", "pax_eqx.config"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            assert {alias.name for alias in node.names} <= allowed_modules
+        if isinstance(node, ast.ImportFrom):
+            assert node.module in allowed_modules, node.module
+            assert all(not alias.name.startswith("_") for alias in node.names)
+            if node.module == "pax_eqx":
+                assert [alias.name for alias in node.names] == ["layers"]
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "layers":
+            assert node.attr in layers.__all__, f"layers.{node.attr} is not public"
