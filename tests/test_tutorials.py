@@ -4,6 +4,7 @@ import ast
 import contextlib
 import io
 import pathlib
+import re
 import runpy
 
 import jax
@@ -77,3 +78,14 @@ def test_layer_basics_uses_only_public_pax_eqx_names():
                 assert [alias.name for alias in node.names] == ["layers"]
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "layers":
             assert node.attr in layers.__all__, f"layers.{node.attr} is not public"
+
+
+def test_pax_to_pax_eqx_names_only_layers_that_exist():
+    """docs/pax_to_pax_eqx.md stays accurate for pax_eqx.layers as the code changes."""
+    text = (TUTORIALS.parent / "pax_to_pax_eqx.md").read_text()
+    named = set(re.findall(r"\blayers\.([A-Za-z_]\w*)", text))
+    praxis_layers = text.split("## Praxis layers")[1].split("## Key components")[0]
+    named |= set(re.findall(r"\b([A-Z]\w*Config)\b", praxis_layers))
+    assert named, "the map names no layers"
+    missing = sorted(name for name in named if not hasattr(layers, name))
+    assert not missing, f"docs/pax_to_pax_eqx.md names layers that do not exist: {missing}"

@@ -59,9 +59,15 @@ def _fwd(stack, x):
 
 
 @jit
-@eqx.filter_grad
 def _grad(stack, x):
-    return jnp.sum(apply(stack, x, mode=Mode.EVAL) ** 2)
+    """(outputs, gradients of sum(outputs^2)) in one program."""
+
+    def loss(stack):
+        y = apply(stack, x, mode=Mode.EVAL)
+        return jnp.sum(y**2), y
+
+    (_, y), grads = eqx.filter_value_and_grad(loss, has_aux=True)(stack)
+    return y, grads
 
 
 def test_real_build_shapes_and_independent_layers():
@@ -84,12 +90,13 @@ def test_repeated_equals_list_with_the_same_weights():
     np.testing.assert_allclose(y, _fwd(lst, x), rtol=1e-5, atol=1e-5)
 
 
-def test_gradients_agree_across_repeat_and_remat():
+def test_outputs_and_gradients_agree_across_repeat_and_remat():
     """The list, and every remat policy (which only changes what the backward pass recomputes),
-    give the repeated stack's gradients."""
+    give the repeated stack's outputs and gradients."""
     rep = _repeated()
     x = _x()
-    expected = jax.tree.leaves(_grad(rep, x).layers)
+    y_rep, g_rep = _grad(rep, x)
+    expected = jax.tree.leaves(g_rep.layers)
     variants = {
         "list": _with_layers(_cfg(repeat=False), _sliced(rep)),
         "list, remat full": _with_layers(_cfg(repeat=False, remat_policy="full"), _sliced(rep)),
@@ -97,7 +104,9 @@ def test_gradients_agree_across_repeat_and_remat():
         "remat dots": _with_layers(_cfg(remat_policy="dots_with_no_batch_dims_saveable"), rep.layers),
     }
     for name, stack in variants.items():
-        layers = _grad(stack, x).layers
+        y, grads = _grad(stack, x)
+        np.testing.assert_allclose(y, y_rep, rtol=1e-5, atol=1e-5, err_msg=name)
+        layers = grads.layers
         if isinstance(layers, tuple):
             layers = jax.tree.map(lambda *a: jnp.stack(a), *layers)
         for a, b in zip(jax.tree.leaves(layers), expected, strict=True):
