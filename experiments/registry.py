@@ -18,7 +18,7 @@ from pax_eqx.experiment import ExperimentConfig
 
 _REGISTRY: dict[str, Callable[[], ExperimentConfig]] = {}
 _ALIASES: dict[str, str] = {}
-_MODULES = ("experiments.shakespeare", "experiments.lm_cloud", "experiments.c4")
+_MODULES = ("experiments.shakespeare", "experiments.gpt3", "experiments.lm_cloud", "experiments.c4")
 
 
 class UnknownExperimentError(ValueError):
