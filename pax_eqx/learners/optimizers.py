@@ -3,6 +3,7 @@
     apply_if_finite(                        only when skip_nonfinite
         clip_by_global_norm(clip_grad_norm)  only when clip_grad_norm > 0
         -> optimizer direction              scale_by_adam / factored RMS / lion / momentum
+        -> clip_by_block_rms(clip_update_rms) per-tensor update RMS cap, only when > 0
         -> + weight_decay * params          decoupled, masked, only when weight_decay > 0
     ) -> x -learning_rate_fn(step)          the schedule, always counted
 
@@ -18,7 +19,16 @@ global step). A skipped step applies a zero update and leaves every inner state 
 factored statistics) untouched; `skipped_steps(opt_state)` counts them, and the count is
 checkpointed with the rest of the optimizer state.
 
-Weight decay skips norms and biases: see `pax_eqx.learners.decay_mask`.
+Weight decay skips norms and biases by default (`weight_decay_mask="matrices"`, see
+`pax_eqx.learners.decay_mask`); `weight_decay_mask="all"` decays every parameter, as Praxis'
+Adam does.
+
+Praxis' `optimizers.Adam` (sharded_adam) is this chain with `optimizer="adamw"`: its
+bias-corrected decays give the same moments as Adam's bias correction, its update is
+`m / (sqrt(v + epsilon_root) + epsilon)` (= `eps`, `eps_root`), `clip_threshold` caps each
+tensor's update RMS (= `clip_update_rms`), and `weight_decay * param` is added to every
+update before the learning rate (= `weight_decay` with `weight_decay_mask="all"`); Pax's
+`clip_gradient_norm_to_value` is `clip_grad_norm`. `pax_adam(...)` spells it with Pax's names.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from pax_eqx.learners.decay_mask import default_decay_mask
 from pax_eqx.learners.schedules import ScheduleConfig, build_schedule
 
 Optimizer = Literal["adam", "adamw", "adafactor", "sgd", "lion"]
+DecayMask = Literal["matrices", "all"]
 
 # optax.apply_if_finite gives up (and applies a NaN update) after this many consecutive bad
 # steps; the int32 counter saturates below it, so the guard never gives up.
@@ -49,8 +60,16 @@ class LearnerConfig(Config):
     learning_rate: the base rate; the schedule multiplies it (lr(step) = learning_rate * schedule(step)).
     schedule: warmup and decay of the rate (constant, cosine, linear, exponential, rsqrt).
     b1, b2: Adam's / Lion's moment decays (Lion's paper uses b2=0.99). eps: Adam's epsilon.
+    eps_root: Adam's epsilon inside the square root, m / (sqrt(v + eps_root) + eps) (Pax's
+        epsilon_root; 0 = off).
     momentum: SGD's momentum (0 = plain SGD); nesterov: Nesterov momentum for SGD.
-    weight_decay: decoupled weight decay, times the scheduled rate; matrices only (0 = off).
+    weight_decay: decoupled weight decay, times the scheduled rate (0 = off).
+    weight_decay_mask: which parameters decay: "matrices" (>= 2 dims per layer: no norms or
+        biases) or "all" (every parameter, as Praxis' Adam and Lion do). A `decay_mask` given to
+        `build_optimizer` overrides it.
+    clip_update_rms: cap each tensor's update (the optimizer's direction, before weight decay and
+        the learning rate) to this root-mean-square, u / max(1, rms(u) / c) (Praxis' Adam/Lion
+        `clip_threshold`, optax.clip_by_block_rms; 0 = off).
     clip_grad_norm: clip the gradient to this global L2 norm before the optimizer (0 = off).
     skip_nonfinite: skip (and count) a step whose gradient has a NaN/Inf; False: the run stops.
     ema_decay: keep an exponential moving average of the parameters with this decay (0 = off).
@@ -68,10 +87,13 @@ class LearnerConfig(Config):
     b1: float = 0.9
     b2: float = 0.999
     eps: float = 1e-8
+    eps_root: float = 0.0
     momentum: float = 0.9
     nesterov: bool = False
     weight_decay: float = 0.0
+    weight_decay_mask: DecayMask = "matrices"
     clip_grad_norm: float = 0.0
+    clip_update_rms: float = 0.0
     skip_nonfinite: bool = False
     ema_decay: float = 0.0
     num_microbatches: int = 1
@@ -92,7 +114,11 @@ class LearnerConfig(Config):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ConfigError(f"learner.{name} must be in [0, 1), got {value}.")
-        for name in ("eps", "weight_decay", "clip_grad_norm"):
+        if self.weight_decay_mask not in get_args(DecayMask):
+            raise ConfigError(
+                f"learner.weight_decay_mask={self.weight_decay_mask!r} is not one of {get_args(DecayMask)}."
+            )
+        for name in ("eps", "eps_root", "weight_decay", "clip_grad_norm", "clip_update_rms"):
             value = getattr(self, name)
             if not value >= 0.0:
                 raise ConfigError(f"learner.{name} must be >= 0 (0 = off), got {value}.")
@@ -121,18 +147,24 @@ def build_optimizer(cfg: LearnerConfig, params: Any = None, *, decay_mask: Any =
       `decay_mask` pytree, the mask's structure is checked against them here, not at the
       first step.
     decay_mask: which parameters get weight decay: a pytree of bools shaped like params (or
-      a prefix of it), or a function params -> such a pytree; None = `default_decay_mask`
-      (no decay on arrays with < 2 dimensions per layer). A function is applied to the
-      arrays the optimizer sees at init and at every update, so it works on abstract models.
+      a prefix of it), or a function params -> such a pytree; None = `cfg.weight_decay_mask`:
+      "matrices" is `default_decay_mask` (no decay on arrays with < 2 dimensions per layer),
+      "all" decays every array. A function is applied to the arrays the optimizer sees at
+      init and at every update, so it works on abstract models.
     """
     cfg.validate()
-    mask = default_decay_mask if decay_mask is None else decay_mask
-    if params is not None and not callable(mask):
+    if decay_mask is not None:
+        mask = decay_mask
+    else:
+        mask = default_decay_mask if cfg.weight_decay_mask == "matrices" else None
+    if params is not None and mask is not None and not callable(mask):
         _check_mask(mask, params)
     inner = []
     if cfg.clip_grad_norm > 0:
         inner.append(optax.clip_by_global_norm(cfg.clip_grad_norm))
     inner.append(_direction(cfg))
+    if cfg.clip_update_rms > 0:
+        inner.append(optax.clip_by_block_rms(cfg.clip_update_rms))
     if cfg.weight_decay > 0:
         inner.append(optax.add_decayed_weights(cfg.weight_decay, mask))
     guarded = optax.chain(*inner)
@@ -144,7 +176,7 @@ def build_optimizer(cfg: LearnerConfig, params: Any = None, *, decay_mask: Any =
 def _direction(cfg: LearnerConfig) -> optax.GradientTransformation:
     """The optimizer proper, before weight decay and the (negative) learning rate."""
     if cfg.optimizer in ("adam", "adamw"):
-        return optax.scale_by_adam(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
+        return optax.scale_by_adam(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, eps_root=cfg.eps_root)
     if cfg.optimizer == "lion":
         return optax.scale_by_lion(b1=cfg.b1, b2=cfg.b2)
     if cfg.optimizer == "adafactor":
@@ -179,3 +211,39 @@ def skipped_steps(opt_state: Any) -> Int[Array, ""]:
     if not guards:
         return jnp.zeros((), jnp.int32)
     return guards[0].total_notfinite
+
+
+def pax_adam(
+    *,
+    learning_rate: float,
+    schedule: ScheduleConfig = ScheduleConfig(),
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    epsilon: float = 1e-6,
+    epsilon_root: float = 0.0,
+    clip_threshold: float = 1.0,
+    weight_decay: float = 0.0,
+    clip_gradient_norm_to_value: float = 0.0,
+) -> LearnerConfig:
+    """Praxis' `optimizers.Adam` (sharded_adam) behind Paxml's Learner, with Pax's names and defaults.
+
+    clip_threshold <= 0 turns the per-tensor update RMS cap off (Pax's -1.0); weight decay
+    applies to every parameter, norms and biases included, as in Praxis. A step whose gradient
+    has a NaN/Inf is skipped (Paxml's `Learner.check_valid_step`, on by default); one
+    difference: Pax's step counter, hence its schedule, also stands still on a skipped step,
+    ours moves on (see the module docstring).
+    """
+    return LearnerConfig(
+        optimizer="adamw",
+        learning_rate=learning_rate,
+        schedule=schedule,
+        b1=beta1,
+        b2=beta2,
+        eps=epsilon,
+        eps_root=epsilon_root,
+        weight_decay=weight_decay,
+        weight_decay_mask="all",
+        clip_grad_norm=clip_gradient_norm_to_value,
+        clip_update_rms=max(clip_threshold, 0.0),
+        skip_nonfinite=True,
+    )

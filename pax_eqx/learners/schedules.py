@@ -18,8 +18,9 @@ Pax's `LinearRampup*Decay` schedules:
     rsqrt         max * sqrt(start / step)   (no floor, no decay_end)       LinearRampupSqrtDecay
 
 with `r = min_ratio` and `start = max(warmup_steps, decay_start)`. `exponential` *is* Pax's
-LinearRampupExponentialDecay, parameter for parameter; `linear_rampup_exponential_decay(...)`
-spells it with Pax's name. With no hold, `cosine` equals
+LinearRampupExponentialDecay and `cosine` its LinearRampupCosineDecay (start_step 0),
+parameter for parameter; `linear_rampup_exponential_decay(...)` and
+`linear_rampup_cosine_decay(...)` spell them with Pax's names. With no hold, `cosine` equals
 `optax.warmup_cosine_decay_schedule(0, max, warmup_steps, decay_end, max * min_ratio)`.
 `rsqrt` matches Pax's LinearRampupSqrtDecay(peak=max, warmup_steps) at every step >= 1 (Pax
 clamps step 0 to 1; here step 0 is the start of the linear ramp, 0).
@@ -111,6 +112,16 @@ def linear_rampup_exponential_decay(
     """Pax's `schedules.LinearRampupExponentialDecay`, with Pax's parameters and semantics."""
     return ScheduleConfig(
         kind="exponential", warmup_steps=warmup_steps, decay_start=decay_start, decay_end=decay_end,
+        min_ratio=min_ratio, max=max,
+    )  # fmt: skip
+
+
+def linear_rampup_cosine_decay(
+    *, warmup_steps: int = 0, decay_start: int = 0, decay_end: int = 0, min_ratio: float = 0.01, max: float
+) -> ScheduleConfig:
+    """Pax's `schedules.LinearRampupCosineDecay` (start_step 0), with Pax's parameters and semantics."""
+    return ScheduleConfig(
+        kind="cosine", warmup_steps=warmup_steps, decay_start=decay_start, decay_end=decay_end,
         min_ratio=min_ratio, max=max,
     )  # fmt: skip
 
