@@ -1,0 +1,389 @@
+"""Pax's lm_cloud experiments (paxml/tasks/lm/params/lm_cloud.py) on synthetic data, with Pax's numbers.
+
+Every number comes from docs/pax_experiment_numbers.md (Pax's source resolved through the class
+MRO and each `task()`). This module also holds `PaxLm`, the Pax TransformerLm experiment
+constants as one config (one field per class constant: NUM_LAYERS, MODEL_DIMS, ...), and
+`PaxLm.experiment()`, which turns them into an ExperimentConfig; experiments/c4.py uses it too.
+A Pax subclass that changes a few constants is `BASE.replace(...)` here.
+
+How Pax's settings map to pax_eqx:
+
+- mesh: Pax's `[replica, data, mdl]` axes are our `(data, fsdp, tensor)`: Pax's "data" axis
+  shards weights as well as the batch (its SPMD rules are FSDP-style), which is our `fsdp`;
+  `replica` only splits the batch (our `data`); `mdl` is tensor parallelism (our `tensor`).
+- batch: Pax's PERCORE_BATCH_SIZE is per device; our `data.train.batch_size` is per host
+  (process), so the experiments set it to the global batch, PERCORE_BATCH_SIZE x prod(ICI) x
+  prod(DCN): right for one process driving every device (and for the dry run). With H hosts,
+  pass `--data.train.batch-size <global / H>` (and the same for `data.eval`).
+- CHECKPOINT_POLICY with USE_REPEATED_LAYER: SAVE_NOTHING is remat "full"
+  (jax.checkpoint_policies.nothing_saveable); without repeated layers Pax applies no remat.
+
+Departures from Pax (nearest equivalent chosen; listed in docs/experiments.md too):
+
+- The tied embedding is not multiplied by sqrt(model_dims) on lookup (Pax's
+  `softmax_tpl.scale_sqrt_depth = True`): LanguageModelConfig has no such option.
+- The tied softmax has no output bias (Pax's SharedEmbeddingSoftmax has one of vocab_size
+  parameters): pax_eqx's SharedEmbeddingSoftmax has none. The parameter counts are Pax's minus
+  vocab_size.
+- SAVE_CONTEXT_AND_OUT_PROJ (lm_cloud_spmd_32b / 64b) becomes remat "full" (saves less, the
+  layer input only) until pax_eqx has the named policy; SAVE_DOT_FOR_MLPERF_200B only appears
+  where Pax applies no remat (not repeated), so it has no effect there or here.
+- Attention projections use Xavier(1.000001) with fan-out heads x head_dim (Praxis' default
+  init); praxis' `lookup_style`, `repeat_prefix_sep` and its sharding annotations have no
+  counterpart: the mesh rules of docs/sharding.md shard the same axes.
+- A skipped (non-finite) step still advances our learning-rate schedule; Pax's stands still.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from experiments.registry import register
+from pax_eqx.checkpoint import CheckpointConfig
+from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.data import DataConfig, InputConfig, TokenizerConfig
+from pax_eqx.experiment import ExperimentConfig, TrainConfig
+from pax_eqx.layers import ActivationConfig, AttentionConfig, NormConfig, TransformerConfig
+from pax_eqx.layers.initializers import WeightInit, gaussian, xavier
+from pax_eqx.learners import LearnerConfig, linear_rampup_exponential_decay, pax_adam
+from pax_eqx.models import LanguageModelConfig
+from pax_eqx.sharding.mesh import MeshConfig
+
+CheckpointPolicy = Literal["SAVE_NOTHING", "SAVE_CONTEXT_AND_OUT_PROJ", "SAVE_DOT_FOR_MLPERF_200B"]
+Data = Literal["synthetic", "c4"]
+
+# Pax's CHECKPOINT_POLICY -> our remat policy, when the layers are repeated (see module doc).
+_REMAT = {"SAVE_NOTHING": "full", "SAVE_CONTEXT_AND_OUT_PROJ": "full", "SAVE_DOT_FOR_MLPERF_200B": "full"}
+# Praxis' default WeightInit.Xavier(1.000001) for every projection.
+PRAXIS_DEFAULT_INIT = xavier(1.000001)
+NUM_TRAIN_STEPS = 10_000_000  # tasks_lib.SingleTask.Train.num_train_steps default (1e7)
+
+
+def set_default_adam(learning_rate: float, weight_decay: float, *, decay_end: int = 300_000) -> LearnerConfig:
+    """model_params.set_default_adam: Praxis Adam(0.9, 0.99, eps 1e-6, RMS cap 1.0), wd on every
+    parameter, grad clip 5.0, lr x LinearRampupExponentialDecay(4000, 4001, decay_end, 0.1, 1.0)."""
+    return pax_adam(
+        learning_rate=learning_rate,
+        schedule=linear_rampup_exponential_decay(
+            warmup_steps=4000, decay_start=4001, decay_end=decay_end, min_ratio=0.1, max=1.0
+        ),
+        beta1=0.9,
+        beta2=0.99,
+        epsilon=1e-6,
+        epsilon_root=0.0,
+        clip_threshold=1.0,
+        weight_decay=weight_decay,
+        clip_gradient_norm_to_value=5.0,
+    )
+
+
+@config
+class PaxLm(Config):
+    """A Pax TransformerLm experiment, one field per Pax class constant (model_params.py).
+
+    num_heads / dims_per_head: Pax's NUM_HEADS / DIMS_PER_HEAD, 0 for Pax's None: heads =
+      model_dims // dims_per_head when num_heads is 0, else head dim = model_dims // num_heads.
+    percore_batch_size: per device; the global batch is it x prod(ici) x prod(dcn).
+    ici_mesh_shape / dcn_mesh_shape: Pax's [replica, data, mdl] = our (data, fsdp, tensor).
+    use_repeated_layer / checkpoint_policy: scan over layers with that remat policy.
+    activation: "gelu" (Praxis GELU, tanh approximation) or "relu".
+    combine_qkv / attention_bias / per_dim_scale / atten_logit_cap: the attention layer
+      (atten_logit_cap 0 = Pax's -1.0, off).
+    softmax_cap_logits: tanh cap on the output logits (0 = off).
+    trainable_position_emb / trainable_pe_max_seq_len: a learned position table of that many
+      rows (Pax's TrainablePositionalEmbedding), else Pax's sinusoidal PositionalEmbedding.
+    layernorm_epsilon: every LayerNorm's epsilon.
+    params_init / softmax_init_std: projections' init; the tied embedding's Gaussian std
+      (0 = 1/sqrt(model_dims), Pax's WeightInit.Gaussian(1/sqrt(MODEL_DIMS))).
+    learner: the optimizer and schedule (set_default_adam, c4's set_adam_and_learning_rate_schedule).
+    num_train_steps / checkpoint_every_n_steps / checkpoint_max_to_keep / summary_interval_steps /
+      eval_interval_steps: Pax's train settings.
+    data: "synthetic" (lm_cloud's SyntheticDataset) or "c4" (C4UnsupervisedDataset, local files).
+    training_seed: the c4 training input's seed (Pax's TRAINING_SEED).
+    """
+
+    num_layers: int
+    model_dims: int
+    hidden_dims: int
+    num_heads: int = 0
+    dims_per_head: int = 128
+    vocab_size: int = 32000
+    max_seq_len: int = 1024
+    percore_batch_size: int = 16
+    ici_mesh_shape: tuple[int, int, int] = (1, 1, 1)
+    dcn_mesh_shape: tuple[int, int, int] = (1, 1, 1)
+    fprop_dtype: Literal["float32", "bfloat16"] = "bfloat16"
+    use_repeated_layer: bool = True
+    checkpoint_policy: CheckpointPolicy = "SAVE_NOTHING"
+    activation: Literal["gelu", "relu"] = "gelu"
+    combine_qkv: bool = True
+    attention_bias: bool = False
+    per_dim_scale: bool = True
+    atten_logit_cap: float = 50.0
+    softmax_cap_logits: float = 30.0
+    trainable_position_emb: bool = False
+    trainable_pe_max_seq_len: int = 16384
+    layernorm_epsilon: float = 1e-6
+    params_init: WeightInit = PRAXIS_DEFAULT_INIT
+    softmax_init_std: float = 0.0
+    learner: LearnerConfig = set_default_adam(2.5e-4, 1e-3)
+    num_train_steps: int = NUM_TRAIN_STEPS
+    checkpoint_every_n_steps: int = 5000
+    checkpoint_max_to_keep: int = 10
+    summary_interval_steps: int = 100
+    eval_interval_steps: int = 100
+    data: Data = "synthetic"
+    training_seed: int = 9876
+
+    @property
+    def heads(self) -> int:
+        """TransformerLmSpmdAdafactor.task(): MODEL_DIMS // DIMS_PER_HEAD when NUM_HEADS is None."""
+        return self.num_heads or self.model_dims // self.dims_per_head
+
+    @property
+    def head_dim(self) -> int:
+        return self.dims_per_head or self.model_dims // self.num_heads
+
+    @property
+    def num_devices(self) -> int:
+        return math.prod(self.ici_mesh_shape) * math.prod(self.dcn_mesh_shape)
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.percore_batch_size * self.num_devices
+
+    def check(self) -> None:
+        """Pax's own assertion: MODEL_DIMS == NUM_HEADS x DIMS_PER_HEAD when both are set."""
+        if self.num_heads and self.dims_per_head and self.model_dims != self.num_heads * self.dims_per_head:
+            raise ConfigError(
+                f"PaxLm: model_dims={self.model_dims} != num_heads={self.num_heads} x dims_per_head="
+                f"{self.dims_per_head}; set dims_per_head=0 (Pax's None) or matching sizes."
+            )
+        if not (self.num_heads or self.dims_per_head):
+            raise ConfigError("PaxLm: set num_heads or dims_per_head (Pax needs one of them).")
+
+    def model(self) -> LanguageModelConfig:
+        self.check()
+        norm = NormConfig(kind="layer_norm", epsilon=self.layernorm_epsilon, use_scale=True, use_bias=True)
+        block = TransformerConfig(
+            norm_policy="pre",
+            norm=norm,
+            attention=AttentionConfig(
+                combine_qkv=self.combine_qkv,
+                use_bias=self.attention_bias,
+                per_dim_scale=self.per_dim_scale,
+                logit_cap=self.atten_logit_cap,
+            ),
+            activation=ActivationConfig(name=self.activation),
+            ff_has_bias=True,
+        )
+        trainable = self.trainable_position_emb
+        return LanguageModelConfig(
+            vocab_size=self.vocab_size,
+            # A trainable table has Pax's TRAINABLE_PE_MAX_SEQ_LEN rows (sequences stay MAX_SEQ_LEN).
+            max_seq_len=self.trainable_pe_max_seq_len if trainable else self.max_seq_len,
+            num_layers=self.num_layers,
+            model_dims=self.model_dims,
+            hidden_dims=self.hidden_dims,
+            num_heads=self.heads,
+            dim_per_head=self.head_dim,
+            position_embedding="trainable" if trainable else "sinusoidal",
+            separate_embedding=False,
+            repeat=self.use_repeated_layer,
+            remat_policy=_REMAT[self.checkpoint_policy] if self.use_repeated_layer else "none",
+            block=block,
+            final_norm=norm,
+            soft_cap_logits=self.softmax_cap_logits,
+            init=self.params_init,
+            embedding_init=gaussian(self.softmax_init_std or 1.0 / math.sqrt(self.model_dims)),
+        )
+
+    def data_config(self) -> DataConfig:
+        batch = self.global_batch_size
+        if self.data == "synthetic":
+            # SyntheticDataset: SyntheticLmData rows of ones, the same for train and eval; Pax's
+            # BaseInput eval defaults (reset_for_eval False, eval_loop_num_batches 1).
+            return DataConfig(
+                source="synthetic",
+                seq_len=self.max_seq_len,
+                num_synthetic_examples=batch,
+                train=InputConfig(batch_size=batch, shuffle=False),
+                eval=InputConfig(
+                    batch_size=batch, shuffle=False, repeat=True, reset_for_eval=False, eval_loop_num_batches=1
+                ),
+            )
+        # C4UnsupervisedDataset: documents packed into MAX_SEQ_LEN rows, SentencePiece tokens,
+        # shuffled and repeated for training (TRAINING_SEED); eval = one full pass (seed 4321).
+        return DataConfig(
+            source="jsonl",
+            path="",
+            jsonl_text_key="text",
+            layout="packed",
+            seq_len=self.max_seq_len,
+            tokenizer=TokenizerConfig(kind="sentencepiece", vocab_size=self.vocab_size),
+            train=InputConfig(batch_size=batch, input_random_seed=self.training_seed, shuffle=True, repeat=True),
+            eval=InputConfig(
+                batch_size=batch,
+                input_random_seed=4321,
+                shuffle=False,
+                repeat=False,
+                reset_for_eval=True,
+                eval_loop_num_batches=0,
+            ),
+        )
+
+    def experiment(self, name: str) -> ExperimentConfig:
+        return ExperimentConfig(
+            name=name,
+            model=self.model(),
+            learner=self.learner,
+            data=self.data_config(),
+            train=TrainConfig(
+                num_steps=self.num_train_steps,
+                eval_interval_steps=self.eval_interval_steps,
+                summary_interval_steps=self.summary_interval_steps,
+                fprop_dtype=self.fprop_dtype,
+                sample_at_end=False,
+            ),
+            checkpoint=CheckpointConfig(
+                every_n_steps=self.checkpoint_every_n_steps, max_to_keep=self.checkpoint_max_to_keep
+            ),
+            mesh=MeshConfig(ici_mesh_shape=self.ici_mesh_shape, dcn_mesh_shape=self.dcn_mesh_shape),
+        )
+
+
+def pax_names(module: str, cls: str) -> tuple[str, str]:
+    """The class name and Pax's `--exp` spelling (`tasks.lm.params.<module>.<Class>`)."""
+    return (cls, f"tasks.lm.params.{module}.{cls}")
+
+
+# model_params.TransformerLmSpmdAdafactor + lm_cloud.LmCloudSpmd (not registered in Pax).
+LM_CLOUD_SPMD = PaxLm(
+    num_layers=10,
+    model_dims=2048,
+    hidden_dims=8192,
+    dims_per_head=128,
+    percore_batch_size=16,
+    use_repeated_layer=True,
+    checkpoint_policy="SAVE_NOTHING",
+    learner=set_default_adam(2.5e-4, 1e-3),  # decay_end 300000: DECAY_END=100000 only reached Adafactor
+)
+
+
+def _spmd(layers: int, dims: int, percore: int, ici: tuple[int, int, int], policy: CheckpointPolicy) -> PaxLm:
+    return LM_CLOUD_SPMD.replace(
+        num_layers=layers, model_dims=dims, hidden_dims=4 * dims, percore_batch_size=percore,
+        ici_mesh_shape=ici, checkpoint_policy=policy,
+    )  # fmt: skip
+
+
+LM_CLOUD_SPMD_TEST = LM_CLOUD_SPMD.replace(
+    num_layers=2, model_dims=64, hidden_dims=256, dims_per_head=8, percore_batch_size=4, ici_mesh_shape=(1, 1, 1)
+)
+LM_CLOUD_SPMD_2B = _spmd(18, 3072, 8, (1, 4, 1), "SAVE_NOTHING")
+LM_CLOUD_SPMD_32B = _spmd(40, 8192, 8, (1, 16, 4), "SAVE_CONTEXT_AND_OUT_PROJ")
+LM_CLOUD_SPMD_64B = _spmd(51, 10240, 4, (1, 16, 8), "SAVE_CONTEXT_AND_OUT_PROJ")
+LM_CLOUD_SPMD_128B = _spmd(71, 12288, 4, (1, 64, 4), "SAVE_NOTHING")
+LM_CLOUD_SPMD_256B = _spmd(80, 16384, 4, (1, 64, 8), "SAVE_NOTHING")
+LM_CLOUD_SPMD_512B = _spmd(102, 20480, 4, (1, 64, 16), "SAVE_NOTHING")
+LM_CLOUD_SPMD_1024B = _spmd(142, 24576, 2, (1, 256, 8), "SAVE_NOTHING")
+
+# model_params.TransformerLmPmapAdam + lm_cloud.LmCloudTransformerAdam: data parallel.
+LM_CLOUD_TRANSFORMER_ADAM = PaxLm(
+    num_layers=32,
+    model_dims=1024,
+    hidden_dims=4096,
+    num_heads=16,
+    dims_per_head=0,
+    percore_batch_size=16,
+    ici_mesh_shape=(1, 1, 1),
+    fprop_dtype="float32",
+    use_repeated_layer=False,
+    activation="relu",
+    combine_qkv=False,
+    softmax_cap_logits=0.0,
+    learner=set_default_adam(1e-3, 1e-3),
+)
+
+
+@register("lm_cloud_spmd_test", aliases=pax_names("lm_cloud", "LmCloudSpmdTest"))
+def lm_cloud_spmd_test() -> ExperimentConfig:
+    """2 layers, d 64, 8 heads of 8, batch 4 on 1 device: Pax's local CPU test of the SPMD family."""
+    return LM_CLOUD_SPMD_TEST.experiment("lm_cloud_spmd_test")
+
+
+@register("lm_cloud_spmd_2b", aliases=pax_names("lm_cloud", "LmCloudSpmd2B"))
+def lm_cloud_spmd_2b() -> ExperimentConfig:
+    """2.1B: 18 layers, d 3072, 24 heads of 128, per-core batch 8 on ICI (1, 4, 1): global batch 32.
+
+    Pax's docstring says "Global batch size = 2 * 2 * 1 * 32 = 128", which is 16 devices; on
+    the declared 4-device mesh it is 32.
+    """
+    return LM_CLOUD_SPMD_2B.experiment("lm_cloud_spmd_2b")
+
+
+@register("lm_cloud_spmd_2b_limit_steps", aliases=pax_names("lm_cloud", "LmCloudSpmd2BLimitSteps"))
+def lm_cloud_spmd_2b_limit_steps() -> ExperimentConfig:
+    """lm_cloud_spmd_2b for 300 steps (Pax's README quick start)."""
+    return LM_CLOUD_SPMD_2B.replace(num_train_steps=300).experiment("lm_cloud_spmd_2b_limit_steps")
+
+
+@register("lm_cloud_spmd_32b", aliases=pax_names("lm_cloud", "LmCloudSpmd32B"))
+def lm_cloud_spmd_32b() -> ExperimentConfig:
+    """32B: 40 layers, d 8192, 64 heads, per-core 8 on ICI (1, 16, 4): global batch 512."""
+    return LM_CLOUD_SPMD_32B.experiment("lm_cloud_spmd_32b")
+
+
+@register("lm_cloud_spmd_64b", aliases=pax_names("lm_cloud", "LmCloudSpmd64B"))
+def lm_cloud_spmd_64b() -> ExperimentConfig:
+    """64B: 51 layers, d 10240, 80 heads, per-core 4 on ICI (1, 16, 8): global batch 512."""
+    return LM_CLOUD_SPMD_64B.experiment("lm_cloud_spmd_64b")
+
+
+@register("lm_cloud_spmd_128b", aliases=pax_names("lm_cloud", "LmCloudSpmd128B"))
+def lm_cloud_spmd_128b() -> ExperimentConfig:
+    """128B: 71 layers, d 12288, 96 heads, per-core 4 on ICI (1, 64, 4): global batch 1024."""
+    return LM_CLOUD_SPMD_128B.experiment("lm_cloud_spmd_128b")
+
+
+@register("lm_cloud_spmd_256b", aliases=pax_names("lm_cloud", "LmCloudSpmd256B"))
+def lm_cloud_spmd_256b() -> ExperimentConfig:
+    """256B: 80 layers, d 16384, 128 heads, per-core 4 on ICI (1, 64, 8): global batch 2048."""
+    return LM_CLOUD_SPMD_256B.experiment("lm_cloud_spmd_256b")
+
+
+@register("lm_cloud_spmd_512b", aliases=pax_names("lm_cloud", "LmCloudSpmd512B"))
+def lm_cloud_spmd_512b() -> ExperimentConfig:
+    """512B: 102 layers, d 20480, 160 heads, per-core 4 on ICI (1, 64, 16): global batch 4096."""
+    return LM_CLOUD_SPMD_512B.experiment("lm_cloud_spmd_512b")
+
+
+@register("lm_cloud_spmd_1024b", aliases=pax_names("lm_cloud", "LmCloudSpmd1024B"))
+def lm_cloud_spmd_1024b() -> ExperimentConfig:
+    """1T: 142 layers, d 24576, 192 heads, per-core 2 on ICI (1, 256, 8): global batch 4096."""
+    return LM_CLOUD_SPMD_1024B.experiment("lm_cloud_spmd_1024b")
+
+
+@register("lm_cloud_transformer_adam", aliases=pax_names("lm_cloud", "LmCloudTransformerAdam"))
+def lm_cloud_transformer_adam() -> ExperimentConfig:
+    """0.44B data-parallel LM: 32 layers, d 1024, 16 heads, ReLU, separate Q/K/V, float32, batch 16/device.
+
+    Pax runs it with pmap over every device (per-core batch 16); here the mesh is one device.
+    On N devices: `--mesh.ici-mesh-shape N 1 1 --data.train.batch-size 16N --data.eval.batch-size 16N`.
+    """
+    return LM_CLOUD_TRANSFORMER_ADAM.experiment("lm_cloud_transformer_adam")
+
+
+@register("lm_cloud_transformer_adam_test", aliases=pax_names("lm_cloud", "LmCloudTransformerAdamTest"))
+def lm_cloud_transformer_adam_test() -> ExperimentConfig:
+    """lm_cloud_transformer_adam with 2 layers (58M parameters)."""
+    return LM_CLOUD_TRANSFORMER_ADAM.replace(num_layers=2).experiment("lm_cloud_transformer_adam_test")
+
+
+@register("lm_cloud_transformer_adam_limit_steps", aliases=pax_names("lm_cloud", "LmCloudTransformerAdamLimitSteps"))
+def lm_cloud_transformer_adam_limit_steps() -> ExperimentConfig:
+    """lm_cloud_transformer_adam with 10 layers (Pax changes the depth too) for 2000 steps."""
+    return LM_CLOUD_TRANSFORMER_ADAM.replace(num_layers=10, num_train_steps=2000).experiment(
+        "lm_cloud_transformer_adam_limit_steps"
+    )
