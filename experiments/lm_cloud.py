@@ -28,8 +28,12 @@ Departures from Pax (nearest equivalent chosen; listed in docs/experiments.md to
 - SAVE_CONTEXT_AND_OUT_PROJ (lm_cloud_spmd_32b / 64b) becomes remat "full" (saves less, the
   layer input only) until pax_eqx has the named policy; SAVE_DOT_FOR_MLPERF_200B only appears
   where Pax applies no remat (not repeated), so it has no effect there or here.
-- Attention projections use Xavier(1.000001) with fan-out heads x head_dim (Praxis' default
-  init); praxis' `lookup_style`, `repeat_prefix_sep` and its sharding annotations have no
+- Init: Praxis' default Xavier(1.000001) everywhere, but on the per-head attention weights
+  [d, heads, head_dim] Praxis counts d as a receptive field, limit sqrt(6 / (d x (heads +
+  head_dim))) (3d for the fused QKV weight), where pax_eqx uses fan-in d and fan-out heads x
+  head_dim, limit sqrt(6 / (d + heads x head_dim)): attention weights start larger than Pax's
+  (8.5x for d 2048, 16 x 128). MLP weights match.
+- Praxis' `lookup_style`, `repeat_prefix_sep` and its sharding annotations have no
   counterpart: the mesh rules of docs/sharding.md shard the same axes.
 - A skipped (non-finite) step still advances our learning-rate schedule; Pax's stands still.
 """
