@@ -3,7 +3,7 @@
 24 layers, d_model 2048, 16 heads of 128, MLP 8192, sequence 2048, vocabulary 50304 (GPT-2's
 50257 padded to a multiple of 64): 1.316B parameters. The architecture is the GPT-2/GPT-3 one
 that `benchmarks/reference_gpt.py` writes by hand, so the two can be timed against each other:
-pre-LayerNorm (eps 1e-5) with biases, fused QKV with biases, exact GELU, learned positions, tied
+pre-LayerNorm (eps 1e-5) with biases, fused QKV with biases, GELU (tanh form, as GPT-2), learned positions, tied
 embedding/softmax, bf16 compute over float32 master weights, layers scanned with remat policy
 `dots_with_no_batch_dims_saveable`, AdamW (0.9, 0.95, eps 1e-8, wd 0.1, clip 1.0), batch 16.
 
@@ -33,7 +33,7 @@ def gpt3_xl() -> ExperimentConfig:
         norm_policy="pre",
         norm=norm,
         attention=AttentionConfig(combine_qkv=True, use_bias=True),
-        activation=ActivationConfig(name="gelu_exact"),
+        activation=ActivationConfig(name="gelu"),
         ff_has_bias=True,
     )
     return ExperimentConfig(

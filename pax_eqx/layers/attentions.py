@@ -18,6 +18,7 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from pax_eqx.config import Config, config
@@ -153,10 +154,13 @@ class Attention(eqx.Module):
     ) -> tuple[Array, Array, Array]:
         """q: [B, T, N, H] (already scaled when per_dim_scale), k, v: [B, T, K, H]."""
         dt = x.dtype
+        # Praxis' activation names, for the named remat policies (layers/repeats.py).
         if self.w_qkv is not None:
-            q, k, v = _project_combined(x, self.w_qkv)
+            q, k, v = checkpoint_name(_project_combined(x, self.w_qkv), "combined_qkv_proj")
         else:
-            q, k, v = _project(x, self.w_q), _project(x, self.w_k), _project(x, self.w_v)
+            q = checkpoint_name(_project(x, self.w_q), "query_proj")
+            k = checkpoint_name(_project(x, self.w_k), "key_proj")
+            v = checkpoint_name(_project(x, self.w_v), "value_proj")
         if self.b_q is not None:
             q, k, v = q + self.b_q.astype(dt), k + self.b_k.astype(dt), v + self.b_v.astype(dt)
         if self.cfg.use_rotary:
@@ -173,7 +177,8 @@ class Attention(eqx.Module):
         return 1.0 if self.per_dim_scale is not None else 1.0 / math.sqrt(self.cfg.head_dim)
 
     def _output(self, o: Float[Array, "batch time heads head_dim"]) -> Float[Array, "batch time embed"]:
-        y = jnp.einsum("btnh,nhd->btd", o, self.w_o.astype(o.dtype))
+        o = checkpoint_name(o, "context")
+        y = checkpoint_name(jnp.einsum("btnh,nhd->btd", o, self.w_o.astype(o.dtype)), "out_proj")
         return y if self.b_o is None else y + self.b_o.astype(o.dtype)
 
     # Full-sequence forward -----------------------------------------------------------------

@@ -28,13 +28,36 @@ from pax_eqx.layers.attentions import KVCache
 from pax_eqx.layers.base import Context, copy_state
 from pax_eqx.layers.transformers import Transformer, TransformerConfig
 
-RematPolicy = Literal["none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable", "everything_saveable"]
+RematPolicy = Literal[
+    "none",
+    "full",
+    "dots_saveable",
+    "dots_with_no_batch_dims_saveable",
+    "dots_with_no_batch_dims_and_context",
+    "save_context_and_out_proj",
+    "save_qkv_context_and_out_proj",
+    "everything_saveable",
+]
 
+_cp = jax.checkpoint_policies
+# What each layer keeps for the backward pass; everything else is recomputed. The named ones
+# use the activation names the attention layer tags (Praxis' checkpoint_policy.py):
+#   save_context_and_out_proj     = Pax SAVE_CONTEXT_AND_OUT_PROJ
+#   save_qkv_context_and_out_proj = Pax SAVE_DOT_FOR_MLPERF_200B
+#   dots_with_no_batch_dims_and_context: every weight matmul plus the attention output, so a
+#     fused attention kernel's forward is not re-run just to rebuild its output.
 _POLICIES = {
-    "full": jax.checkpoint_policies.nothing_saveable,
-    "dots_saveable": jax.checkpoint_policies.dots_saveable,
-    "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-    "everything_saveable": jax.checkpoint_policies.everything_saveable,
+    "full": _cp.nothing_saveable,
+    "dots_saveable": _cp.dots_saveable,
+    "dots_with_no_batch_dims_saveable": _cp.dots_with_no_batch_dims_saveable,
+    "dots_with_no_batch_dims_and_context": _cp.save_from_both_policies(
+        _cp.dots_with_no_batch_dims_saveable, _cp.save_only_these_names("context")
+    ),
+    "save_context_and_out_proj": _cp.save_only_these_names("context", "out_proj"),
+    "save_qkv_context_and_out_proj": _cp.save_only_these_names(
+        "combined_qkv_proj", "query_proj", "key_proj", "value_proj", "context", "out_proj"
+    ),
+    "everything_saveable": _cp.everything_saveable,
 }
 
 
@@ -69,8 +92,8 @@ def _needs_key(block: TransformerConfig) -> bool:
     return max(block.residual_dropout_prob, block.relu_dropout_prob, block.attention.dropout_prob) > 0
 
 
-def _remat(fn, policy: str):
-    return fn if policy == "none" else jax.checkpoint(fn, policy=_POLICIES[policy])
+def _remat(fn, policy: str, prevent_cse: bool = True):
+    return fn if policy == "none" else jax.checkpoint(fn, policy=_POLICIES[policy], prevent_cse=prevent_cse)
 
 
 class StackedTransformer(eqx.Module):
@@ -145,7 +168,10 @@ class StackedTransformerRepeated(eqx.Module):
             h, inner = layer(h, inner, **kwargs)
             return h, (inner.state, inner.summaries, inner.aux_losses)
 
-        body = _remat(body, self.remat_policy)
+        # Inside a rolled scan XLA cannot CSE the recomputation into the forward, so jax's
+        # CSE barriers would only block fusion (measurably slower on GPU); a fully unrolled
+        # scan has no loop to protect it, so there they stay.
+        body = _remat(body, self.remat_policy, prevent_cse=self.unroll >= self.num_layers)
         x, (state, summaries, aux) = jax.lax.scan(body, x, (params, keys, state), unroll=self.unroll)
         if state is not None:
             ctx = ctx._replace(state=copy_state(ctx.state).update(state))

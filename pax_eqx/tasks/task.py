@@ -9,9 +9,11 @@ optax transformation, and exposes pure functions of arrays only:
 
 `pax_eqx.programs` jits these with shardings and donation; nothing here knows about meshes.
 
-Mixed precision: parameters stay float32 (the master copy the optimizer updates); the loss
-casts them to `fprop_dtype` inside the differentiated function, so gradients come back in
-float32 and, under FSDP, the all-gathers move the narrow copy.
+Mixed precision: parameters stay float32 (the master copy the optimizer updates); the
+activations are `fprop_dtype` and every layer casts its weights to the activation dtype where
+it uses them. Inside the layer scan that means one layer's narrow copy is live at a time (no
+second, bf16 copy of the whole model held through forward and backward) and gradients come
+back in float32.
 
 Gradient accumulation (`learner.num_microbatches`): the batch is split along its leading axis
 and a `lax.scan` sums gradients; metrics are weighted by each microbatch's number of
@@ -39,10 +41,6 @@ _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 def is_param(x: Any) -> bool:
     """Arrays, or their abstract shapes (the Task is built from `eval_shape`)."""
     return isinstance(x, (jax.Array, jax.ShapeDtypeStruct))
-
-
-def cast_floating(tree: Any, dtype) -> Any:
-    return jax.tree.map(lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, tree)
 
 
 class Task:
@@ -77,7 +75,7 @@ class Task:
     # Forward and loss -------------------------------------------------------------------------
     def loss(self, params, nt_state, batch: dict, key, mode: Mode):
         """(total_loss, (metrics, new nt_state, summaries)) on one (micro)batch."""
-        model = self.model(cast_floating(params, self.dtype))
+        model = self.model(params)
         ctx = Context(key=key, state=nt_state, mode=mode)
         paddings = 1.0 - (batch["segment_ids"] > 0) if "segment_ids" in batch else None
         logits, ctx = model(

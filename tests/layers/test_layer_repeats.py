@@ -102,6 +102,9 @@ def test_outputs_and_gradients_agree_across_repeat_and_remat():
         "list, remat full": _with_layers(_cfg(repeat=False, remat_policy="full"), _sliced(rep)),
         "remat full": _with_layers(_cfg(remat_policy="full"), rep.layers),
         "remat dots": _with_layers(_cfg(remat_policy="dots_with_no_batch_dims_saveable"), rep.layers),
+        "remat dots+context": _with_layers(_cfg(remat_policy="dots_with_no_batch_dims_and_context"), rep.layers),
+        "remat context+out": _with_layers(_cfg(remat_policy="save_context_and_out_proj"), rep.layers),
+        "unrolled, remat full": _with_layers(_cfg(remat_policy="full", unroll=L), rep.layers),
     }
     for name, stack in variants.items():
         y, grads = _grad(stack, x)
@@ -111,6 +114,32 @@ def test_outputs_and_gradients_agree_across_repeat_and_remat():
             layers = jax.tree.map(lambda *a: jnp.stack(a), *layers)
         for a, b in zip(jax.tree.leaves(layers), expected, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def _saved_activations(policy: str) -> list[str]:
+    """Shapes of the per-layer activations a scanned stack keeps for its backward pass (the
+    scan's stacked residuals, as jax reports them; weights excluded)."""
+    import contextlib
+    import io
+
+    stack = _with_layers(_cfg(remat_policy=policy), _repeated().layers)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        jax.ad_checkpoint.print_saved_residuals(lambda m, x: jnp.sum(_fwd(m, x)), stack, _x())
+    return sorted(line.split()[0] for line in out.getvalue().splitlines() if "output of scan" in line)
+
+
+def test_named_remat_policies_save_the_named_activations():
+    """The attention layer tags Praxis' activation names; each policy keeps those and no more.
+    (Names do not survive the scan in jax's report, so the shapes identify them: the layer
+    input [L,B,T,D], context [L,B,T,N,H], out_proj [L,B,T,D].)"""
+    x = f"f32[{L},{B},{T},{D}]"
+    assert _saved_activations("full") == [x]
+    context = _saved_activations("save_context_and_out_proj")
+    assert sorted(set(context) - {x}) == [f"f32[{L},{B},{T},2,4]"] and context.count(x) == 2
+    dots = _saved_activations("dots_with_no_batch_dims_saveable")
+    with_context = _saved_activations("dots_with_no_batch_dims_and_context")
+    assert len(with_context) == len(dots) + 1 and f"f32[{L},{B},{T},2,4]" in with_context
 
 
 def test_unrolled_scan_equals_rolled():
