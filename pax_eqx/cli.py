@@ -10,6 +10,9 @@ a typo fails at once with tyro's "did you mean" and a wrong type names the field
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import re
 import sys
 from collections.abc import Sequence
 
@@ -59,5 +62,40 @@ def parse(
         tyro.cli(ExperimentConfig, default=default, args=["--help"], prog=prog)
     if job_dir_required and not ns.job_log_dir:
         raise fail(f"--job-log-dir is required: {prog} --exp {ns.exp} --job-log-dir DIR")
-    exp = tyro.cli(ExperimentConfig, default=default, args=rest, prog=prog)
+    exp = _parse_fields(default, rest, prog)
     return exp, ns.job_log_dir, ns
+
+
+def _parse_fields(default: ExperimentConfig, args: list[str], prog: str) -> ExperimentConfig:
+    """tyro parses the fields; its error box becomes our one `error: ...` line (exit 2)."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            exp = tyro.cli(ExperimentConfig, default=default, args=args, prog=prog)
+    except SystemExit as e:
+        if e.code not in (0, None):
+            raise fail(one_line(captured.getvalue()) or f"cannot parse the arguments {args}", code=2) from None
+        sys.stderr.write(captured.getvalue())
+        raise
+    sys.stderr.write(captured.getvalue())  # warnings, if any
+    return exp
+
+
+_RULE = re.compile(r"^[\s\-─━═╌┄]*$")
+
+
+def one_line(box: str) -> str:
+    """tyro's (rich's) error box -> one line: its sections joined by " -- ", the title dropped.
+
+    The box is a title, then sections separated by rules; rich wraps long lines, so the lines
+    of a section are joined with spaces.
+    """
+    sections: list[list[str]] = [[]]
+    lines = [line.strip().strip("│|╭╮╰╯").strip() for line in box.splitlines()]
+    lines = [line for line in lines if line]
+    for line in lines[1:]:  # lines[0] is the title ("Value error", "Unrecognized options")
+        if _RULE.match(line):
+            sections.append([])
+        else:
+            sections[-1].append(line)
+    return " -- ".join(" ".join(section) for section in sections if section)

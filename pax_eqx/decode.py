@@ -34,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pax_eqx.programs.restore import restore_for_inference
     from pax_eqx.programs.sampling import print_samples
 
-    rt, state, step = restore_for_inference(exp, job_dir)
+    rt, state, step = restore_for_inference(exp, job_dir, "decode from", prompt=exp.decode.prompt)
     print(f"Sampling from the checkpoint at step {step}:")
     print_samples(rt, state, exp.decode)
     return 0

@@ -1,31 +1,70 @@
-"""What every `python -m pax_eqx.<program>` shares: user errors become one message and exit 2.
+"""What every `python -m pax_eqx.<program>` shares: one `error: ...` line and an exit status.
 
-A user error (a bad flag, field, value, path or data file) prints `error: <message>` naming
-the field, the value and the fix, and exits with status 2 without a traceback. Set
-PAX_EQX_TRACEBACK=1 to see the traceback anyway.
+    exit 0    done (or stopped by SIGTERM/SIGINT after saving a checkpoint)
+    exit 1    the run started and then failed: NaN/Inf loss, a failing data pipeline, a
+              checkpoint that cannot be written or read (pax_eqx.programs.errors,
+              pax_eqx.checkpoint); the checkpoints written before are intact
+    exit 2    a user error: a bad flag, field, value, path, data file or job dir, found before
+              anything is written; the message names the field, the value and the fix
+    exit 130  interrupted (Ctrl-C twice, or before training began) without saving
+
+No traceback is printed for these; set PAX_EQX_TRACEBACK=1 to see it anyway. Anything else is
+a bug in pax_eqx and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable
 
+from pax_eqx.checkpoint import CheckpointError
 from pax_eqx.cli import CliError
 from pax_eqx.config import ConfigError
+from pax_eqx.programs.errors import RunError
 from pax_eqx.programs.job_dir import JobDirError
 
 USER_ERRORS = (ConfigError, JobDirError, ValueError, FileNotFoundError, NotADirectoryError, PermissionError)
+RUN_ERRORS = (RunError, CheckpointError)
 
 
 def run(main: Callable[[], int]) -> None:
+    warnings.formatwarning = _format_warning
     try:
         code = main()
     except CliError as e:
         code = e.code
     except USER_ERRORS as e:
+        code = _report(e, 2)
+    except RUN_ERRORS as e:
+        code = _report(e, 1)
+    except KeyboardInterrupt as e:
         if os.environ.get("PAX_EQX_TRACEBACK"):
             raise
-        print(f"error: {e}", file=sys.stderr)
-        code = 2
+        reason = f" ({e})" if str(e) else ""
+        print(
+            f"error: interrupted{reason}; nothing was saved since the newest checkpoint. Rerun the same command to "
+            "resume from it.",
+            file=sys.stderr,
+        )
+        code = 130
     sys.exit(code)
+
+
+def _report(error: BaseException, code: int) -> int:
+    if os.environ.get("PAX_EQX_TRACEBACK"):
+        raise error
+    print(f"error: {error}", file=sys.stderr)
+    return code
+
+
+_python_format_warning = warnings.formatwarning
+
+
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """pax_eqx's own warnings (a checkpoint skipped as unreadable, ...) as one `warning: ...` line,
+    without the source line Python would quote; other libraries' warnings as Python prints them."""
+    if category.__module__.startswith("pax_eqx"):
+        return f"warning: {message}\n"
+    return _python_format_warning(message, category, filename, lineno, line)

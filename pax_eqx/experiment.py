@@ -73,10 +73,17 @@ class ExperimentConfig(Config):
     def validate(self, num_devices: int | None = None) -> None:
         """Every constraint that can be checked before the run starts; ValueError names the field."""
         if self.train.num_steps <= 0:
-            raise ValueError(f"train.num_steps must be > 0, got {self.train.num_steps}.")
+            raise ValueError(
+                f"train.num_steps must be > 0 (the step a run trains up to), got {self.train.num_steps}; "
+                "pass e.g. --train.num-steps 1000."
+            )
         for name in ("eval_interval_steps", "summary_interval_steps"):
             if getattr(self.train, name) < 0:
-                raise ValueError(f"train.{name} must be >= 0, got {getattr(self.train, name)}.")
+                flag = "--train." + name.replace("_", "-")
+                raise ValueError(
+                    f"train.{name} must be >= 0 (0 = only at the end), got {getattr(self.train, name)}; "
+                    f"pass e.g. {flag} 100."
+                )
         self.model.validate()
         self.mesh.validate(num_devices)
         if self.data.seq_len > self.model.max_seq_len:

@@ -33,18 +33,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise cli.fail("--job-log-dir is required: python -m pax_eqx.train --exp NAME --job-log-dir DIR")
     import jax
 
+    from pax_eqx.experiment import check_batch_divisible
     from pax_eqx.programs.job_dir import prepare
-    from pax_eqx.programs.train_loop import NonFiniteLossError, train
+    from pax_eqx.programs.train_loop import train
     from pax_eqx.sharding.distributed import initialize
+    from pax_eqx.sharding.mesh import build_mesh
+    from pax_eqx.sharding.rules import batch_divisor
 
     initialize()
     exp.validate(num_devices=jax.device_count())
+    check_batch_divisible(exp, jax.process_count(), batch_divisor(build_mesh(exp.mesh), exp.mesh.rules))
     path = prepare(job_dir)
-    try:
-        train(exp, path)
-    except NonFiniteLossError as e:
-        print(f"error: {e}")
-        return 1
+    train(exp, path)
     return 0
 
 

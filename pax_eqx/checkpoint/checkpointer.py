@@ -187,6 +187,7 @@ class Checkpointer:
             ) from e
         self._last_save_time = time.monotonic()
         self._in_flight: int | None = None
+        self._closed = False
 
     # ---------------------------------------------------------------- saving
 
@@ -278,7 +279,10 @@ class Checkpointer:
         self._in_flight = None
 
     def close(self) -> None:
-        """Waits for the last save, then releases orbax's threads."""
+        """Waits for the last save, then releases orbax's threads. A second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self.wait_until_finished()
         finally:

@@ -56,28 +56,43 @@ def config_diff(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [f"{prefix[:-1]}: {old!r} -> {new!r}"]
 
 
-def write_or_check_config(path: Path, config: dict[str, Any], allow_change: bool) -> list[str]:
-    """Writes DIR/config.json on a fresh job; on resume, refuses incompatible changes.
+def check_config(path: Path, config: dict[str, Any], allow_change: bool, *, program: str = "resume") -> list[str]:
+    """Compares `config` with DIR/config.json (if any) without writing; returns the changed fields.
 
-    Returns the list of changed fields (empty on a fresh job). The file is rewritten only
-    after the check passed, atomically, so a refused run leaves it as it was.
+    Raises JobDirError listing the fields that change what a checkpoint means (the model, the
+    data pipeline, the optimizer) unless `allow_change`. `program` says what was refused
+    ("resume", "eval", "decode").
     """
     file = path / "config.json"
-    changed: list[str] = []
-    if file.exists():
-        try:
-            old = json.loads(file.read_text())
-        except json.JSONDecodeError as e:
-            raise JobDirError(f"{file} is not valid JSON ({e}); restore it or use a new --job-log-dir.") from None
-        changed = config_diff(old, config)
-        blocking = [c for c in changed if not c.startswith(_RESUMABLE)]
-        if blocking and not allow_change:
-            raise JobDirError(
-                f"--job-log-dir {str(path)!r} holds a run with a different experiment; changed fields:\n  "
-                + "\n  ".join(blocking)
-                + "\nUse a new --job-log-dir, or pass --checkpoint.allow-config-change to resume anyway."
-            )
+    if not file.exists():
+        return []
+    try:
+        old = json.loads(file.read_text())
+    except json.JSONDecodeError as e:
+        raise JobDirError(f"{file} is not valid JSON ({e}); restore it or use a new --job-log-dir.") from None
+    changed = config_diff(old, config)
+    blocking = [c for c in changed if not c.startswith(_RESUMABLE)]
+    if blocking and not allow_change:
+        raise JobDirError(
+            f"cannot {program} --job-log-dir {str(path)!r}: it holds a run of a different experiment; changed "
+            "fields (saved -> given):\n  "
+            + "\n  ".join(blocking)
+            + "\nPass the flags the run was started with, use a new --job-log-dir, or pass "
+            "--checkpoint.allow-config-change to go ahead anyway."
+        )
+    return changed
+
+
+def write_config(path: Path, config: dict[str, Any]) -> None:
+    """Writes DIR/config.json atomically (a kill mid-write leaves the old file or the new one)."""
+    file = path / "config.json"
     tmp = file.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(config, indent=2, sort_keys=True))
     os.replace(tmp, file)
+
+
+def write_or_check_config(path: Path, config: dict[str, Any], allow_change: bool) -> list[str]:
+    """`check_config`, then `write_config`: a refused run leaves config.json as it was."""
+    changed = check_config(path, config, allow_change)
+    write_config(path, config)
     return changed

@@ -1,4 +1,10 @@
-"""Restore the newest checkpoint of a job dir for eval or decode (no training state is written)."""
+"""Restore the newest checkpoint of a job dir for eval or decode (no training state is written).
+
+The experiment given on the command line is checked against DIR/config.json first, as a
+resumed training run is: evaluating or sampling with another tokenizer or model than the one
+the job trained would silently give wrong numbers or text, so it is refused with the changed
+fields (unless --checkpoint.allow-config-change).
+"""
 
 from __future__ import annotations
 
@@ -9,17 +15,25 @@ import jax
 
 from pax_eqx.checkpoint import Checkpointer
 from pax_eqx.experiment import ExperimentConfig
-from pax_eqx.programs.job_dir import prepare
+from pax_eqx.programs.job_dir import check_config, prepare
 from pax_eqx.programs.runtime import Runtime
+from pax_eqx.programs.sampling import check_prompt
 
 
-def restore_for_inference(exp: ExperimentConfig, job_dir: str) -> tuple[Runtime, Any, int]:
+def restore_for_inference(
+    exp: ExperimentConfig, job_dir: str, program: str = "evaluate", *, prompt: str | None = None
+) -> tuple[Runtime, Any, int]:
+    """(runtime, train state, step) of DIR's newest checkpoint. `program` names the caller in
+    errors; `prompt`, if given, is checked against the tokenizer before anything is restored."""
     from pax_eqx.sharding.distributed import initialize
 
     initialize()
     path: Path = prepare(job_dir, create=False)
     exp.validate(num_devices=jax.device_count())
+    check_config(path, exp.to_dict(), exp.checkpoint.allow_config_change, program=program)
     rt = Runtime.create(exp, path)
+    if prompt is not None:
+        check_prompt(rt.tokenizer, prompt)
     ckpt = Checkpointer(path / "checkpoints", exp.checkpoint)
     if ckpt.latest_step() is None:
         raise FileNotFoundError(

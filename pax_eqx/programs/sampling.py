@@ -10,14 +10,20 @@ import jax
 from pax_eqx.models.decoding import generate
 
 
-def sample_text(rt: Any, state: Any, decode_cfg: Any) -> list[str]:
-    tokenizer = rt.tokenizer
-    bad = tokenizer.unknown_characters(decode_cfg.prompt)
+def check_prompt(tokenizer: Any, prompt: str) -> None:
+    """ValueError naming the characters of `prompt` the tokenizer cannot encode (checked before
+    a run or a restore starts, not after it)."""
+    bad = tokenizer.unknown_characters(prompt)
     if bad:
         raise ValueError(
-            f"--prompt {decode_cfg.prompt!r} has characters outside the vocabulary: {bad!r}; "
-            "remove them or use a tokenizer that covers them."
+            f"decode.prompt (--prompt) {prompt!r} has characters outside the vocabulary: {bad!r}; "
+            "remove them, or use a tokenizer that covers them (data.tokenizer.byte_fallback, or the byte tokenizer)."
         )
+
+
+def sample_text(rt: Any, state: Any, decode_cfg: Any) -> list[str]:
+    tokenizer = rt.tokenizer
+    check_prompt(tokenizer, decode_cfg.prompt)
     prompt = tokenizer.encode(decode_cfg.prompt)
     model = rt.programs.task.model(state.params if state.ema is None else state.ema)
     eos = tokenizer.eos_id if decode_cfg.eos_id < 0 else decode_cfg.eos_id

@@ -1,12 +1,19 @@
 """The host loop of `python -m pax_eqx.train`: move data, call the step, hand results on.
 
 Everything numeric happens in `Programs.train_step`; this loop only
-- resumes from the newest readable checkpoint (train state + data iterator state),
+- resumes from the newest readable checkpoint: the train state and the positions of the
+  training input and of a rolling eval input, so a resumed run continues exactly as if it had
+  never stopped (docs/errors.md, "What an exact resume restores"),
 - feeds per-host batches, fetching metrics from the device only every
   `train.summary_interval_steps` (the one host sync of the steady state),
 - evaluates every `train.eval_interval_steps`, saves checkpoints by step or time,
 - stops cleanly on SIGTERM/SIGINT (finish the step, save, exit 0), with all hosts agreeing,
+- stops on a NaN/Inf loss or gradient norm (or counts the skipped updates, by policy), and on
+  a failing data pipeline, after letting an in-flight checkpoint commit,
 - and at the end saves a final checkpoint, draws the plots and prints a sample.
+
+DIR/config.json is written only once the run has restored its checkpoint (or started from
+scratch) without error, so a refused or failed start never changes what the job dir records.
 """
 
 from __future__ import annotations
@@ -14,24 +21,29 @@ from __future__ import annotations
 import math
 import signal
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
 
-from pax_eqx.checkpoint import Checkpointer
+from pax_eqx.checkpoint import Checkpointer, CheckpointSaveError
 from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.learners import skipped_steps
+from pax_eqx.programs.errors import DataPipelineError, NonFiniteLossError
 from pax_eqx.programs.eval_loop import evaluate
-from pax_eqx.programs.job_dir import write_or_check_config
+from pax_eqx.programs.job_dir import check_config, write_config
 from pax_eqx.programs.pgle import enable_auto_pgle
 from pax_eqx.programs.runtime import Runtime
-from pax_eqx.programs.sampling import print_samples
+from pax_eqx.programs.sampling import check_prompt, print_samples
 from pax_eqx.summaries import Progress, SummaryWriter, write_plots
 
-
-class NonFiniteLossError(RuntimeError):
-    pass
+# Marks the data state a checkpoint holds as {"train": ..., "eval": ..., "eval_data": ...}; a
+# checkpoint without it (written before rolling eval positions were saved) holds the train
+# iterator's state alone.
+INPUT_STATES_KEY = "pax_eqx_input_states"
 
 
 @dataclass
@@ -45,10 +57,17 @@ class TrainResult:
 
 
 class _StopFlag:
-    """Set by SIGTERM/SIGINT; read once per step. Agreed across hosts when there are several."""
+    """Set by SIGTERM/SIGINT; read once per step. Agreed across hosts when there are several.
 
-    def __init__(self):
-        self.requested = False
+    Installed for the whole run, so a preemption notice that arrives while the run is still
+    compiling or restoring is honoured after the first step. A second SIGINT (Ctrl-C twice)
+    stops at once without saving, as a user pressing it again expects; SIGTERM never does,
+    since schedulers resend it while they wait for the save.
+    """
+
+    def __init__(self, log=print):
+        self.requested: str | None = None
+        self._log = log
         self._previous = {}
 
     def __enter__(self):
@@ -57,7 +76,12 @@ class _StopFlag:
         return self
 
     def _handle(self, signum, frame):
-        self.requested = True
+        name = signal.Signals(signum).name
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt(f"second {name}: stopping without saving")
+        if not self.requested:
+            self._log(f"{name} received: finishing the current step, then saving a checkpoint and exiting.")
+        self.requested = self.requested or name
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
@@ -65,24 +89,40 @@ class _StopFlag:
 
     def agreed(self) -> bool:
         if jax.process_count() == 1:
-            return self.requested
+            return bool(self.requested)
         from jax.experimental import multihost_utils
 
-        flags = multihost_utils.process_allgather(np.array([self.requested], np.int32))
+        flags = multihost_utils.process_allgather(np.array([bool(self.requested)], np.int32))
         return bool(np.max(flags))
 
 
 def train(exp: ExperimentConfig, job_dir: Path, log=print) -> TrainResult:
+    with _StopFlag(log) as stop:
+        return _train(exp, job_dir, log, stop)
+
+
+def _train(exp: ExperimentConfig, job_dir: Path, log, stop: _StopFlag) -> TrainResult:
     if exp.profile.auto_pgle:
         enable_auto_pgle()
     rt = Runtime.create(exp, job_dir, log=log)
     primary = jax.process_index() == 0
-    if primary:
-        changed = write_or_check_config(job_dir, exp.to_dict(), exp.checkpoint.allow_config_change)
-        if changed:
-            log("Config changes since the last run in this job dir:\n  " + "\n  ".join(changed))
-    ckpt = Checkpointer(job_dir / "checkpoints", exp.checkpoint)
+    changed = check_config(job_dir, exp.to_dict(), exp.checkpoint.allow_config_change) if primary else []
+    if exp.train.sample_at_end:
+        check_prompt(rt.tokenizer, exp.decode.prompt)  # not after hours of training
+    # Both inputs are built now, so an empty data file or an empty eval split fails before any
+    # write, not at the first eval.
     train_input = rt.input("train")
+    rt.input("eval")
+    ckpt = Checkpointer(job_dir / "checkpoints", exp.checkpoint)
+    try:
+        return _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed)
+    except BaseException:
+        _finish_in_flight_save(ckpt, log)
+        raise
+
+
+def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult:
+    primary = jax.process_index() == 0
     start = time.time()
     latest = ckpt.latest_step()
     if latest is None:
@@ -91,48 +131,56 @@ def train(exp: ExperimentConfig, job_dir: Path, log=print) -> TrainResult:
         log(f"Starting {exp.name or 'experiment'} from scratch in {job_dir}.")
     else:
         step, state, data_state = ckpt.restore(rt.programs.abstract_with_shardings())
-        if data_state is not None:
-            train_input.set_state(data_state)
+        _restore_inputs(rt, exp, data_state, log)
         log(f"Resuming {exp.name or 'experiment'} from checkpoint at step {step} in {job_dir}.")
+        if step >= exp.train.num_steps:
+            log(f"Already trained to step {step} (train.num_steps={exp.train.num_steps}); raise --train.num-steps "
+                "to train further.")  # fmt: skip
+    if primary:
+        write_config(job_dir, exp.to_dict())
+        if changed:
+            log("Config changes since the last run in this job dir:\n  " + "\n  ".join(changed))
     writer = SummaryWriter(job_dir, enabled=primary, start_step=step)
-    progress = Progress(exp.train.num_steps, step) if primary else None
+    progress = Progress(exp.train.num_steps, step) if primary and step < exp.train.num_steps else None
     tokens_per_step = exp.data.train.batch_size * jax.process_count() * exp.data.seq_len
     train_metrics: dict[str, float] = {}
     eval_metrics: dict[str, float] = {}
     window_start, window_steps, tokens_per_s = time.time(), 0, 0.0
+    skipped_so_far = int(jax.device_get(skipped_steps(state.opt_state)))
     preempted = False
-    last_saved = step if latest is not None else -1
-    with _StopFlag() as stop:
-        while step < exp.train.num_steps:
-            batch = rt.programs.global_batch(train_input.get_next())
-            _maybe_profile(exp, job_dir, step)
-            state, metrics = rt.programs.train_step(state, batch)
-            step += 1
-            window_steps += 1
-            interval = exp.train.summary_interval_steps
-            if (interval and step % interval == 0) or step == exp.train.num_steps:
-                train_metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-                elapsed = time.time() - window_start
-                tokens_per_s = tokens_per_step * window_steps / max(elapsed, 1e-9)
-                train_metrics["tokens_per_s"] = tokens_per_s
-                train_metrics["steps_per_s"] = window_steps / max(elapsed, 1e-9)
-                window_start, window_steps = time.time(), 0
-                writer.write(step, "train", train_metrics)
-                if progress:
-                    progress.update(step, train_metrics)
-                _check_finite(exp, step, train_metrics, ckpt, last_saved)
-            if exp.train.eval_interval_steps and step % exp.train.eval_interval_steps == 0:
-                eval_metrics = evaluate(rt, state, log=log)
-                writer.write(step, "eval", eval_metrics)
-            stopping = stop.agreed()
-            if ckpt.should_save(step) or stopping or step == exp.train.num_steps:
-                _check_finite(exp, step, {"total_loss": float(metrics["total_loss"])}, ckpt, last_saved)
-                ckpt.save(step, state, train_input.get_state(), force=True)
-                last_saved = step
-            if stopping:
-                preempted = True
-                log(f"Stop requested (SIGTERM/SIGINT): saved a checkpoint at step {step}; exiting.")
-                break
+    while step < exp.train.num_steps:
+        batch = rt.programs.global_batch(_next_train_batch(train_input, step + 1, ckpt))
+        _maybe_profile(exp, job_dir, step)
+        state, metrics = rt.programs.train_step(state, batch)
+        step += 1
+        window_steps += 1
+        interval = exp.train.summary_interval_steps
+        if (interval and step % interval == 0) or step == exp.train.num_steps:
+            train_metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+            elapsed = time.time() - window_start
+            tokens_per_s = tokens_per_step * window_steps / max(elapsed, 1e-9)
+            train_metrics["tokens_per_s"] = tokens_per_s
+            train_metrics["steps_per_s"] = window_steps / max(elapsed, 1e-9)
+            window_start, window_steps = time.time(), 0
+            writer.write(step, "train", train_metrics)
+            if progress:
+                progress.update(step, train_metrics)
+            _check_finite(exp, step, train_metrics, ckpt)
+            skipped_so_far = _report_skipped(step, train_metrics, skipped_so_far, log)
+        if exp.train.eval_interval_steps and step % exp.train.eval_interval_steps == 0:
+            eval_metrics = evaluate(rt, state, log=log)
+            writer.write(step, "eval", eval_metrics)
+        stopping = stop.agreed()
+        if ckpt.should_save(step) or stopping or step == exp.train.num_steps:
+            finite = {k: float(metrics[k]) for k in ("total_loss", "grad_norm") if k in metrics}
+            _check_finite(exp, step, finite, ckpt)
+            ckpt.save(step, state, _input_states(rt, exp), force=True)
+        if stopping:
+            preempted = True
+            ckpt.wait_until_finished()
+            log(f"Stop requested ({stop.requested or 'by another host'}): saved a checkpoint at step {step}; "
+                "exiting. Rerun the same command to resume from it.")  # fmt: skip
+            break
     if progress:
         progress.close()
     if exp.profile.steps and primary and exp.profile.steps[0] < step <= exp.profile.steps[1]:
@@ -154,6 +202,115 @@ def train(exp: ExperimentConfig, job_dir: Path, log=print) -> TrainResult:
     return TrainResult(step, train_metrics, eval_metrics, preempted, tokens_per_s, wall)
 
 
+# ------------------------------------------------------------------- data iterator positions
+
+
+def _eval_data(exp: ExperimentConfig) -> dict[str, Any]:
+    """What the eval input is built from: its saved position only applies to the same pipeline."""
+    return {k: v for k, v in exp.data.to_dict().items() if k != "train"}
+
+
+def _input_states(rt: Runtime, exp: ExperimentConfig) -> dict[str, Any]:
+    """This host's input positions for the checkpoint: the training input's, and the rolling eval
+    input's (reset_for_eval=False: each eval run reads the next batches, so where it stands
+    decides what the next eval sees)."""
+    states: dict[str, Any] = {INPUT_STATES_KEY: 1, "train": rt.input("train").get_state()}
+    if not exp.data.eval.reset_for_eval:
+        states["eval"] = rt.input("eval").get_state()
+        states["eval_data"] = _eval_data(exp)
+    return states
+
+
+def _restore_inputs(rt: Runtime, exp: ExperimentConfig, data_state: dict[str, Any] | None, log) -> None:
+    if data_state is None:
+        log("The checkpoint holds no data iterator state: the training input starts from its first batch.")
+        return
+    if INPUT_STATES_KEY not in data_state:  # an older checkpoint: the train iterator's state alone
+        rt.input("train").set_state(data_state)
+        return
+    rt.input("train").set_state(data_state["train"])
+    if "eval" in data_state and not exp.data.eval.reset_for_eval:
+        if data_state.get("eval_data") == _eval_data(exp):
+            rt.input("eval").set_state(data_state["eval"])
+        else:
+            log("data.eval changed since the checkpoint: the rolling eval input starts from its first batch.")
+
+
+# ------------------------------------------------------------------------------ failures
+
+
+def _kept(ckpt: Checkpointer) -> str:
+    """Lets an in-flight save commit, then says which checkpoint a rerun will resume from."""
+    note = ""
+    try:
+        ckpt.wait_until_finished()
+    except CheckpointSaveError as e:
+        note = f" (the save in progress failed: {e})"
+    latest = ckpt.latest_step()
+    if latest is None:
+        return "no checkpoint has been written yet" + note
+    return f"the newest checkpoint, step {latest}, is intact" + note
+
+
+def _finish_in_flight_save(ckpt: Checkpointer, log) -> None:
+    """On the way out of a failed run: a save already started is still a good checkpoint."""
+    try:
+        ckpt.close()
+    except CheckpointSaveError as e:
+        log(f"warning: {e}")
+    except Exception as e:  # noqa: BLE001 -- never hide the error that ended the run
+        log(f"warning: closing the checkpointer failed: {type(e).__name__}: {e}")
+
+
+def _where(error: BaseException) -> str:
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f" (raised in {frame.name}, {frame.filename}:{frame.lineno})"
+
+
+def _next_train_batch(train_input: Any, step: int, ckpt: Checkpointer) -> dict[str, np.ndarray]:
+    try:
+        return train_input.get_next()
+    except StopIteration:
+        raise DataPipelineError(
+            f"the training input ran out of batches before step {step}; {_kept(ckpt)}. Training inputs must "
+            "repeat forever (data.train.repeat=True); a custom input must never raise StopIteration."
+        ) from None
+    except Exception as e:
+        raise DataPipelineError(
+            f"the training input failed while reading the batch for step {step}: {type(e).__name__}: {e}"
+            f"{_where(e)}; {_kept(ckpt)}. Fix the input and rerun the same command to resume "
+            "(set PAX_EQX_TRACEBACK=1 for the full traceback)."
+        ) from e
+
+
+def _check_finite(exp: ExperimentConfig, step: int, metrics: dict, ckpt: Checkpointer) -> None:
+    if exp.learner.skip_nonfinite:
+        return
+    bad = [
+        f"{name} is {metrics[name]}"
+        for name in ("total_loss", "grad_norm")
+        if not math.isfinite(metrics.get(name, 0.0))
+    ]
+    if not bad:
+        return
+    raise NonFiniteLossError(
+        f"{' and '.join(bad)} at step {step}; stopping without saving it ({_kept(ckpt)}). Lower "
+        "learner.learning_rate, enable learner.clip_grad_norm, check the data, or pass --learner.skip-nonfinite "
+        "to skip such updates (counted in the skipped_steps metric)."
+    )
+
+
+def _report_skipped(step: int, metrics: dict, before: int, log) -> int:
+    now = int(metrics.get("skipped_steps", before))
+    if now > before:
+        log(f"step {step}: non-finite loss or gradients; {now - before} update(s) skipped since the last report "
+            f"({now} in all; learner.skip_nonfinite).")  # fmt: skip
+    return now
+
+
 def _summary_line(step, train_m, eval_m, tokens_per_s, wall) -> str:
     def fmt(m, k):
         return f"{m[k]:.4f}" if k in m else "n/a"
@@ -161,18 +318,6 @@ def _summary_line(step, train_m, eval_m, tokens_per_s, wall) -> str:
     return (
         f"Finished at step {step}: train loss {fmt(train_m, 'total_loss')}, "
         f"eval loss {fmt(eval_m, 'total_loss')}, {tokens_per_s:,.0f} tokens/s, {wall:.1f}s wall."
-    )
-
-
-def _check_finite(exp: ExperimentConfig, step: int, metrics: dict, ckpt: Checkpointer, last_saved: int) -> None:
-    loss = metrics.get("total_loss", 0.0)
-    if math.isfinite(loss) or exp.learner.skip_nonfinite:
-        return
-    ckpt.wait_until_finished()
-    kept = f"the last good checkpoint is step {last_saved}" if last_saved >= 0 else "no checkpoint was written"
-    raise NonFiniteLossError(
-        f"loss is {loss} at step {step}; stopping ({kept}). Lower learner.learning_rate, enable "
-        "learner.clip_grad_norm, or set learner.skip_nonfinite True to skip such steps."
     )
 
 

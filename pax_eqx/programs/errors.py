@@ -1,0 +1,20 @@
+"""Errors of a run that started well and then failed: `python -m pax_eqx.*` exits 1 on them.
+
+A bad input (flag, field, path, data file, job dir) is reported before anything runs and exits
+2 (pax_eqx.entry); these are the failures that can only happen mid-run. Each message says at
+which step, why, and which checkpoint a rerun of the same command resumes from.
+"""
+
+from __future__ import annotations
+
+
+class RunError(RuntimeError):
+    """A run failed mid-way; the checkpoints it wrote before the failure are intact."""
+
+
+class NonFiniteLossError(RunError):
+    """The loss or gradient norm became NaN/Inf and learner.skip_nonfinite is off."""
+
+
+class DataPipelineError(RunError):
+    """An input raised (or ran out) mid-run."""
