@@ -10,10 +10,16 @@
 
 No traceback is printed for these; set PAX_EQX_TRACEBACK=1 to see it anyway. Anything else is
 a bug in pax_eqx and keeps its traceback.
+
+Background threads of orbax and tensorstore report a failed write (a full disk) in their own
+words as well: their log records keep their message but lose the traceback, and exceptions
+that Python can only ignore ("Event loop is closed" from a callback after a failed save) are
+named once, in one `warning:` line each -- unless PAX_EQX_TRACEBACK=1.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import warnings
@@ -31,6 +37,9 @@ RUN_ERRORS = (RunError, CheckpointError)
 
 def run(main: Callable[[], int]) -> None:
     warnings.formatwarning = _format_warning
+    if not os.environ.get("PAX_EQX_TRACEBACK"):
+        logging.getLogger("absl").addFilter(_drop_traceback)
+        sys.unraisablehook = _UnraisableOnce()
     try:
         code = main()
     except CliError as e:
@@ -68,3 +77,24 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
     if category.__module__.startswith("pax_eqx"):
         return f"warning: {message}\n"
     return _python_format_warning(message, category, filename, lineno, line)
+
+
+def _drop_traceback(record: logging.LogRecord) -> bool:
+    """Keeps a library's log record, minus the traceback of a background thread's exception."""
+    record.exc_info, record.exc_text, record.stack_info = None, None, None
+    return True
+
+
+class _UnraisableOnce:
+    """One line per distinct exception Python had to ignore (raised in a callback after its event
+    loop closed, in a __del__, ...), instead of a traceback each time."""
+
+    def __init__(self):
+        self.seen: set[tuple[type, str]] = set()
+
+    def __call__(self, unraisable) -> None:
+        key = (unraisable.exc_type, str(unraisable.exc_value))
+        if key not in self.seen:
+            self.seen.add(key)
+            name = getattr(unraisable.exc_type, "__name__", str(unraisable.exc_type))
+            print(f"warning: ignored in a background callback: {name}: {unraisable.exc_value}", file=sys.stderr)

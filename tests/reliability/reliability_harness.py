@@ -169,16 +169,19 @@ def trajectory(job: Path, split: str = "train") -> dict[int, dict]:
     return out
 
 
-def assert_every_record_matches(job: Path, reference: Path) -> None:
+def assert_every_record_matches(job: Path, reference: Path, steps=None) -> None:
     """Every train and eval line of `job` (killed runs' lines too) equals the reference's line for
-    that step exactly, and every reference step is present."""
+    that step exactly, and every reference step is present (with `steps`: only those steps)."""
     for split in ("train", "eval"):
         want = trajectory(reference, split)
+        if steps is not None:
+            want = {s: v for s, v in want.items() if s in steps}
         seen = set()
         for r in records(job):
-            if r["split"] != split:
+            if r["split"] != split or (steps is not None and r["step"] not in steps):
                 continue
             got = {k: r[k] for k in DETERMINED if k in r}
+            assert r["step"] in want, f"{split} step {r['step']} is not a reference step: {sorted(want)}"
             assert got == want[r["step"]], f"{split} step {r['step']}: {got} != reference {want[r['step']]}"
             seen.add(r["step"])
         assert seen == set(want), f"{split} steps {sorted(seen)} != reference steps {sorted(want)}"
@@ -195,10 +198,10 @@ def tmp_checkpoints(job: Path) -> list[str]:
 
 
 def snapshot(job: Path) -> dict[str, bytes]:
-    """Every file under DIR/config.json and DIR/checkpoints, by relative path, with its bytes."""
+    """DIR/config.json and every file of a committed checkpoint, by relative path, with its bytes."""
     out = {}
     for path in sorted([job / "config.json", *(job / "checkpoints").rglob("*")]):
-        if path.is_file():
+        if path.is_file() and ".orbax-checkpoint-tmp" not in str(path):
             out[str(path.relative_to(job))] = path.read_bytes()
     return out
 

@@ -1,0 +1,59 @@
+"""SIGTERM and SIGINT: finish the current step, save a checkpoint, say so, exit 0; the rerun
+continues bit for bit.
+
+One job dir, three stops: SIGTERM while the run is still compiling (honoured after step 1),
+SIGTERM at step 5 (not a checkpoint step: the stop forces one), SIGINT at step 7; then a
+final rerun to the end, whose every metrics line equals the uninterrupted reference run's.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from reliability_harness import (
+    NUM_STEPS,
+    Running,
+    assert_every_record_matches,
+    assert_no_traceback,
+    committed_steps,
+    reference,
+    run,
+    trajectory,
+)
+
+
+def stop_at(job, step: int, sig: signal.Signals) -> Running:
+    """Parks the run before step `step`, sends `sig`, lets it go on; it must stop after `step`."""
+    r = Running(job, faults=f"hold:train:{step}")
+    r.wait_for_hold(f"train-{step}")
+    r.proc.send_signal(sig)
+    r.wait_for(lambda: f"{sig.name} received" in r.stdout, f"the run to acknowledge {sig.name}")
+    r.release(f"train-{step}")
+    assert r.finish() == 0, r.stderr[-3000:]
+    assert f"Stop requested ({sig.name}): saved a checkpoint at step {step}; exiting." in r.stdout
+    assert max(trajectory(job)) == step
+    assert_no_traceback(r.stderr)
+    return r
+
+
+def test_sigterm_and_sigint_save_exit_0_and_the_rerun_is_bitwise_equal(tmp_path):
+    ref = reference()
+    job = tmp_path / "job"
+
+    r = Running(job)
+    r.wait_for(lambda: "Starting" in r.stdout, "the run to start compiling")
+    r.proc.send_signal(signal.SIGTERM)
+    assert r.finish() == 0, r.stderr[-3000:]
+    assert "Stop requested (SIGTERM): saved a checkpoint at step 1" in r.stdout
+    assert committed_steps(job) == [1]
+
+    stop_at(job, 5, signal.SIGTERM)
+    assert committed_steps(job)[-1] == 5
+    stop_at(job, 7, signal.SIGINT)
+    assert committed_steps(job)[-1] == 7
+
+    done = run(job)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Resuming shakespeare_char from checkpoint at step 7" in done.stdout
+    assert f"Finished at step {NUM_STEPS}" in done.stdout
+    assert_every_record_matches(job, ref)
