@@ -58,6 +58,12 @@ _RECOMPUTED: dict[str, str] = {
     "checkpoint_dots": "attention_if_fused",
     "dots_with_no_batch_dims_saveable": "attention",
     "checkpoint_dots_with_no_batch_dims": "attention",
+    # Saving the attention output does not save the fused kernel's softmax statistics, which
+    # its backward needs, so the kernel's forward still runs again.
+    "dots_with_no_batch_dims_and_context": "attention",
+    # Upper bounds: the projections and MLP are recomputed, the saved attention output is not.
+    "save_context_and_out_proj": "layers",
+    "save_qkv_context_and_out_proj": "layers",
     "full": "layers",
     "nothing_saveable": "layers",
 }

@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.ad_checkpoint import checkpoint_name
 
 Params = dict[str, Any]
 Batch = dict[str, jax.Array]
@@ -51,6 +52,11 @@ REMAT_POLICIES: dict[str, Callable[..., Any] | None] = {
     "nothing_saveable": jax.checkpoint_policies.nothing_saveable,
     "dots_saveable": jax.checkpoint_policies.dots_saveable,
     "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    # ... and the attention output, tagged "context" in the block below.
+    "dots_with_no_batch_dims_and_context": jax.checkpoint_policies.save_from_both_policies(
+        jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+        jax.checkpoint_policies.save_only_these_names("context"),
+    ),
     "everything_saveable": jax.checkpoint_policies.everything_saveable,
 }
 ATTENTION_IMPLS = ("auto", "cudnn", "xla")
@@ -230,6 +236,7 @@ def _block(cfg: ReferenceConfig, attention_impl: str) -> Callable[[jax.Array, Pa
         if cfg.use_bias:
             qkv = qkv + p["qkv"]["b"][:, None, None]
         context = jax.nn.dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True, implementation=attention_impl)
+        context = checkpoint_name(context, "context")
         attn = jnp.einsum("bsnh,nhd->bsd", context, p["out"]["w"])
         if cfg.use_bias:
             attn = attn + p["out"]["b"]

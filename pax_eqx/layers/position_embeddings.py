@@ -39,6 +39,12 @@ class TrainablePositionalEmbedding(eqx.Module):
     def __call__(self, positions: Int[Array, "*batch"]) -> Float[Array, "*batch embed"]:
         return jnp.take(self.emb_var, positions, axis=0)
 
+    def first(self, length: int) -> Float[Array, "length embed"]:
+        """Rows 0..length-1: positions of unpacked sequences. A slice, so the gradient is a
+        pad (and a sum over the batch) rather than the scatter-add a gather of [batch, length]
+        positions costs in the backward pass."""
+        return self.emb_var[:length]
+
     def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"emb_var": (None, "embed")}
 

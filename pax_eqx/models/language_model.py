@@ -138,12 +138,13 @@ class LanguageModel(eqx.Module):
 
     # Pieces shared by training and decoding ---------------------------------------------------
     def embed(
-        self, ids: Int[Array, "batch time"], positions: Int[Array, "batch time"]
+        self, ids: Int[Array, "batch time"], positions: Int[Array, "batch time"], contiguous: bool = False
     ) -> Float[Array, "batch time embed"]:
+        """Token plus position embeddings. contiguous: `positions` is arange(time) in every row."""
         emb = self.embedding
         x = emb.lookup(ids) if self.softmax is None else emb(ids)
         if self.position is not None:
-            x = x + self.position(positions)
+            x = x + (self.position.first(ids.shape[1]) if contiguous else self.position(positions))
         elif self.position_embedding == "sinusoidal":
             x = x + sinusoidal_position_embedding(positions, x.shape[-1])
         return x
@@ -175,8 +176,12 @@ class LanguageModel(eqx.Module):
                 f"sequence length {t} is longer than model.max_seq_len={self.max_seq_len}; "
                 "raise model.max_seq_len or shorten data.seq_len."
             )
-        positions = segment_pos if segment_pos is not None else jnp.broadcast_to(jnp.arange(t), (b, t))
-        x = self.embed(ids, positions)
+        if segment_pos is None:
+            positions = jnp.broadcast_to(jnp.arange(t), (b, t))
+            x = self.embed(ids, positions, contiguous=True)
+        else:
+            positions = segment_pos
+            x = self.embed(ids, positions)
         if dtype is not None:
             x = x.astype(dtype)
         x, ctx = call(

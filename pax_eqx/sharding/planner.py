@@ -35,6 +35,9 @@ from pax_eqx.tasks.task import Task
 _POLICY_SAVED = {
     "full": lambda d, h: 1.0,
     "dots_with_no_batch_dims_saveable": lambda d, h: 4 + 2 * h / d,
+    "dots_with_no_batch_dims_and_context": lambda d, h: 5 + 2 * h / d,
+    "save_context_and_out_proj": lambda d, h: 3.0,
+    "save_qkv_context_and_out_proj": lambda d, h: 6.0,
     "dots_saveable": lambda d, h: 6 + 2 * h / d,
     "everything_saveable": lambda d, h: 12 + 4 * h / d,
     "none": lambda d, h: 12 + 4 * h / d,
