@@ -94,7 +94,7 @@ def text_file_documents(spec: str, field: str, split: str | None, eval_fraction:
             raise ValueError(
                 f"{field}={spec!r}: the held-out eval part is empty; set data.eval_path or raise data.eval_fraction."
             )
-        raise ValueError(f"{field}={spec!r}: the files are empty.")
+        raise ValueError(f"{field}={spec!r}: the files are empty; point {field} at files that hold text.")
     return docs
 
 

@@ -29,8 +29,8 @@ def restore_for_inference(
 
     initialize()
     path: Path = prepare(job_dir, create=False)
-    exp.validate(num_devices=jax.device_count())
     check_config(path, exp.to_dict(), exp.checkpoint.allow_config_change, program=program)
+    exp.validate(num_devices=jax.device_count())
     rt = Runtime.create(exp, path)
     if prompt is not None:
         check_prompt(rt.tokenizer, prompt)

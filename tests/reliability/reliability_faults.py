@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from pax_eqx.data import Input, build_input
+from pax_eqx.data import ByteTokenizer, Input, build_input
 
 FAULTS_ENV = "PAX_RELIABILITY_FAULTS"
 MARKERS_ENV = "PAX_RELIABILITY_MARKERS"
@@ -91,3 +91,17 @@ def _hold(name: str) -> None:
 def faulty_text_input(data_cfg, split, tokenizer, shard) -> Input:
     inner = build_input(data_cfg.replace(source="text_files"), split, tokenizer, shard.count, shard.index)
     return FaultyInput(inner)
+
+
+class _OtherBytes(ByteTokenizer):
+    """A tokenizer with another vocabulary fingerprint (as a second SentencePiece model would have)."""
+
+    fingerprint = "other-vocabulary"
+
+
+def mismatched_tokenizer_input(data_cfg, split, tokenizer, shard) -> Input:
+    """The text_files input, whose eval split is built with a different tokenizer than train's."""
+    inner = build_input(data_cfg.replace(source="text_files"), split, tokenizer, shard.count, shard.index)
+    if split == "eval":
+        inner.tokenizer = _OtherBytes()
+    return inner

@@ -63,8 +63,19 @@ def corpus() -> Path:
     return workspace() / "corpus.txt"
 
 
-def command(job: Path, *extra: str, program: str = "pax_eqx.train") -> list[str]:
-    return [sys.executable, "-m", program, *ARGS, "--data.path", str(corpus()), "--job-log-dir", str(job), *extra]
+def command(job: Path, *extra: str, program: str = "pax_eqx.train", max_file_bytes: int | None = None) -> list[str]:
+    """The command line; with `max_file_bytes`, the program runs under that file-size limit
+    (RLIMIT_FSIZE, set by a launcher that then runs the module: a write past it fails with EFBIG,
+    as a write to a full disk fails with ENOSPC; Python ignores SIGXFSZ, so it is an error)."""
+    args = [*ARGS, "--data.path", str(corpus()), "--job-log-dir", str(job), *extra]
+    if max_file_bytes is None:
+        return [sys.executable, "-m", program, *args]
+    launcher = (
+        "import resource, runpy, sys; "
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({max_file_bytes}, resource.RLIM_INFINITY)); "
+        f"sys.argv = [{program!r}, *sys.argv[1:]]; runpy.run_module({program!r}, run_name='__main__')"
+    )
+    return [sys.executable, "-c", launcher, *args]
 
 
 def environment(faults: str = "", markers: Path | None = None) -> dict[str, str]:
@@ -84,15 +95,14 @@ def environment(faults: str = "", markers: Path | None = None) -> dict[str, str]
     return env
 
 
-def run(job: Path, *extra: str, faults: str = "", preexec_fn=None, program: str = "pax_eqx.train"):
+def run(job: Path, *extra: str, faults: str = "", max_file_bytes: int | None = None, program: str = "pax_eqx.train"):
     """Runs the CLI to completion; returns the CompletedProcess (text stdout/stderr)."""
     return subprocess.run(
-        command(job, *extra, program=program),
+        command(job, *extra, program=program, max_file_bytes=max_file_bytes),
         env=environment(faults, job.parent),
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT_S,
-        preexec_fn=preexec_fn,
         cwd=REPO,
     )
 

@@ -13,8 +13,6 @@
 from __future__ import annotations
 
 import json
-import resource
-import signal
 
 from reliability_harness import (
     NUM_STEPS,
@@ -80,16 +78,11 @@ def test_no_readable_checkpoint_is_an_error_not_a_fresh_start(tmp_path):
     assert snapshot(job) == before
 
 
-def _limit_file_size():
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG from write() instead of a killed process
-    resource.setrlimit(resource.RLIMIT_FSIZE, (16 * 1024, resource.RLIM_INFINITY))
-
-
 def test_disk_full_while_saving_keeps_every_earlier_checkpoint(tmp_path):
     job = copy_of_reference(tmp_path)
     before = {k: v for k, v in snapshot(job).items() if k != "config.json"}
     config_before = json.loads((job / "config.json").read_text())
-    done = run(job, "--train.num-steps", "10", preexec_fn=_limit_file_size)
+    done = run(job, "--train.num-steps", "10", max_file_bytes=16 * 1024)
     assert done.returncode == 1, done.stderr[-3000:]
     assert_no_traceback(done.stderr)
     (line,) = error_lines(done.stderr)
