@@ -7,6 +7,8 @@ which step, why, and which checkpoint a rerun of the same command resumes from.
 
 from __future__ import annotations
 
+import traceback
+
 
 class RunError(RuntimeError):
     """A run failed mid-way; the checkpoints it wrote before the failure are intact."""
@@ -18,3 +20,12 @@ class NonFiniteLossError(RunError):
 
 class DataPipelineError(RunError):
     """An input raised (or ran out) mid-run."""
+
+
+def raised_at(error: BaseException) -> str:
+    """ " (raised in fn, file:line)" for the innermost frame of `error`'s traceback, or ""."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f" (raised in {frame.name}, {frame.filename}:{frame.lineno})"

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from pax_eqx.data import eval_num_batches
-from pax_eqx.programs.errors import DataPipelineError
+from pax_eqx.programs.errors import DataPipelineError, raised_at
 
 
 def evaluate(rt: Any, state: Any, log: Callable = print) -> dict[str, float]:
@@ -35,9 +35,9 @@ def evaluate(rt: Any, state: Any, log: Callable = print) -> dict[str, float]:
             break
         except Exception as e:
             raise DataPipelineError(
-                f"the eval input failed while reading eval batch {count + 1}: {type(e).__name__}: {e}; the "
-                "checkpoints written so far are intact. Fix data.eval (or its files) and rerun the same command "
-                "(set PAX_EQX_TRACEBACK=1 for the full traceback)."
+                f"the eval input failed while reading eval batch {count + 1}: {type(e).__name__}: {e}"
+                f"{raised_at(e)}. Fix data.eval (or its files) and rerun the same command (set "
+                "PAX_EQX_TRACEBACK=1 for the full traceback)"
             ) from e
         metrics = jax.device_get(rt.programs.eval_step(state, rt.programs.global_batch(local)))
         n = float(metrics["num_predictions"])

@@ -18,10 +18,10 @@ scratch) without error, so a refused or failed start never changes what the job 
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ import numpy as np
 from pax_eqx.checkpoint import Checkpointer, CheckpointSaveError
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.learners import skipped_steps
-from pax_eqx.programs.errors import DataPipelineError, NonFiniteLossError
+from pax_eqx.programs.errors import DataPipelineError, NonFiniteLossError, raised_at
 from pax_eqx.programs.eval_loop import evaluate
 from pax_eqx.programs.job_dir import check_config, write_config
 from pax_eqx.programs.pgle import enable_auto_pgle
@@ -168,7 +168,7 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
             _check_finite(exp, step, train_metrics, ckpt)
             skipped_so_far = _report_skipped(step, train_metrics, skipped_so_far, log)
         if exp.train.eval_interval_steps and step % exp.train.eval_interval_steps == 0:
-            eval_metrics = evaluate(rt, state, log=log)
+            eval_metrics = _evaluate(rt, state, step, ckpt, log)
             writer.write(step, "eval", eval_metrics)
         stopping = stop.agreed()
         if ckpt.should_save(step) or stopping or step == exp.train.num_steps:
@@ -187,7 +187,7 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
         jax.profiler.stop_trace()
     interval = exp.train.eval_interval_steps
     if not preempted and (interval == 0 or step % interval):
-        eval_metrics = evaluate(rt, state, log=log)
+        eval_metrics = _evaluate(rt, state, step, ckpt, log)
         writer.write(step, "eval", eval_metrics)
     ckpt.wait_until_finished()
     ckpt.close()
@@ -206,14 +206,16 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
 
 
 def _eval_data(exp: ExperimentConfig) -> dict[str, Any]:
-    """What the eval input is built from: its saved position only applies to the same pipeline."""
-    return {k: v for k, v in exp.data.to_dict().items() if k != "train"}
+    """What the eval input is built from: its saved position only applies to the same pipeline.
+    (As it reads back from the checkpoint's JSON, so a saved and a fresh one compare equal.)"""
+    return json.loads(json.dumps({k: v for k, v in exp.data.to_dict().items() if k != "train"}))
 
 
-def _input_states(rt: Runtime, exp: ExperimentConfig) -> dict[str, Any]:
+def _input_states(rt: Any, exp: ExperimentConfig) -> dict[str, Any]:
     """This host's input positions for the checkpoint: the training input's, and the rolling eval
     input's (reset_for_eval=False: each eval run reads the next batches, so where it stands
-    decides what the next eval sees)."""
+    decides what the next eval sees). `rt`: the Runtime (anything whose .input(split) has
+    get_state/set_state)."""
     states: dict[str, Any] = {INPUT_STATES_KEY: 1, "train": rt.input("train").get_state()}
     if not exp.data.eval.reset_for_eval:
         states["eval"] = rt.input("eval").get_state()
@@ -221,7 +223,7 @@ def _input_states(rt: Runtime, exp: ExperimentConfig) -> dict[str, Any]:
     return states
 
 
-def _restore_inputs(rt: Runtime, exp: ExperimentConfig, data_state: dict[str, Any] | None, log) -> None:
+def _restore_inputs(rt: Any, exp: ExperimentConfig, data_state: dict[str, Any] | None, log) -> None:
     if data_state is None:
         log("The checkpoint holds no data iterator state: the training input starts from its first batch.")
         return
@@ -262,12 +264,11 @@ def _finish_in_flight_save(ckpt: Checkpointer, log) -> None:
         log(f"warning: closing the checkpointer failed: {type(e).__name__}: {e}")
 
 
-def _where(error: BaseException) -> str:
-    frames = traceback.extract_tb(error.__traceback__)
-    if not frames:
-        return ""
-    frame = frames[-1]
-    return f" (raised in {frame.name}, {frame.filename}:{frame.lineno})"
+def _evaluate(rt: Runtime, state: Any, step: int, ckpt: Checkpointer, log) -> dict[str, float]:
+    try:
+        return evaluate(rt, state, log=log)
+    except DataPipelineError as e:
+        raise DataPipelineError(f"the eval after step {step} failed: {e}; {_kept(ckpt)}.") from e.__cause__
 
 
 def _next_train_batch(train_input: Any, step: int, ckpt: Checkpointer) -> dict[str, np.ndarray]:
@@ -281,7 +282,7 @@ def _next_train_batch(train_input: Any, step: int, ckpt: Checkpointer) -> dict[s
     except Exception as e:
         raise DataPipelineError(
             f"the training input failed while reading the batch for step {step}: {type(e).__name__}: {e}"
-            f"{_where(e)}; {_kept(ckpt)}. Fix the input and rerun the same command to resume "
+            f"{raised_at(e)}; {_kept(ckpt)}. Fix the input and rerun the same command to resume "
             "(set PAX_EQX_TRACEBACK=1 for the full traceback)."
         ) from e
 

@@ -43,6 +43,16 @@ def test_a_data_pipeline_that_raises_stops_with_a_clear_error_and_keeps_the_chec
     assert "the newest checkpoint, step 4, is intact" in line and "rerun the same command" in line
     assert committed_steps(job) == [2, 4] and not tmp_checkpoints(job)
 
+    # The rerun resumes from step 4; now the eval input fails, in the eval after step 6.
+    failed = run(job, faults="raise:eval:3")
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert_no_traceback(failed.stderr)
+    line = error_line(failed.stderr)
+    assert "the eval after step 6 failed: the eval input failed while reading eval batch 1" in line
+    assert "Input/output error (injected) reading eval batch 3" in line
+    assert "the newest checkpoint, step 4, is intact" in line
+    assert committed_steps(job) == [2, 4] and not tmp_checkpoints(job)
+
     done = run(job)  # the input is fixed: the same command resumes from step 4
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Resuming shakespeare_char from checkpoint at step 4" in done.stdout

@@ -1,9 +1,10 @@
 """SIGTERM and SIGINT: finish the current step, save a checkpoint, say so, exit 0; the rerun
-continues bit for bit.
+continues bit for bit. Ctrl-C twice: stop at once, exit 130, save nothing.
 
-One job dir, three stops: SIGTERM while the run is still compiling (honoured after step 1),
-SIGTERM at step 5 (not a checkpoint step: the stop forces one), SIGINT at step 7; then a
-final rerun to the end, whose every metrics line equals the uninterrupted reference run's.
+One job dir, four stops: Ctrl-C twice before step 2 (nothing saved), SIGTERM while the run is
+still compiling (honoured after step 1), SIGTERM at step 5 (not a checkpoint step: the stop
+forces one), SIGINT at step 7; then a final rerun to the end, whose every metrics line equals
+the uninterrupted reference run's.
 """
 
 from __future__ import annotations
@@ -39,6 +40,16 @@ def stop_at(job, step: int, sig: signal.Signals) -> Running:
 def test_sigterm_and_sigint_save_exit_0_and_the_rerun_is_bitwise_equal(tmp_path):
     ref = reference()
     job = tmp_path / "job"
+
+    r = Running(job, faults="hold:train:2")
+    r.wait_for_hold("train-2")
+    r.proc.send_signal(signal.SIGINT)
+    r.wait_for(lambda: "SIGINT received" in r.stdout, "the run to acknowledge SIGINT")
+    r.proc.send_signal(signal.SIGINT)
+    assert r.finish() == 130, r.stderr[-3000:]
+    assert_no_traceback(r.stderr)
+    assert "error: interrupted (second SIGINT: stopping without saving)" in r.stderr
+    assert committed_steps(job) == []
 
     r = Running(job)
     r.wait_for(lambda: "Starting" in r.stdout, "the run to start compiling")

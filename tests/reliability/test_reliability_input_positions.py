@@ -1,0 +1,69 @@
+"""What a checkpoint records of the inputs' positions, and what a resume does with it.
+
+The end-to-end tests (test_reliability_sigkill_resume.py) show the positions restore exactly;
+these cover the cases they do not reach: a checkpoint written before eval positions were saved
+(the train iterator's state alone), a rolling eval whose data.eval changed on resume (its old
+position does not apply: the eval starts over, and says so), and a reset-for-eval input (no
+position to keep).
+"""
+
+from __future__ import annotations
+
+from pax_eqx.data import DataConfig, InputConfig
+from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.programs.train_loop import INPUT_STATES_KEY, _input_states, _restore_inputs
+
+ROLLING = InputConfig(batch_size=4, shuffle=False, repeat=True, reset_for_eval=False, eval_loop_num_batches=2)
+ONE_EPOCH = InputConfig(batch_size=4, shuffle=False, repeat=False, reset_for_eval=True)
+
+
+class FakeInput:
+    def __init__(self, position: int = 0):
+        self.position = position
+
+    def get_state(self) -> dict:
+        return {"next_index": self.position}
+
+    def set_state(self, state: dict) -> None:
+        self.position = state["next_index"]
+
+
+class FakeRuntime:
+    def __init__(self, train: int = 0, eval: int = 0):
+        self.inputs = {"train": FakeInput(train), "eval": FakeInput(eval)}
+
+    def input(self, split: str) -> FakeInput:
+        return self.inputs[split]
+
+
+def experiment(eval_cfg: InputConfig) -> ExperimentConfig:
+    return ExperimentConfig(data=DataConfig(source="random", eval=eval_cfg))
+
+
+def test_train_and_rolling_eval_positions_round_trip():
+    exp = experiment(ROLLING)
+    states = _input_states(FakeRuntime(train=7, eval=4), exp)
+    assert states == {INPUT_STATES_KEY: 1, "train": {"next_index": 7}, "eval": {"next_index": 4},
+                      "eval_data": states["eval_data"]}  # fmt: skip
+    resumed, logged = FakeRuntime(), []
+    _restore_inputs(resumed, exp, states, logged.append)
+    assert (resumed.inputs["train"].position, resumed.inputs["eval"].position) == (7, 4) and logged == []
+
+
+def test_a_checkpoint_with_the_train_state_alone_still_resumes():
+    resumed, logged = FakeRuntime(), []
+    _restore_inputs(resumed, experiment(ROLLING), {"next_index": 9}, logged.append)
+    assert (resumed.inputs["train"].position, resumed.inputs["eval"].position) == (9, 0) and logged == []
+
+
+def test_a_changed_rolling_eval_starts_over_and_says_so():
+    states = _input_states(FakeRuntime(train=7, eval=4), experiment(ROLLING))
+    resumed, logged = FakeRuntime(), []
+    _restore_inputs(resumed, experiment(ROLLING.replace(eval_loop_num_batches=3)), states, logged.append)
+    assert (resumed.inputs["train"].position, resumed.inputs["eval"].position) == (7, 0)
+    assert logged == ["data.eval changed since the checkpoint: the rolling eval input starts from its first batch."]
+
+
+def test_an_eval_reset_every_run_keeps_no_position():
+    states = _input_states(FakeRuntime(train=7, eval=4), experiment(ONE_EPOCH))
+    assert set(states) == {INPUT_STATES_KEY, "train"}
