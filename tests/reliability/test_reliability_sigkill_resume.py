@@ -12,7 +12,7 @@ checkpointed too).
 The reference run: 8 steps, checkpoints at 2, 4, 6, 8 (keep 3), a rolling eval of two batches
 at steps 3, 6 and 8. A hold (reliability_faults) parks a run just before it reads the batch of
 a given step, so a kill lands between known steps; the kill mid-save polls for orbax's
-`4.orbax-checkpoint-tmp*` directory instead.
+`<step>.orbax-checkpoint-tmp*` directory instead.
 """
 
 from __future__ import annotations
@@ -50,13 +50,13 @@ def kill_before_the_first_checkpoint(job):
 
 
 def kill_mid_async_save(job):
-    """Killed while the step-4 checkpoint is being written in the background: it is torn."""
+    """Killed while a checkpoint is being written in the background (the first save seen in
+    progress; a run from scratch makes four): it is torn, and not committed."""
     r = Running(job)
-    started = lambda: any(name.startswith("4.") for name in tmp_checkpoints(job))  # noqa: E731
-    r.wait_for(started, "the step-4 save to start", poll_s=0.0002)
+    r.wait_for(lambda: tmp_checkpoints(job), "a save to start", poll_s=0.0002)
     r.kill()
-    assert committed_steps(job) == [2]
-    assert any(name.startswith("4.") for name in tmp_checkpoints(job)), "the kill came after the commit"
+    torn = {int(name.split(".")[0]) for name in tmp_checkpoints(job)}
+    assert torn and not torn & set(committed_steps(job)), "the kill came after the commit"
 
 
 def kill_right_after_a_commit(job):
