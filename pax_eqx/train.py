@@ -6,6 +6,7 @@ Trains the experiment (default: shakespeare_char), resuming from DIR's newest ch
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from pax_eqx import cli, entry
@@ -43,9 +44,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     initialize()
     exp.validate(num_devices=jax.device_count())
     check_batch_divisible(exp, jax.process_count(), batch_divisor(build_mesh(exp.mesh), exp.mesh.rules))
+    created = not os.path.exists(job_dir)
     path = prepare(job_dir)
-    train(exp, path)
+    try:
+        train(exp, path)
+    except BaseException:
+        if created:
+            _remove_if_empty(path)  # a run that failed before writing anything leaves no trace
+        raise
     return 0
+
+
+def _remove_if_empty(path) -> None:
+    try:
+        os.rmdir(path)
+    except OSError:  # not empty: something was written, keep it
+        pass
 
 
 if __name__ == "__main__":
