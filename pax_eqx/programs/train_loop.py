@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -63,11 +64,13 @@ class _StopFlag:
     compiling or restoring is honoured after the first step. A second SIGINT (Ctrl-C twice)
     stops at once without saving, as a user pressing it again expects; SIGTERM never does,
     since schedulers resend it while they wait for the save.
+
+    The handler acknowledges the signal on stderr with one unbuffered `os.write`: a `print`
+    there could re-enter a stdout write the main thread was in the middle of, and fail.
     """
 
-    def __init__(self, log=print):
+    def __init__(self):
         self.requested: str | None = None
-        self._log = log
         self._previous = {}
 
     def __enter__(self):
@@ -80,7 +83,8 @@ class _StopFlag:
         if self.requested and signum == signal.SIGINT:
             raise KeyboardInterrupt(f"second {name}: stopping without saving")
         if not self.requested:
-            self._log(f"{name} received: finishing the current step, then saving a checkpoint and exiting.")
+            note = f"{name} received: finishing the current step, then saving a checkpoint and exiting.\n"
+            os.write(2, note.encode())
         self.requested = self.requested or name
 
     def __exit__(self, *exc):
@@ -97,7 +101,7 @@ class _StopFlag:
 
 
 def train(exp: ExperimentConfig, job_dir: Path, log=print) -> TrainResult:
-    with _StopFlag(log) as stop:
+    with _StopFlag() as stop:
         return _train(exp, job_dir, log, stop)
 
 

@@ -17,6 +17,9 @@ training step n; the count is part of the checkpointed iterator state, so it sur
 
 Several faults are separated by ";". `hold:eval:N` parks in the N-th eval batch read (counted
 over the whole run, as the rolling eval input is).
+
+`mismatched_tokenizer_input` is a second custom input, whose eval split comes with a tokenizer
+of another vocabulary than training's (what the experiment must refuse).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def stop_at(job, step: int, sig: signal.Signals) -> Running:
     r = Running(job, faults=f"hold:train:{step}")
     r.wait_for_hold(f"train-{step}")
     r.proc.send_signal(sig)
-    r.wait_for(lambda: f"{sig.name} received" in r.stdout, f"the run to acknowledge {sig.name}")
+    r.wait_for(lambda: f"{sig.name} received" in r.stderr, f"the run to acknowledge {sig.name}")
     r.release(f"train-{step}")
     assert r.finish() == 0, r.stderr[-3000:]
     assert f"Stop requested ({sig.name}): saved a checkpoint at step {step}; exiting." in r.stdout
@@ -44,7 +44,7 @@ def test_sigterm_and_sigint_save_exit_0_and_the_rerun_is_bitwise_equal(tmp_path)
     r = Running(job, faults="hold:train:2")
     r.wait_for_hold("train-2")
     r.proc.send_signal(signal.SIGINT)
-    r.wait_for(lambda: "SIGINT received" in r.stdout, "the run to acknowledge SIGINT")
+    r.wait_for(lambda: "SIGINT received" in r.stderr, "the run to acknowledge SIGINT")
     r.proc.send_signal(signal.SIGINT)
     assert r.finish() == 130, r.stderr[-3000:]
     assert_no_traceback(r.stderr)
