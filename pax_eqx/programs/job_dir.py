@@ -1,7 +1,7 @@
 """The job directory: checked before anything is written, and its config.json kept honest.
 
-    DIR/config.json       the resolved experiment (written on the first run)
-    DIR/checkpoints/      orbax checkpoints (train state + data iterator state)
+    DIR/config.json       the resolved experiment (written once a run has started well)
+    DIR/checkpoints/      orbax checkpoints (train state + input positions)
     DIR/summaries/{train,eval}/   TensorBoard events
     DIR/metrics.jsonl     one JSON object per logged step
     DIR/plots/*.png       loss and log-perplexity curves
@@ -9,7 +9,8 @@
 A second run on the same DIR resumes. If its experiment differs from the saved config in a
 field that changes what a checkpoint means (the model, the data tokenizer), it is refused
 with the list of changed fields unless `checkpoint.allow_config_change` is set; changes to
-run-length or logging fields (num_steps, intervals, ...) are always allowed.
+run-length or logging fields (num_steps, intervals, ...) are always allowed. Eval and decode
+check their experiment against config.json the same way (`check_config`), and never write it.
 """
 
 from __future__ import annotations
