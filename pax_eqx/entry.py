@@ -38,7 +38,8 @@ RUN_ERRORS = (RunError, CheckpointError)
 def run(main: Callable[[], int]) -> None:
     warnings.formatwarning = _format_warning
     if not os.environ.get("PAX_EQX_TRACEBACK"):
-        logging.getLogger("absl").addFilter(_drop_traceback)
+        for library in ("absl", "asyncio"):  # orbax's threads; tensorstore's unretrieved write tasks
+            logging.getLogger(library).addFilter(_drop_traceback)
         sys.unraisablehook = _UnraisableOnce()
     try:
         code = main()
