@@ -44,9 +44,7 @@ def check_fields(cls: type, names: typing.Iterable[str]) -> None:
     valid = field_names(cls)
     for name in names:
         if name not in valid:
-            raise ConfigError(
-                f"{cls.__name__} has no field {name!r}.{_suggest(name, valid)}"
-            )
+            raise ConfigError(f"{cls.__name__} has no field {name!r}.{_suggest(name, valid)}")
 
 
 def config(cls: type[T]) -> type[T]:
@@ -58,8 +56,7 @@ def config(cls: type[T]) -> type[T]:
     def __init__(self, *args, **kwargs):
         if args:
             raise ConfigError(
-                f"{cls.__name__} takes keyword arguments only, e.g. "
-                f"{cls.__name__}({field_names(cls)[0]}=...)."
+                f"{cls.__name__} takes keyword arguments only, e.g. {cls.__name__}({field_names(cls)[0]}=...)."
             )
         check_fields(cls, kwargs)
         original_init(self, **kwargs)

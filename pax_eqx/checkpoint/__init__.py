@@ -1,6 +1,6 @@
 """Checkpoints: orbax CheckpointManager holding the train state and the data iterator state.
 
-    from pax_eqx.checkpoint import Checkpointer, CheckpointConfig
+from pax_eqx.checkpoint import Checkpointer, CheckpointConfig
 """
 
 from pax_eqx.checkpoint.checkpointer import (

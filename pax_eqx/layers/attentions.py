@@ -246,9 +246,7 @@ class Attention(eqx.Module):
         zero = jnp.zeros((), jnp.int32)
         k_all = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), (zero, start, zero, zero))
         v_all = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), (zero, start, zero, zero))
-        mask = kernels.make_mask(
-            x.shape[1], cache.k.shape[1], causal=True, q_offset=start, key_valid=key_valid
-        )
+        mask = kernels.make_mask(x.shape[1], cache.k.shape[1], causal=True, q_offset=start, key_valid=key_valid)
         o = kernels.xla_attention(
             q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, scale=self._scale(),
             logit_cap=self.cfg.logit_cap,

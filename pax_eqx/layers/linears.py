@@ -152,8 +152,7 @@ class MLPBlock(eqx.Module):
         dims = [cfg.input_dims] + [cfg.hidden_dims] * (cfg.num_layers - 1) + [cfg.output_dims]
         keys = jax.random.split(key, cfg.num_layers)
         self.layers = tuple(
-            cfg.ff.replace(input_dims=i, output_dims=o).build(k)
-            for i, o, k in zip(dims[:-1], dims[1:], keys)
+            cfg.ff.replace(input_dims=i, output_dims=o).build(k) for i, o, k in zip(dims[:-1], dims[1:], keys)
         )
 
     def __call__(self, x: Float[Array, "*batch input_dims"]) -> Float[Array, "*batch output_dims"]:

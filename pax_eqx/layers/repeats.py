@@ -81,8 +81,7 @@ class StackedTransformerConfig(Config):
             raise ValueError(f"StackedTransformerConfig.num_layers must be >= 1, got {self.num_layers}.")
         if not 1 <= self.unroll <= self.num_layers:
             raise ValueError(
-                f"StackedTransformerConfig.unroll must be in [1, num_layers={self.num_layers}], "
-                f"got {self.unroll}."
+                f"StackedTransformerConfig.unroll must be in [1, num_layers={self.num_layers}], got {self.unroll}."
             )
         cls = StackedTransformerRepeated if self.repeat else StackedTransformer
         return cls(self, key=key)

@@ -47,9 +47,7 @@ class StochasticResidualConfig(Config):
 
     def build(self, key=None) -> StochasticResidual:
         if not 0.0 < self.survival_prob <= 1.0:
-            raise ValueError(
-                f"StochasticResidualConfig.survival_prob must be in (0, 1], got {self.survival_prob}."
-            )
+            raise ValueError(f"StochasticResidualConfig.survival_prob must be in (0, 1], got {self.survival_prob}.")
         return StochasticResidual(self.residual_weight, self.survival_prob)
 
 

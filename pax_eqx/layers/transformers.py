@@ -77,8 +77,7 @@ class Transformer(eqx.Module):
         d, hdim = cfg.model_dims, cfg.hidden_dims
         if d <= 0 or hdim <= 0 or cfg.num_heads <= 0:
             raise ValueError(
-                f"TransformerConfig needs model_dims, hidden_dims, num_heads > 0; got {d}, {hdim}, "
-                f"{cfg.num_heads}."
+                f"TransformerConfig needs model_dims, hidden_dims, num_heads > 0; got {d}, {hdim}, {cfg.num_heads}."
             )
         k_att, k_in, k_out = jax.random.split(key, 3)
         norm = cfg.norm.replace(dims=d)
@@ -87,9 +86,7 @@ class Transformer(eqx.Module):
         self.attention_post_norm = norm.build() if hybrid else None
         self.ff_norm = norm.build()
         self.ff_post_norm = norm.build() if hybrid else None
-        self.attention = cfg.attention.replace(
-            input_dims=d, num_heads=cfg.num_heads, init=cfg.init
-        ).build(k_att)
+        self.attention = cfg.attention.replace(input_dims=d, num_heads=cfg.num_heads, init=cfg.init).build(k_att)
         self.ff_in = FeedForwardConfig(
             input_dims=d, output_dims=hdim, has_bias=cfg.ff_has_bias, activation=cfg.activation,
             init=cfg.init, axes=("embed", "mlp"),

@@ -1,6 +1,6 @@
 """Summaries: TensorBoard events and DIR/metrics.jsonl, loss plots, and the progress bar.
 
-    from pax_eqx.summaries import SummaryWriter, write_plots, Progress
+from pax_eqx.summaries import SummaryWriter, write_plots, Progress
 """
 
 from pax_eqx.summaries.plots import write_plots
