@@ -16,7 +16,9 @@ How Pax's settings map to pax_eqx:
   prod(DCN): right for one process driving every device (and for the dry run). With H hosts,
   pass `--data.train.batch-size <global / H>` (and the same for `data.eval`).
 - CHECKPOINT_POLICY with USE_REPEATED_LAYER: SAVE_NOTHING is remat "full"
-  (jax.checkpoint_policies.nothing_saveable); without repeated layers Pax applies no remat.
+  (jax.checkpoint_policies.nothing_saveable), SAVE_CONTEXT_AND_OUT_PROJ (lm_cloud_spmd_32b /
+  64b) is "save_context_and_out_proj", SAVE_DOT_FOR_MLPERF_200B "save_qkv_context_and_out_proj"
+  (the same activation names as Praxis); without repeated layers Pax applies no remat.
 
 Departures from Pax (nearest equivalent chosen; listed in docs/experiments.md too):
 
@@ -25,9 +27,6 @@ Departures from Pax (nearest equivalent chosen; listed in docs/experiments.md to
 - The tied softmax has no output bias (Pax's SharedEmbeddingSoftmax has one of vocab_size
   parameters): pax_eqx's SharedEmbeddingSoftmax has none. The parameter counts are Pax's minus
   vocab_size.
-- SAVE_CONTEXT_AND_OUT_PROJ (lm_cloud_spmd_32b / 64b) becomes remat "full" (saves less, the
-  layer input only) until pax_eqx has the named policy; SAVE_DOT_FOR_MLPERF_200B only appears
-  where Pax applies no remat (not repeated), so it has no effect there or here.
 - Init: Praxis' default Xavier(1.000001) everywhere, but on the per-head attention weights
   [d, heads, head_dim] Praxis counts d as a receptive field, limit sqrt(6 / (d x (heads +
   head_dim))) (3d for the fused QKV weight), where pax_eqx uses fan-in d and fan-out heads x
@@ -58,7 +57,11 @@ CheckpointPolicy = Literal["SAVE_NOTHING", "SAVE_CONTEXT_AND_OUT_PROJ", "SAVE_DO
 Data = Literal["synthetic", "c4"]
 
 # Pax's CHECKPOINT_POLICY -> our remat policy, when the layers are repeated (see module doc).
-_REMAT = {"SAVE_NOTHING": "full", "SAVE_CONTEXT_AND_OUT_PROJ": "full", "SAVE_DOT_FOR_MLPERF_200B": "full"}
+_REMAT = {
+    "SAVE_NOTHING": "full",
+    "SAVE_CONTEXT_AND_OUT_PROJ": "save_context_and_out_proj",
+    "SAVE_DOT_FOR_MLPERF_200B": "save_qkv_context_and_out_proj",
+}
 # Praxis' default WeightInit.Xavier(1.000001) for every projection.
 PRAXIS_DEFAULT_INIT = xavier(1.000001)
 NUM_TRAIN_STEPS = 10_000_000  # tasks_lib.SingleTask.Train.num_train_steps default (1e7)

@@ -70,8 +70,9 @@ class ExperimentConfig(Config):
     decode: DecodeConfig = DecodeConfig()
     profile: ProfileConfig = ProfileConfig()
 
-    def validate(self, num_devices: int | None = None) -> None:
-        """Every constraint that can be checked before the run starts; ValueError names the field."""
+    def validate(self, num_devices: int | None = None, data_files: bool = True) -> None:
+        """Every constraint that can be checked before the run starts; ValueError names the field.
+        data_files=False leaves the data files unread (the --dry-run planner)."""
         if self.train.num_steps <= 0:
             raise ValueError(
                 f"train.num_steps must be > 0 (the step a run trains up to), got {self.train.num_steps}; "
@@ -99,7 +100,7 @@ class ExperimentConfig(Config):
             )
         if self.profile.steps and (len(self.profile.steps) != 2 or self.profile.steps[0] > self.profile.steps[1]):
             raise ValueError(f"profile.steps must be (first, last) with first <= last, got {self.profile.steps}.")
-        self.data.validate()
+        self.data.validate(files=data_files)
 
 
 def check_batch_divisible(exp: ExperimentConfig, num_hosts: int, divisor: int) -> None:

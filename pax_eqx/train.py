@@ -1,7 +1,8 @@
 """`python -m pax_eqx.train --exp NAME --job-log-dir DIR [--section.field VALUE ...]`
 
 Trains the experiment (default: shakespeare_char), resuming from DIR's newest checkpoint.
-`--dry-run` prints the sharding/memory plan without devices or writing anything.
+`--dry-run` prints the sharding/memory plan without devices or writing anything; with
+`--dry-run-device-memory-gb G` it exits 1 when the plan does not fit G GiB per device.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.dry_run:
         from pax_eqx.sharding.planner import plan
 
-        print(plan(exp, device_memory_gb=ns.dry_run_device_memory_gb))
-        return 0
+        result = plan(exp, device_memory_gb=ns.dry_run_device_memory_gb)
+        print(result)
+        return 1 if result.fits is False else 0  # scripts can gate a launch on the verdict
     if not job_dir:
         raise cli.fail("--job-log-dir is required: python -m pax_eqx.train --exp NAME --job-log-dir DIR")
     import jax

@@ -43,6 +43,7 @@ from pax_eqx.data.tokenizers import (
 
 Source = Literal["shakespeare", "text_files", "jsonl", "synthetic", "random", "custom"]
 _TEXT_SOURCES = ("shakespeare", "text_files", "jsonl")
+_ID_SOURCES = ("synthetic", "random")  # token ids without text: nothing to train a tokenizer on
 
 
 @config
@@ -52,7 +53,8 @@ class DataConfig(Config):
     held out for eval when there is no eval_path. layout: "stream" windows or "packed"
     documents. seq_len: tokens per row. num_synthetic_examples: examples per epoch of the
     synthetic / random sources. custom_input: `package.module.function` for source="custom".
-    tokenizer: byte-level or SentencePiece. train / eval: the two inputs (batch size, hosts,
+    tokenizer: byte-level or SentencePiece (synthetic / random sources without a
+    tokenizer.model_path use bytes: they have no text to train one on). train / eval: the two inputs (batch size, hosts,
     seed, the reset_for_eval x eval_loop_num_batches table).
     """
 
@@ -69,8 +71,9 @@ class DataConfig(Config):
     train: InputConfig = InputConfig()
     eval: InputConfig = InputConfig(shuffle=False, repeat=False, reset_for_eval=True)
 
-    def validate(self) -> None:
-        """Every data error that can be found before a run starts (fields, table, paths)."""
+    def validate(self, files: bool = True) -> None:
+        """Every data error that can be found before a run starts (fields, table, paths); files=False
+        skips what reads the disk (a --dry-run plans a C4 experiment on a machine without C4)."""
         if self.seq_len <= 0:
             raise ConfigError(f"data.seq_len must be > 0, got {self.seq_len}.")
         if not 0.0 < self.eval_fraction < 1.0:
@@ -80,6 +83,8 @@ class DataConfig(Config):
         self.tokenizer.validate()
         self.train.validate("train")
         self.eval.validate("eval")
+        if not files:
+            return
         if self.source in ("text_files", "jsonl"):
             suffixes = (".jsonl", ".json", ".ndjson") if self.source == "jsonl" else ()
             sources.resolve_paths(self.path, "data.path", suffixes=suffixes)
@@ -91,7 +96,7 @@ class DataConfig(Config):
             _custom_factory(self.custom_input)
         if (
             self.tokenizer.kind == "sentencepiece"
-            and self.source not in _TEXT_SOURCES
+            and self.source not in _TEXT_SOURCES + _ID_SOURCES
             and not self.tokenizer.model_path
         ):
             raise ConfigError(
@@ -105,6 +110,10 @@ def build_tokenizer(data: DataConfig, job_dir: str | os.PathLike | None = None) 
     JOB_DIR/tokenizer/spm.model; with no job dir it is trained in memory and not kept)."""
     data.tokenizer.validate()
     if data.tokenizer.kind == "byte":
+        return ByteTokenizer()
+    if data.source in _ID_SOURCES and not data.tokenizer.model_path:
+        # `--data.source synthetic` on a SentencePiece experiment (a C4 benchmark run): the rows are
+        # ids already, so the tokenizer only prints samples; bytes need no training text.
         return ByteTokenizer()
     return load_or_train_sentencepiece(data.tokenizer, job_dir, _training_lines(data))
 

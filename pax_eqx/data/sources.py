@@ -36,7 +36,7 @@ def resolve_paths(spec: str, field: str, *, suffixes: Sequence[str] = ()) -> lis
     if not spec.strip():
         raise ValueError(
             f"{field} is empty; set it to a local file, directory or glob of the training text "
-            f"(e.g. --{field} /path/to/corpus)."
+            f"(e.g. --{field} /path/to/corpus), or train without files: --data.source synthetic."
         )
     files: list[Path] = []
     for part in (p.strip() for p in spec.split(",")):

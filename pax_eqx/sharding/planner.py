@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -52,8 +52,20 @@ def _shard_bytes(shape: tuple[int, ...], dtype, spec, mesh_shape: dict[str, int]
     return n * jnp.dtype(dtype).itemsize
 
 
-def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> str:
-    exp.validate()
+class Plan(NamedTuple):
+    """The printed plan, the per-device total in bytes, and whether it fits the memory asked
+    about (None when no --dry-run-device-memory-gb was given)."""
+
+    text: str
+    total_bytes: int
+    fits: bool | None
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> Plan:
+    exp.validate(data_files=False)
     mesh_shape = dict(zip(AXES, exp.mesh.shape))
     table = parse_rules(exp.mesh.rules)
     num_devices = exp.mesh.num_devices
@@ -85,7 +97,7 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> str:
         groups[name].append((leaf, spec, ax))
         param_count += leaf.size
         param_bytes += _shard_bytes(leaf.shape, leaf.dtype, spec, mesh_shape)
-    lines.append(f"Parameters: {param_count:,} ({param_count / 1e9:.2f} B)")
+    lines.append(f"Parameters: {param_count:,} ({_short_count(param_count)})")
     lines.append("Parameter groups (shape, logical axes -> PartitionSpec):")
     for name, items in groups.items():
         leaf, spec, ax = items[0]
@@ -103,10 +115,17 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> str:
         f"seq {exp.data.seq_len}, remat {exp.model.remat_policy})",
         f"  total                     {total / gib:10.2f} GiB",
     ]
-    if device_memory_gb is not None:
-        verdict = "fits" if total <= device_memory_gb * gib else "does NOT fit"
-        lines.append(f"Verdict: {verdict} in {device_memory_gb:g} GiB per device.")
-    return "\n".join(lines)
+    fits = None if device_memory_gb is None else total <= device_memory_gb * gib
+    if fits is not None:
+        lines.append(f"Verdict: {'fits' if fits else 'does NOT fit'} in {device_memory_gb:g} GiB per device.")
+    return Plan("\n".join(lines), total, fits)
+
+
+def _short_count(n: int) -> str:
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.2f} {suffix}"
+    return str(n)
 
 
 def _group_name(path) -> str:

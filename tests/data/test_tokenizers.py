@@ -117,5 +117,14 @@ def input_with_own_tokenizer(data, split, tokenizer, shard):
 
 
 def test_sentencepiece_needs_text():
+    data = DataConfig(source="custom", custom_input=f"{__name__}.input_with_own_tokenizer", tokenizer=SPM)
     with pytest.raises(ConfigError, match="data.tokenizer.kind='sentencepiece' is trained from text"):
-        DataConfig(source="random", tokenizer=SPM).validate()
+        data.validate()
+
+
+@pytest.mark.parametrize("source", ["synthetic", "random"])
+def test_id_sources_print_with_bytes_when_sentencepiece_has_no_model(source):
+    """`--data.source synthetic` on a C4 experiment: ids need no tokenizer, samples print as bytes."""
+    data = DataConfig(source=source, tokenizer=SPM)
+    data.validate()
+    assert isinstance(build_tokenizer(data), ByteTokenizer)

@@ -15,12 +15,11 @@ from pax_table import ALL, pax_param_count
 
 from experiments import registry
 from pax_eqx import train
-from pax_eqx.data import build_input
+from pax_eqx.data import build_input, build_tokenizer
 from pax_eqx.data.tokenizers import ByteTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "experiments.md").read_text()
-SYNTHETIC = ["--data.source", "synthetic", "--data.tokenizer.kind", "byte"]
 
 
 def run_main(capsys, *argv: str) -> tuple[int, str, str]:
@@ -34,17 +33,26 @@ def run_main(capsys, *argv: str) -> tuple[int, str, str]:
 
 # Command line --------------------------------------------------------------------------------
 def test_pax_alias_dry_run_on_the_command_line(capsys):
-    code, out, _ = run_main(capsys, "--exp", "C4Spmd1BAdam4Replicas", "--dry-run", *SYNTHETIC)
+    """No data flags: planning reads no data files (C4 is not on this machine)."""
+    code, out, _ = run_main(capsys, "--exp", "C4Spmd1BAdam4Replicas", "--dry-run")
     assert code == 0
     assert "Dry run of c4_spmd_1b_adam_4replicas: mesh (data, fsdp, tensor) = (1, 4, 1)" in out
-    assert "Parameters: 1,104,587,904" in out
+    assert "Parameters: 1,104,587,904 (1.10 B)" in out
 
 
-@pytest.mark.parametrize("name, extra", [("lm_cloud_spmd_1024b", []), ("c4_gpt3_175b", SYNTHETIC)])
+def test_dry_run_that_does_not_fit_exits_1_so_a_launch_script_can_stop(capsys):
+    code, out, _ = run_main(capsys, "--exp", "lm_cloud_spmd_2b", "--dry-run", "--dry-run-device-memory-gb", "1")
+    assert code == 1 and "Verdict: does NOT fit in 1 GiB per device." in out
+    code, out, _ = run_main(capsys, "--exp", "lm_cloud_spmd_test", "--dry-run", "--dry-run-device-memory-gb", "80")
+    assert code == 0 and "Verdict: fits in 80 GiB per device." in out
+    assert re.search(r"Parameters: [\d,]+ \(\d+\.\d\d M\)", out)  # a small model is not "0.00 B"
+
+
+@pytest.mark.parametrize("name, extra", [("lm_cloud_spmd_1024b", []), ("c4_gpt3_175b", [])])
 def test_the_largest_experiments_plan_in_seconds(capsys, name, extra):
     start = time.perf_counter()
     code, out, _ = run_main(capsys, "--exp", name, "--dry-run", "--dry-run-device-memory-gb", "95", *extra)
-    assert code == 0 and "Verdict:" in out
+    assert "Verdict:" in out and code == (1 if "does NOT fit" in out else 0)
     assert time.perf_counter() - start < 10.0
 
 
@@ -60,16 +68,37 @@ def test_c4_without_data_path_stops_before_writing_and_names_the_field(tmp_path)
     assert not job.exists()
 
 
+def documented_dry_runs() -> list[tuple[str, list[str], int]]:
+    """Every `python -m pax_eqx.train ... --dry-run` command in README.md and docs/*.md, with the
+    exit status its comment promises (1 when the comment starts with `exit 1`)."""
+    found = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text().replace("\\\n", " ")
+        for line in text.splitlines():
+            command, _, comment = line.partition("#")
+            if command.startswith("python -m pax_eqx.train") and "--dry-run" in command:
+                found.append((path.name, command.split()[3:], 1 if comment.strip().startswith("exit 1") else 0))
+    return found
+
+
+@pytest.mark.parametrize("doc, argv, expected", documented_dry_runs(), ids=lambda v: v if isinstance(v, str) else "")
+def test_documented_dry_run_commands_work(capsys, doc, argv, expected):
+    code, out, err = run_main(capsys, *argv)
+    assert code == expected, (doc, argv, err)
+    assert "Dry run of" in out
+
+
 # Data ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name, batch", [("c4_spmd_1b_adam_4replicas", 128), ("lm_cloud_spmd_2b", 32)])
 def test_synthetic_rows_are_paxs_synthetic_lm_data(name, batch):
     """Pax's SyntheticLmData: ids = labels = 1, weights 1, one segment, positions 0..seq-1."""
     exp = registry.load_experiment(name)
-    if exp.data.source != "synthetic":
-        exp = exp.replace(data=exp.data.replace(source="synthetic", tokenizer=exp.data.tokenizer.replace(kind="byte")))
+    exp = exp.replace(data=exp.data.replace(source="synthetic"))  # `--data.source synthetic` alone
     exp.validate()
+    tokenizer = build_tokenizer(exp.data)  # C4's SentencePiece has no text here: bytes print samples
+    assert isinstance(tokenizer, ByteTokenizer)
     for split in ("train", "eval"):
-        rows = build_input(exp.data, split, ByteTokenizer(), num_infeed_hosts=1, infeed_host_index=0).get_next()
+        rows = build_input(exp.data, split, tokenizer, num_infeed_hosts=1, infeed_host_index=0).get_next()
         assert {k: v.shape for k, v in rows.items()} == {
             k: (batch, 1024) for k in ("ids", "labels", "weights", "segment_ids", "segment_pos")
         }
