@@ -69,6 +69,8 @@ class SummaryWriter:
         if enabled:
             self.job_dir.mkdir(parents=True, exist_ok=True)
             self._jsonl = open(self.job_dir / METRICS_FILE, "a", encoding="utf-8")
+            if _ends_mid_line(self.job_dir / METRICS_FILE):
+                self._jsonl.write("\n")  # a killed run's torn line must not swallow our first record
 
     def _board(self, split: str):
         """The split's tensorboardX writer, created on first use (an unused split gets no file)."""
@@ -127,6 +129,14 @@ def _parse_number(text: str) -> float:
         return float(text)
     except ValueError:
         return math.nan
+
+
+def _ends_mid_line(path: Path) -> bool:
+    with open(path, "rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
 
 
 def read_metrics(job_dir: str | os.PathLike) -> list[dict[str, Any]]:

@@ -114,6 +114,9 @@ def test_a_torn_last_line_is_skipped(tmp_path):
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"step": 2, "split": "tra')  # killed mid-line
     assert [r["step"] for r in read_metrics(tmp_path)] == [1]
+    with SummaryWriter(tmp_path, start_step=1) as writer:  # the resumed run appends after the torn line
+        writer.write(2, "train", {"total_loss": 1.5})
+    assert [(r["step"], r["loss"]) for r in read_metrics(tmp_path)] == [(1, 2.0), (2, 1.5)]
 
 
 def test_disabled_writer_writes_nothing(tmp_path):
