@@ -35,7 +35,7 @@ from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.learners import skipped_steps
 from pax_eqx.programs.errors import DataPipelineError, NonFiniteLossError, raised_at
 from pax_eqx.programs.eval_loop import evaluate
-from pax_eqx.programs.job_dir import check_config, write_config
+from pax_eqx.programs.job_dir import JobDirError, check_config, write_config
 from pax_eqx.programs.pgle import enable_auto_pgle
 from pax_eqx.programs.runtime import Runtime
 from pax_eqx.programs.sampling import check_prompt, print_samples
@@ -105,12 +105,34 @@ def train(exp: ExperimentConfig, job_dir: Path, log=print) -> TrainResult:
         return _train(exp, job_dir, log, stop)
 
 
+def _check_config_everywhere(exp: ExperimentConfig, job_dir: Path) -> list[str]:
+    """Process 0 owns config.json and compares it; every host learns the verdict, so a refused
+    resume stops all of them instead of leaving the others waiting in the first collective."""
+    refusal, changed = None, []
+    if jax.process_index() == 0:
+        try:
+            changed = check_config(job_dir, exp.to_dict(), exp.checkpoint.allow_config_change)
+        except JobDirError as e:
+            refusal = e
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        flags = multihost_utils.process_allgather(np.array([refusal is not None], np.int32))
+        if np.max(flags) and refusal is None:
+            refusal = JobDirError(
+                f"process 0 refused to resume --job-log-dir {str(job_dir)!r} with this config (its error names "
+                "the changed fields); pass the flags the run was started with, or a new --job-log-dir."
+            )
+    if refusal is not None:
+        raise refusal
+    return changed
+
+
 def _train(exp: ExperimentConfig, job_dir: Path, log, stop: _StopFlag) -> TrainResult:
     if exp.profile.auto_pgle:
         enable_auto_pgle()
     rt = Runtime.create(exp, job_dir, log=log)
-    primary = jax.process_index() == 0
-    changed = check_config(job_dir, exp.to_dict(), exp.checkpoint.allow_config_change) if primary else []
+    changed = _check_config_everywhere(exp, job_dir)
     if exp.train.sample_at_end:
         check_prompt(rt.tokenizer, exp.decode.prompt)  # not after hours of training
     # Both inputs are built now, so an empty data file or an empty eval split fails before any

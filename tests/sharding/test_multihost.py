@@ -39,3 +39,30 @@ def test_two_processes_train_like_one(tmp_path):
     assert results[0]["losses"] == results[1]["losses"]
     single = losses(MeshConfig(ici_mesh_shape=(1, 2, 1), dcn_mesh_shape=(2, 1, 1)), devices=jax.devices()[:4])
     np.testing.assert_allclose(results[0]["losses"], single, rtol=2e-5)
+
+
+def test_a_resume_refused_by_process_0_stops_every_process(tmp_path):
+    """config.json lives where process 0 writes it; the other host must not go on alone."""
+    from experiments.shakespeare import shakespeare_char
+
+    port = free_port()
+    dirs = [tmp_path / f"job{i}" for i in range(2)]
+    for d in dirs:
+        d.mkdir()
+    saved = shakespeare_char().to_dict()
+    saved["model"]["num_layers"] += 1  # a different model was trained in process 0's job dir
+    (dirs[0] / "config.json").write_text(json.dumps(saved))
+    outs = [tmp_path / f"p{i}.json" for i in range(2)]
+    env = {"PYTHONPATH": f"{HERE}:{HERE.parent.parent}", "PATH": "/usr/bin:/bin"}
+    worker = str(HERE / "multihost_config_worker.py")
+    procs = [
+        subprocess.Popen([sys.executable, worker, str(port), str(i), str(dirs[i]), str(outs[i])],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in range(2)
+    ]  # fmt: skip
+    logs = [p.communicate(timeout=120)[0] for p in procs]
+    for p, log in zip(procs, logs):
+        assert p.returncode == 0, log[-3000:]
+    errors = [json.loads(o.read_text())["error"] for o in outs]
+    assert "model.num_layers" in errors[0]
+    assert "process 0 refused" in errors[1]
