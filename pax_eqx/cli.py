@@ -1,7 +1,9 @@
 """Command-line parsing shared by `python -m pax_eqx.{train,eval,decode,inspect_data}`.
 
 Pax style: `--exp NAME --job-log-dir DIR` (Pax's `--job_log_dir` spelling too), then any
-nested field of the experiment: `--model.num-layers 4 --train.num-steps 100`. `--exp` is read
+nested field of the experiment: `--model.num-layers 4 --train.num-steps 100`.
+`--data.synthetic true` is shorthand for `--data.source synthetic` (synthetic rows of the
+experiment's shapes, no data files). `--exp` is read
 first with argparse; the rest is parsed by tyro with the chosen experiment as the default, so
 a typo fails at once with tyro's "did you mean" and a wrong type names the field.
 `--help` lists the experiments, then tyro's field help (with the config docstrings).
@@ -47,6 +49,7 @@ def parse(
     pre = argparse.ArgumentParser(prog=prog, description=description, add_help=False, allow_abbrev=False)
     pre.add_argument("--exp", default=DEFAULT_EXPERIMENT)
     pre.add_argument("--job-log-dir", "--job_log_dir", dest="job_log_dir", default=None)
+    pre.add_argument("--data.synthetic", dest="data_synthetic", nargs="?", const="true", default=None)
     pre.add_argument("-h", "--help", action="store_true")
     for flag, kwargs in extra:
         pre.add_argument(flag, **kwargs)
@@ -62,8 +65,18 @@ def parse(
         tyro.cli(ExperimentConfig, default=default, args=["--help"], prog=prog)
     if job_dir_required and not ns.job_log_dir:
         raise fail(f"--job-log-dir is required: {prog} --exp {ns.exp} --job-log-dir DIR")
+    if ns.data_synthetic is not None and _flag_value("--data.synthetic", ns.data_synthetic):
+        rest = [*rest, "--data.source", "synthetic"]
     exp = _parse_fields(default, rest, prog)
     return exp, ns.job_log_dir, ns
+
+
+def _flag_value(flag: str, text: str) -> bool:
+    """A Pax-style boolean flag value (`--data.synthetic true`)."""
+    value = text.strip().lower()
+    if value not in ("true", "false", "1", "0", "yes", "no"):
+        raise fail(f"{flag} {text!r} is not a boolean; pass {flag} true or {flag} false.")
+    return value in ("true", "1", "yes")
 
 
 def _parse_fields(default: ExperimentConfig, args: list[str], prog: str) -> ExperimentConfig:

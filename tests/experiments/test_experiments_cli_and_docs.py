@@ -88,6 +88,23 @@ def test_documented_dry_run_commands_work(capsys, doc, argv, expected):
     assert "Dry run of" in out
 
 
+def test_data_synthetic_true_is_data_source_synthetic(capsys):
+    from pax_eqx import cli
+
+    exp, _, _ = cli.parse(
+        ["--exp", "c4_spmd_1b_adam_4replicas", "--data.synthetic", "true"], "t", "", job_dir_required=False
+    )
+    assert exp.data.source == "synthetic"
+    exp, _, _ = cli.parse(
+        ["--exp", "c4_spmd_1b_adam_4replicas", "--data.synthetic", "false"], "t", "", job_dir_required=False
+    )
+    assert exp.data.source == "jsonl"
+    with pytest.raises(SystemExit) as e:
+        cli.parse(["--exp", "c4_spmd_1b_adam_4replicas", "--data.synthetic", "maybe"], "t", "", job_dir_required=False)
+    assert e.value.code == 2
+    assert "--data.synthetic 'maybe' is not a boolean" in capsys.readouterr().err
+
+
 # Data ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name, batch", [("c4_spmd_1b_adam_4replicas", 128), ("lm_cloud_spmd_2b", 32)])
 def test_synthetic_rows_are_paxs_synthetic_lm_data(name, batch):
