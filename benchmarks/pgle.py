@@ -7,7 +7,13 @@
 2. converts the trace into XLA's ProfiledInstructionsProto, DIR/profile.pb,
 3. prints the flag for the second run, which feeds the measured latencies to XLA's scheduler:
 
-    XLA_FLAGS="--xla_gpu_pgle_profile_file_or_directory_path=DIR/profile.pb" python -m benchmarks.mfu --exp gpt3_xl
+    XLA_FLAGS="--xla_gpu_enable_command_buffer= --xla_gpu_pgle_profile_file_or_directory_path=DIR/profile.pb" \
+        python -m benchmarks.mfu --exp gpt3_xl
+
+The profiling run turns XLA's CUDA-graph command buffers off (`--xla_gpu_enable_command_buffer=`,
+added to XLA_FLAGS before JAX starts): with them on, the trace times whole command buffers
+(`command_buffer_89`), not instructions, and the profile names nothing the scheduler can use
+(measured on an H100: 150 bytes of command buffers vs 7 KB of instruction latencies).
 
 On CPU the profile has no instruction latencies (XLA records them on NVIDIA GPUs only); the
 command then says so and writes nothing. Automatic PGLE is `--profile.auto-pgle` on train.
@@ -15,6 +21,7 @@ command then says so and writes nothing. Automatic PGLE is `--profile.auto-pgle`
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Sequence
 
@@ -24,8 +31,12 @@ from benchmarks.mfu import synthetic_tokens
 from pax_eqx import cli
 from pax_eqx.programs.pgle import write_profile, xla_flag
 
+NO_COMMAND_BUFFERS = "--xla_gpu_enable_command_buffer="
+
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if NO_COMMAND_BUFFERS not in os.environ.get("XLA_FLAGS", ""):  # read when the backend starts
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {NO_COMMAND_BUFFERS}".strip()
     exp, job_dir, ns = cli.parse(
         argv, "python -m benchmarks.pgle", "Collect a PGLE profile (DIR/profile.pb) for an experiment's train step.",
         extra=[("--steps", dict(type=int, default=5))],
@@ -52,7 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"The trace in {trace} has no instruction latencies (they are recorded on NVIDIA GPUs only); "
               "no profile.pb written.")  # fmt: skip
         return 0
-    print(f'Wrote {path / "profile.pb"} ({size:,} bytes). Run with:\n  XLA_FLAGS="{xla_flag(path / "profile.pb")}" ...')
+    flags = f"{NO_COMMAND_BUFFERS} {xla_flag(path / 'profile.pb')}"
+    print(f'Wrote {path / "profile.pb"} ({size:,} bytes). Run with:\n  XLA_FLAGS="{flags}" ...')
     return 0
 
 
