@@ -8,6 +8,7 @@ object:
 
     exp, device_kind, num_devices, params, tokens_per_step, step_time_s (median),
     tokens_per_s, model_tflops_per_s, mfu, hfu, peak_tflops, compile_s, peak_mem_gb,
+    temp_mem_gb (XLA's temporary buffers of the compiled step, any backend),
     reference_step_time_s, ratio_to_reference
 
 MFU uses PaLM's 6N + 12·L·d·S model FLOPs per token (N = all parameters; see
@@ -96,6 +97,8 @@ def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, lo
     start = time.perf_counter()
     compiled = programs.train_step.lower(state, data).compile()
     compile_s = time.perf_counter() - start
+    memory = compiled.memory_analysis()  # XLA's plan, on every backend (peak_mem_gb is GPU-only)
+    temp_gb = memory.temp_size_in_bytes / 1e9 if memory is not None else None
 
     def step(s):
         s, metrics = compiled(s, data)
@@ -134,6 +137,7 @@ def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, lo
         "peak_source": peak_source if peak else "unknown",
         "compile_s": compile_s,
         "peak_mem_gb": peak_memory_gb(),
+        "temp_mem_gb": temp_gb,
         "reference_step_time_s": None,
         "ratio_to_reference": None,
     }
@@ -160,6 +164,8 @@ def _print_summary(r: dict[str, Any], log) -> None:
         log(f"  plain-JAX reference {r['reference_step_time_s'] * 1e3:,.1f} ms: ratio {r['ratio_to_reference']:.3f}")
     if r["peak_mem_gb"] is not None:
         log(f"  peak memory {r['peak_mem_gb']:.2f} GB")
+    if r["temp_mem_gb"] is not None:
+        log(f"  XLA temporaries of the step {r['temp_mem_gb']:.2f} GB (activations, logits, gradients)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

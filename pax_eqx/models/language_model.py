@@ -2,8 +2,10 @@
 
     ids [B, T] -> embed (+ positions) -> StackedTransformer -> final norm -> logits [B, T, V]
 
-`compute_loss` gives Pax's LM metrics. Decoding uses the same modules against a KV cache
-(`prefill` then `extend_step`); `pax_eqx.models.decoding` builds sampling on top of them.
+`compute_loss` gives Pax's LM metrics from logits; `loss` gives them from the last layer's output
+(`hidden`), optionally a chunk of positions at a time (`loss_chunk_size`). Decoding uses the
+same modules against a KV cache (`prefill` then `extend_step`); `pax_eqx.models.decoding`
+builds sampling on top of them.
 
 The experiment-level numbers (num_layers, model_dims, ...) are top-level fields, as Pax
 experiments set them as class constants; the `block` template carries everything else about
@@ -49,6 +51,9 @@ class LanguageModelConfig(Config):
     block: template for each layer (norm policy, activation, dropout, attention options).
     final_norm: template of the norm after the last layer.
     soft_cap_logits / label_smoothing_prob: softmax options.
+    loss_chunk_size: > 0 computes logits, cross-entropy and accuracy that many positions of every
+      row at a time, each chunk rematerialised in the backward, so the float32 [batch, time,
+      vocab] logits (6.6 GB for GPT3-XL at batch 16) never exist whole; 0 = all at once.
     init: weight init of the projections; embedding_init: of the embedding table(s).
     """
 
@@ -69,6 +74,7 @@ class LanguageModelConfig(Config):
     final_norm: NormConfig = NormConfig()
     soft_cap_logits: float = 0.0
     label_smoothing_prob: float = 0.0
+    loss_chunk_size: int = 0
     init: WeightInit = gaussian(0.02)
     embedding_init: WeightInit = gaussian(0.02)
 
@@ -91,6 +97,10 @@ class LanguageModelConfig(Config):
         for name in ("vocab_size", "max_seq_len", "num_layers", "model_dims", "hidden_dims", "num_heads"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"model.{name} must be > 0, got {getattr(self, name)}.")
+        if self.loss_chunk_size < 0:
+            raise ValueError(
+                f"model.loss_chunk_size must be >= 0 (0 = the whole sequence at once), got {self.loss_chunk_size}."
+            )
         if self.dim_per_head == 0 and self.model_dims % self.num_heads:
             raise ValueError(
                 f"model.model_dims={self.model_dims} is not divisible by model.num_heads={self.num_heads}; "
@@ -110,6 +120,7 @@ class LanguageModel(eqx.Module):
     final_norm: eqx.Module
     position_embedding: str = eqx.field(static=True)
     max_seq_len: int = eqx.field(static=True)
+    loss_chunk_size: int = eqx.field(static=True)
 
     def __init__(self, cfg: LanguageModelConfig, *, key: PRNGKeyArray):
         k_emb, k_soft, k_pos, k_stack = jax.random.split(key, 4)
@@ -135,6 +146,7 @@ class LanguageModel(eqx.Module):
         self.final_norm = cfg.final_norm.replace(dims=d).build()
         self.position_embedding = cfg.position_embedding
         self.max_seq_len = cfg.max_seq_len
+        self.loss_chunk_size = cfg.loss_chunk_size
 
     # Pieces shared by training and decoding ---------------------------------------------------
     def embed(
@@ -170,6 +182,20 @@ class LanguageModel(eqx.Module):
         dtype=None,
     ) -> tuple[Float[Array, "batch time vocab"], Context]:
         """Logits for every position. `dtype` is the activation (compute) dtype."""
+        x, ctx = self.hidden(ids, ctx, segment_ids=segment_ids, segment_pos=segment_pos, paddings=paddings, dtype=dtype)
+        return self.logits(x), ctx
+
+    def hidden(
+        self,
+        ids: Int[Array, "batch time"],
+        ctx: Context,
+        *,
+        segment_ids: Int[Array, "batch time"] | None = None,
+        segment_pos: Int[Array, "batch time"] | None = None,
+        paddings: Float[Array, "batch time"] | None = None,
+        dtype=None,
+    ) -> tuple[Float[Array, "batch time embed"], Context]:
+        """The last layer's output, before the final norm: what `logits` and `loss` take."""
         b, t = ids.shape
         if t > self.max_seq_len:
             raise ValueError(
@@ -188,7 +214,7 @@ class LanguageModel(eqx.Module):
             self.stack, x, ctx, "transformer",
             segment_ids=segment_ids, segment_pos=positions, paddings=paddings,
         )  # fmt: skip
-        return self.logits(x), ctx
+        return x, ctx
 
     def compute_loss(
         self,
@@ -198,21 +224,46 @@ class LanguageModel(eqx.Module):
         aux_loss: Float[Array, ""] | float = 0.0,
     ) -> dict[str, Array]:
         """Pax's LM metrics, all scalars; `total_loss` is what training minimises."""
-        xent = self.xent(logits, labels)
         weights = weights.astype(jnp.float32)
-        num = jnp.sum(weights)
-        denom = jnp.maximum(num, 1.0)
-        avg_xent = jnp.sum(xent * weights) / denom
+        return _lm_metrics(*self._weighted_sums(logits, labels, weights), jnp.sum(weights), aux_loss)
+
+    def loss(
+        self,
+        x: Float[Array, "batch time embed"],
+        labels: Int[Array, "batch time"],
+        weights: Float[Array, "batch time"],
+        aux_loss: Float[Array, ""] | float = 0.0,
+    ) -> dict[str, Array]:
+        """`compute_loss` from the last layer's output (`hidden`), `loss_chunk_size` positions at a
+        time when set: the same metrics, up to the order of the float32 sums."""
+        if not self.loss_chunk_size:
+            return self.compute_loss(self.logits(x), labels, weights, aux_loss)
+        weights = weights.astype(jnp.float32)
+        b, t, d = x.shape
+        c = self.loss_chunk_size
+        n = -(-t // c)
+        pad = n * c - t  # padded positions get weight 0
+
+        def chunks(a):  # [b, t, ...] -> [n, b, c, ...]: the batch axis (and its sharding) stays put
+            a = jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2))
+            return jnp.moveaxis(a.reshape(b, n, c, *a.shape[2:]), 1, 0)
+
+        @eqx.filter_checkpoint  # keep only x per chunk; its logits are recomputed in the backward
+        def sums(model, x_c, labels_c, weights_c):
+            return model._weighted_sums(model.logits(x_c), labels_c, weights_c)
+
+        def body(total, chunk):
+            return jax.tree.map(jnp.add, total, sums(self, *chunk)), None
+
+        zero = jnp.zeros((), jnp.float32)
+        (xent_sum, correct_sum), _ = jax.lax.scan(body, (zero, zero), (chunks(x), chunks(labels), chunks(weights)))
+        return _lm_metrics(xent_sum, correct_sum, jnp.sum(weights), aux_loss)
+
+    def _weighted_sums(self, logits, labels, weights) -> tuple[Float[Array, ""], Float[Array, ""]]:
+        """(sum of weighted cross-entropy, sum of weighted correct argmax predictions)."""
+        xent = self.xent(logits, labels)
         correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
-        aux_loss = jnp.asarray(aux_loss, jnp.float32)
-        return {
-            "total_loss": avg_xent + aux_loss,
-            "avg_xent": avg_xent,
-            "log_pplx": avg_xent,
-            "aux_loss": aux_loss,
-            "accuracy": jnp.sum(correct * weights) / denom,
-            "num_predictions": num,
-        }
+        return jnp.sum(xent * weights), jnp.sum(correct * weights)
 
     # Decoding ---------------------------------------------------------------------------------
     def init_cache(self, batch: int, max_len: int, dtype=jnp.float32) -> KVCache | tuple[KVCache, ...]:
@@ -234,3 +285,17 @@ class LanguageModel(eqx.Module):
         x = x.astype(cache.k.dtype if isinstance(cache, KVCache) else cache[0].k.dtype)
         x, cache = self.stack.decode(x, cache, start, positions, key_valid)
         return self.logits(x), cache
+
+
+def _lm_metrics(xent_sum, correct_sum, num, aux_loss) -> dict[str, Array]:
+    denom = jnp.maximum(num, 1.0)
+    avg_xent = xent_sum / denom
+    aux_loss = jnp.asarray(aux_loss, jnp.float32)
+    return {
+        "total_loss": avg_xent + aux_loss,
+        "avg_xent": avg_xent,
+        "log_pplx": avg_xent,
+        "aux_loss": aux_loss,
+        "accuracy": correct_sum / denom,
+        "num_predictions": num,
+    }

@@ -78,12 +78,12 @@ class Task:
         model = self.model(params)
         ctx = Context(key=key, state=nt_state, mode=mode)
         paddings = 1.0 - (batch["segment_ids"] > 0) if "segment_ids" in batch else None
-        logits, ctx = model(
+        x, ctx = model.hidden(
             batch["ids"], ctx, segment_ids=batch.get("segment_ids"), segment_pos=batch.get("segment_pos"),
             paddings=paddings, dtype=self.dtype,
         )  # fmt: skip
         aux = sum(ctx.aux_losses.values(), jnp.zeros((), jnp.float32))
-        metrics = model.compute_loss(logits, batch["labels"], batch["weights"], aux)
+        metrics = model.loss(x, batch["labels"], batch["weights"], aux)
         return metrics["total_loss"], (metrics, ctx.state, ctx.summaries)
 
     # Steps ------------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ TOY_XL = [
 ]  # fmt: skip
 KEYS = {
     "exp", "device_kind", "num_devices", "params", "tokens_per_step", "step_time_s", "tokens_per_s",
-    "model_tflops_per_s", "mfu", "hfu", "peak_tflops", "compile_s", "peak_mem_gb", "reference_step_time_s",
-    "ratio_to_reference",
+    "model_tflops_per_s", "mfu", "hfu", "peak_tflops", "compile_s", "peak_mem_gb", "temp_mem_gb",
+    "reference_step_time_s", "ratio_to_reference",
 }  # fmt: skip
 
 
@@ -51,7 +51,7 @@ def test_mfu_benchmark_smoke_run_prints_a_summary_and_a_json_last_line(capsys):
     per_token = flops.model_flops_per_token(expected, 2, 64, 32)
     assert result["model_tflops_per_s"] == pytest.approx(result["tokens_per_s"] * per_token / 1e12, rel=1e-6)
     assert result["mfu"] == pytest.approx(result["model_tflops_per_s"] / result["peak_tflops"], rel=1e-6)
-    assert 0 < result["mfu"] <= result["hfu"]
+    assert 0 < result["mfu"] <= result["hfu"] and result["temp_mem_gb"] > 0
     assert math.isfinite(result["ratio_to_reference"]) and result["ratio_to_reference"] > 0
     assert result["ratio_to_reference"] == pytest.approx(result["step_time_s"] / result["reference_step_time_s"])
     assert any("MFU" in line for line in out[:-1])  # the human summary comes first

@@ -52,6 +52,43 @@ def test_compute_loss_matches_formula():
     assert float(m["num_predictions"]) == 8.0
 
 
+@pytest.mark.parametrize(
+    "kw, chunk",  # 3 divides the 9 positions; 4 and 16 pad them
+    [(dict(), 3), (dict(separate_embedding=True, soft_cap_logits=5.0), 4), (dict(label_smoothing_prob=0.1), 16)],
+    ids=["tied", "separate-softcap", "smoothing"],
+)
+def test_chunked_loss_equals_the_whole_sequence_loss_and_its_gradients(kw, chunk):
+    """`model.loss_chunk_size` computes each chunk's logits separately (and again in the backward):
+    metrics and gradients must be those of the logits of the whole sequence at once."""
+    whole = tiny(**kw).build(jax.random.key(0))
+    chunked = tiny(loss_chunk_size=chunk, **kw).build(jax.random.key(0))  # same key: same weights
+    ids = jax.random.randint(jax.random.key(1), (2, 9), 0, 13)
+    labels = jnp.roll(ids, -1, axis=1)
+    weights = jnp.ones((2, 9), jnp.float32).at[1, 6:].set(0.0)
+
+    def total(model):
+        x, _ = model.hidden(ids, Context(mode=Mode.EVAL))
+        metrics = model.loss(x, labels, weights, aux_loss=0.25)
+        return metrics["total_loss"], metrics
+
+    grad = eqx.filter_jit(eqx.filter_value_and_grad(total, has_aux=True))
+    (loss_w, m_w), g_w = grad(whole)
+    (loss_c, m_c), g_c = grad(chunked)
+    logits, _ = whole(ids, Context(mode=Mode.EVAL))  # and both equal compute_loss on full logits
+    direct = whole.compute_loss(logits, labels, weights, aux_loss=0.25)
+    for key in direct:
+        np.testing.assert_allclose(m_w[key], direct[key], rtol=1e-6)
+        np.testing.assert_allclose(m_c[key], direct[key], rtol=1e-6)
+    assert float(m_c["num_predictions"]) == 15.0
+    for a, b in zip(jax.tree.leaves(g_w), jax.tree.leaves(g_c)):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-7)
+
+
+def test_negative_loss_chunk_size_names_the_field():
+    with pytest.raises(ValueError, match="model.loss_chunk_size must be >= 0"):
+        tiny(loss_chunk_size=-1).build(jax.random.key(0))
+
+
 def test_sequence_longer_than_max_position_fails_clearly():
     model = tiny(max_seq_len=8).build(jax.random.key(0))
     with pytest.raises(ValueError, match="max_seq_len=8"):
