@@ -12,11 +12,10 @@ validation files, otherwise every 10th document is held out), tokenize them with
 `--data.tokenizer.model-path`, e.g. MLPerf's c4_en_301_5Mexp2_spm.model) and pack them into
 MAX_SEQ_LEN rows. Without `--data.path` a run stops before writing anything, with an error
 naming data.path. For synthetic rows of the same shapes (Pax's SyntheticLmData, ids all ones):
-`--data.source synthetic --data.tokenizer.kind byte` (the byte tokenizer because there is no text
-to train SentencePiece on; the model keeps Pax's vocabulary size).
+`--data.source synthetic` or `--data.synthetic true` (samples print with the byte tokenizer,
+as there is no text to train SentencePiece on; the model keeps Pax's vocabulary size).
 
-Departures from Pax, besides those of experiments/lm_cloud.py (no sqrt(d) embedding scale,
-no softmax bias, SAVE_CONTEXT_AND_OUT_PROJ as "full"):
+Departures from Pax, besides the attention init of experiments/lm_cloud.py:
 
 - Data: Pax reads the SeqIO tasks c4_lm_v301_gpt (train2, packed) and
   c4_lm_v301_gpt_eval_tokenized (5662 pre-tokenized validation sequences, not packed); here
@@ -167,6 +166,8 @@ _GPT3_SHAPE = C4_SPMD_ADAM.replace(
     per_dim_scale=False,
     atten_logit_cap=0.0,
     softmax_cap_logits=0.0,
+    scale_embedding_sqrt_depth=False,
+    softmax_bias=False,
     trainable_position_emb=True,
     trainable_pe_max_seq_len=16384,
     layernorm_epsilon=1e-5,

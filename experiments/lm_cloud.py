@@ -22,11 +22,6 @@ How Pax's settings map to pax_eqx:
 
 Departures from Pax (nearest equivalent chosen; listed in docs/experiments.md too):
 
-- The tied embedding is not multiplied by sqrt(model_dims) on lookup (Pax's
-  `softmax_tpl.scale_sqrt_depth = True`): LanguageModelConfig has no such option.
-- The tied softmax has no output bias (Pax's SharedEmbeddingSoftmax has one of vocab_size
-  parameters): pax_eqx's SharedEmbeddingSoftmax has none. The parameter counts are Pax's minus
-  vocab_size.
 - Init: Praxis' default Xavier(1.000001) everywhere, but on the per-head attention weights
   [d, heads, head_dim] Praxis counts d as a receptive field, limit sqrt(6 / (d x (heads +
   head_dim))) (3d for the fused QKV weight), where pax_eqx uses fan-in d and fan-out heads x
@@ -98,6 +93,9 @@ class PaxLm(Config):
     combine_qkv / attention_bias / per_dim_scale / atten_logit_cap: the attention layer
       (atten_logit_cap 0 = Pax's -1.0, off).
     softmax_cap_logits: tanh cap on the output logits (0 = off).
+    scale_embedding_sqrt_depth / softmax_bias: the tied embedding times sqrt(model_dims) on
+      lookup (Pax's `softmax_tpl.scale_sqrt_depth = True`) and the softmax's `[vocab]` bias
+      (Praxis' SharedEmbeddingSoftmax has one); GPT-3 turns both off.
     trainable_position_emb / trainable_pe_max_seq_len: a learned position table of that many
       rows (Pax's TrainablePositionalEmbedding), else Pax's sinusoidal PositionalEmbedding.
     layernorm_epsilon: every LayerNorm's epsilon.
@@ -129,6 +127,8 @@ class PaxLm(Config):
     per_dim_scale: bool = True
     atten_logit_cap: float = 50.0
     softmax_cap_logits: float = 30.0
+    scale_embedding_sqrt_depth: bool = True
+    softmax_bias: bool = True
     trainable_position_emb: bool = False
     trainable_pe_max_seq_len: int = 16384
     layernorm_epsilon: float = 1e-6
@@ -202,6 +202,8 @@ class PaxLm(Config):
             block=block,
             final_norm=norm,
             soft_cap_logits=self.softmax_cap_logits,
+            scale_embedding_sqrt_depth=self.scale_embedding_sqrt_depth,
+            softmax_bias=self.softmax_bias,
             init=self.params_init,
             embedding_init=gaussian(self.softmax_init_std or 1.0 / math.sqrt(self.model_dims)),
         )

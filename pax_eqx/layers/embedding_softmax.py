@@ -98,12 +98,18 @@ class FullSoftmax(eqx.Module):
 
 @config
 class SharedEmbeddingSoftmaxConfig(Config):
-    """One `[vocab, embed]` weight for the input embedding and the output softmax (tied)."""
+    """One `[vocab, embed]` weight for the input embedding and the output softmax (tied).
+
+    scale_sqrt_depth: the lookup is multiplied by sqrt(input_dims) (Praxis' option, set by Pax's
+      LM experiments). use_bias: the logits get a zero-initialised `[vocab]` bias, as Praxis'
+      SharedEmbeddingSoftmax (a FullSoftmax) has.
+    """
 
     num_classes: int
     input_dims: int
     init: WeightInit = gaussian(1.0)
     scale_sqrt_depth: bool = False
+    use_bias: bool = False
     soft_cap_logits: float = 0.0
     label_smoothing_prob: float = 0.0
 
@@ -113,12 +119,14 @@ class SharedEmbeddingSoftmaxConfig(Config):
 
 class SharedEmbeddingSoftmax(eqx.Module):
     w: Float[Array, "vocab embed"]
+    b: Float[Array, " vocab"] | None
     scale_sqrt_depth: bool = eqx.field(static=True)
     soft_cap_logits: float = eqx.field(static=True)
     label_smoothing_prob: float = eqx.field(static=True)
 
     def __init__(self, cfg: SharedEmbeddingSoftmaxConfig, *, key: PRNGKeyArray):
         self.w = cfg.init(key, (cfg.num_classes, cfg.input_dims))
+        self.b = jnp.zeros((cfg.num_classes,), jnp.float32) if cfg.use_bias else None
         self.scale_sqrt_depth = cfg.scale_sqrt_depth
         self.soft_cap_logits = cfg.soft_cap_logits
         self.label_smoothing_prob = cfg.label_smoothing_prob
@@ -128,13 +136,15 @@ class SharedEmbeddingSoftmax(eqx.Module):
 
     def logits(self, x: Float[Array, "*batch embed"]) -> Float[Array, "*batch vocab"]:
         logits = jnp.einsum("...d,vd->...v", x, self.w.astype(x.dtype))
+        if self.b is not None:
+            logits = logits + self.b.astype(x.dtype)
         return soft_cap(logits, self.soft_cap_logits)
 
     def xent(self, logits: Float[Array, "*batch vocab"], labels: Int[Array, "*batch"]) -> Float[Array, "*batch"]:
         return cross_entropy(logits, labels, self.label_smoothing_prob)
 
     def param_axes(self) -> dict[str, tuple[str | None, ...]]:
-        return {"w": ("vocab", "embed")}
+        return {"w": ("vocab", "embed"), "b": ("vocab",)}
 
 
 def _lookup(table: Array, ids: Array, scale_sqrt_depth: bool) -> Array:

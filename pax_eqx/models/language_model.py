@@ -51,6 +51,9 @@ class LanguageModelConfig(Config):
     block: template for each layer (norm policy, activation, dropout, attention options).
     final_norm: template of the norm after the last layer.
     soft_cap_logits / label_smoothing_prob: softmax options.
+    scale_embedding_sqrt_depth: multiply the input embedding by sqrt(model_dims) (Praxis'
+      softmax scale_sqrt_depth, on in Pax's LM experiments). softmax_bias: a `[vocab]` bias on
+      the output logits (Praxis' softmax has one).
     loss_chunk_size: > 0 computes logits, cross-entropy and accuracy that many positions of every
       row at a time, each chunk rematerialised in the backward, so the float32 [batch, time,
       vocab] logits (6.6 GB for GPT3-XL at batch 16) never exist whole; 0 = all at once.
@@ -74,6 +77,8 @@ class LanguageModelConfig(Config):
     final_norm: NormConfig = NormConfig()
     soft_cap_logits: float = 0.0
     label_smoothing_prob: float = 0.0
+    scale_embedding_sqrt_depth: bool = False
+    softmax_bias: bool = False
     loss_chunk_size: int = 0
     init: WeightInit = gaussian(0.02)
     embedding_init: WeightInit = gaussian(0.02)
@@ -126,14 +131,17 @@ class LanguageModel(eqx.Module):
         k_emb, k_soft, k_pos, k_stack = jax.random.split(key, 4)
         v, d = cfg.vocab_size, cfg.model_dims
         if cfg.separate_embedding:
-            self.embedding = EmbeddingConfig(num_classes=v, input_dims=d, init=cfg.embedding_init).build(k_emb)
+            self.embedding = EmbeddingConfig(
+                num_classes=v, input_dims=d, init=cfg.embedding_init, scale_sqrt_depth=cfg.scale_embedding_sqrt_depth
+            ).build(k_emb)
             self.softmax = SoftmaxConfig(
-                input_dims=d, num_classes=v, init=cfg.init, use_bias=False,
+                input_dims=d, num_classes=v, init=cfg.init, use_bias=cfg.softmax_bias,
                 soft_cap_logits=cfg.soft_cap_logits, label_smoothing_prob=cfg.label_smoothing_prob,
             ).build(k_soft)  # fmt: skip
         else:
             self.embedding = SharedEmbeddingSoftmaxConfig(
                 num_classes=v, input_dims=d, init=cfg.embedding_init,
+                scale_sqrt_depth=cfg.scale_embedding_sqrt_depth, use_bias=cfg.softmax_bias,
                 soft_cap_logits=cfg.soft_cap_logits, label_smoothing_prob=cfg.label_smoothing_prob,
             ).build(k_emb)  # fmt: skip
             self.softmax = None

@@ -8,7 +8,6 @@ import re
 import pytest
 from pax_table import (
     ALL,
-    C4_GPT3,
     C4_SPMD,
     LM_CLOUD_SPMD,
     LM_CLOUD_TRANSFORMER_ADAM,
@@ -67,6 +66,7 @@ def test_lm_cloud_spmd_architecture_and_optimizer(row: Row):
     assert block.activation.name == "gelu" and not block.activation.gated  # Praxis GELU: tanh form
     assert (att.combine_qkv, att.use_bias, att.per_dim_scale, att.logit_cap) == (True, False, True, 50.0)
     assert (m.soft_cap_logits, m.position_embedding, m.separate_embedding) == (30.0, "sinusoidal", False)
+    assert m.scale_embedding_sqrt_depth and m.softmax_bias  # softmax_tpl.scale_sqrt_depth; FullSoftmax bias
     assert block.norm.epsilon == m.final_norm.epsilon == 1e-6 and block.ff_has_bias
     assert m.embedding_init.method == "gaussian" and m.embedding_init.scale == pytest.approx(1 / math.sqrt(row.dims))
     assert (m.init.method, m.init.scale) == ("xavier", 1.000001)
@@ -125,6 +125,7 @@ def test_c4_gpt3_175b_is_paxs_orghp_base():
     m, att = exp.model, exp.model.block.attention
     assert (att.combine_qkv, att.use_bias, att.per_dim_scale, att.logit_cap) == (True, True, False, 0.0)
     assert (m.soft_cap_logits, m.position_embedding, m.max_seq_len) == (0.0, "trainable", 16384)
+    assert not m.scale_embedding_sqrt_depth and not m.softmax_bias
     assert m.block.norm.epsilon == m.final_norm.epsilon == 1e-5
     assert (m.init.method, m.init.scale, m.embedding_init.scale) == ("gaussian", 0.006, 0.006)
     assert m.remat_policy == "full"
@@ -183,17 +184,9 @@ def test_config_round_trips_through_json(row: Row):
 # Dry runs and parameter counts ------------------------------------------------------------------
 @pytest.mark.parametrize("row", ALL, ids=IDS)
 def test_dry_run_builds_with_paxs_parameter_count(row: Row):
-    """The planned count is Pax's exact count less the softmax bias pax_eqx's tied softmax lacks
-    (GPT-3 has none in Pax either), and within 1% of the doc's derived count; lm_cloud_spmd_test
-    is the exception: its 32000-entry softmax bias is 1.5% of a 2.2M model."""
+    """The planned count is Pax's exact count, and within 1% of the doc's derived count."""
     text = dry_run(row.name)
-    ours = planned_params(text)
-    pax = pax_param_count(row)
-    softmax_bias = 0 if row in C4_GPT3 else row.vocab
-    assert ours == pax - softmax_bias
-    if row.name == "lm_cloud_spmd_test":
-        assert pax == pytest.approx(row.pax_params, rel=0.01) and ours == 2_147_600
-    else:
-        assert ours == pytest.approx(row.pax_params, rel=0.01)
+    assert planned_params(text) == pax_param_count(row)
+    assert planned_params(text) == pytest.approx(row.pax_params, rel=0.01)
     mesh = f"({', '.join(str(i * d) for i, d in zip(row.ici, row.dcn))})"
     assert f"mesh (data, fsdp, tensor) = {mesh}" in text

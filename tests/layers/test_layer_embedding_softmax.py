@@ -131,6 +131,18 @@ def test_shared_embedding_softmax_uses_one_weight_both_ways():
     np.testing.assert_allclose(layer.logits(x), 3.0 * np.tanh(np.asarray(x) @ w.T / 3.0), rtol=1e-5, atol=1e-6)
 
 
+def test_shared_embedding_softmax_bias_is_added_to_the_logits_only():
+    """Praxis' SharedEmbeddingSoftmax is a FullSoftmax: its logits carry a [vocab] bias (zeros at
+    init); the lookup does not."""
+    layer = SharedEmbeddingSoftmaxConfig(num_classes=V, input_dims=D, use_bias=True).build(key(0))
+    assert layer.b.shape == (V,) and not np.any(layer.b)
+    layer = eqx.tree_at(lambda m: m.b, layer, random_normal((V,), 9))
+    ids, x = _ids(), _x()
+    w, b = np.asarray(layer.w), np.asarray(layer.b)
+    np.testing.assert_allclose(layer.lookup(ids), w[np.asarray(ids)], rtol=1e-6)
+    np.testing.assert_allclose(layer.logits(x), np.asarray(x) @ w.T + b, rtol=1e-5, atol=1e-6)
+
+
 def test_shared_embedding_softmax_grad_is_the_sum_of_both_uses():
     layer = SharedEmbeddingSoftmaxConfig(num_classes=V, input_dims=D).build(key(0))
     ids, x, labels = _ids(), _x(), _ids(seed=8)
