@@ -180,17 +180,11 @@ class LanguageModel(eqx.Module):
 
     # Training / eval forward ------------------------------------------------------------------
     def __call__(
-        self,
-        ids: Int[Array, "batch time"],
-        ctx: Context,
-        *,
-        segment_ids: Int[Array, "batch time"] | None = None,
-        segment_pos: Int[Array, "batch time"] | None = None,
-        paddings: Float[Array, "batch time"] | None = None,
-        dtype=None,
+        self, ids: Int[Array, "batch time"], ctx: Context, **inputs
     ) -> tuple[Float[Array, "batch time vocab"], Context]:
-        """Logits for every position. `dtype` is the activation (compute) dtype."""
-        x, ctx = self.hidden(ids, ctx, segment_ids=segment_ids, segment_pos=segment_pos, paddings=paddings, dtype=dtype)
+        """Logits for every position; `inputs` are `hidden`'s (segment_ids, segment_pos, paddings,
+        and dtype, the activation / compute dtype)."""
+        x, ctx = self.hidden(ids, ctx, **inputs)
         return self.logits(x), ctx
 
     def hidden(
