@@ -42,7 +42,6 @@ from typing import Any
 
 import grain.checkpoint
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
@@ -56,6 +55,7 @@ from pax_eqx.checkpoint.integrity import (
     nonfinite_paths,
     structure_mismatches,
 )
+from pax_eqx.sharding.distributed import all_hosts, from_process_0
 
 _STATE, _MANIFEST, _DATA = "state", "manifest", "data"
 _MAX_LISTED = 12
@@ -110,19 +110,6 @@ class _IteratorState:
 
     def start_prefetch(self) -> None:
         pass
-
-
-def _agree_all(ok: bool) -> bool:
-    """True on every host iff `ok` on every host (hosts must take the same restore branch)."""
-    if jax.process_count() == 1:
-        return ok
-    return bool(np.min(multihost_utils.process_allgather(np.array([ok], np.int32))))
-
-
-def _from_process_0(value: int) -> int:
-    if jax.process_count() == 1:
-        return value
-    return int(multihost_utils.broadcast_one_to_all(np.array(value, np.int64)))
 
 
 def _listed(items: list[str]) -> str:
@@ -202,7 +189,7 @@ class Checkpointer:
             return True
         if self.cfg.every_n_seconds:
             due = time.monotonic() - self._last_save_time >= self.cfg.every_n_seconds
-            return bool(_from_process_0(int(due)))
+            return bool(from_process_0(int(due)))
         return False
 
     def save(
@@ -338,7 +325,7 @@ class Checkpointer:
                 )
         failures, unreadable = [], []
         for candidate in candidates:
-            candidate = _from_process_0(candidate)
+            candidate = from_process_0(candidate)
             try:
                 state, data_state = self._restore_step(candidate, abstract, restore_data)
                 error = None
@@ -346,7 +333,7 @@ class Checkpointer:
                 raise
             except Exception as e:  # a damaged checkpoint can fail anywhere in orbax/tensorstore
                 error = e
-            if _agree_all(error is None):
+            if all_hosts(error is None):
                 if unreadable:
                     self._set_aside(unreadable)
                 return candidate, state, data_state

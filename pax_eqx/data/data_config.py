@@ -54,8 +54,8 @@ class DataConfig(Config):
     documents. seq_len: tokens per row. num_synthetic_examples: examples per epoch of the
     synthetic / random sources. custom_input: `package.module.function` for source="custom".
     tokenizer: byte-level or SentencePiece (synthetic / random sources without a
-    tokenizer.model_path use bytes: they have no text to train one on). train / eval: the two inputs (batch size, hosts,
-    seed, the reset_for_eval x eval_loop_num_batches table).
+    tokenizer.model_path use bytes: they have no text to train one on). train / eval: the two
+    inputs (batch size, hosts, seed, the reset_for_eval x eval_loop_num_batches table).
     """
 
     source: Source = "shakespeare"

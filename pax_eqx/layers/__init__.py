@@ -1,8 +1,10 @@
 """pax_eqx.layers: Praxis' layers as immutable Equinox modules, each built from a frozen config.
 
-from pax_eqx import layers
-ff = layers.FeedForwardConfig(input_dims=8, output_dims=16).build(key)
-y = ff(x)
+    from pax_eqx import layers
+    ff = layers.FeedForwardConfig(input_dims=8, output_dims=16).build(key)
+    y = ff(x)
+
+One concept a file; this package re-exports them all.
 """
 
 from pax_eqx.layers.activations import Activation, ActivationConfig, geglu, swiglu

@@ -39,6 +39,7 @@ from pax_eqx.programs.job_dir import JobDirError, check_config, write_config
 from pax_eqx.programs.pgle import enable_auto_pgle
 from pax_eqx.programs.runtime import Runtime
 from pax_eqx.programs.sampling import check_prompt, print_samples
+from pax_eqx.sharding.distributed import any_host
 from pax_eqx.summaries import Progress, SummaryWriter, write_plots
 
 # Marks the data state a checkpoint holds as {"train": ..., "eval": ..., "eval_data": ...}; a
@@ -92,12 +93,7 @@ class _StopFlag:
             signal.signal(sig, handler)
 
     def agreed(self) -> bool:
-        if jax.process_count() == 1:
-            return bool(self.requested)
-        from jax.experimental import multihost_utils
-
-        flags = multihost_utils.process_allgather(np.array([bool(self.requested)], np.int32))
-        return bool(np.max(flags))
+        return any_host(bool(self.requested))
 
 
 def train(exp: ExperimentConfig, job_dir: Path, log=print) -> TrainResult:
@@ -114,15 +110,11 @@ def _check_config_everywhere(exp: ExperimentConfig, job_dir: Path) -> list[str]:
             changed = check_config(job_dir, exp.to_dict(), exp.checkpoint.allow_config_change)
         except JobDirError as e:
             refusal = e
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        flags = multihost_utils.process_allgather(np.array([refusal is not None], np.int32))
-        if np.max(flags) and refusal is None:
-            refusal = JobDirError(
-                f"process 0 refused to resume --job-log-dir {str(job_dir)!r} with this config (its error names "
-                "the changed fields); pass the flags the run was started with, or a new --job-log-dir."
-            )
+    if any_host(refusal is not None) and refusal is None:
+        refusal = JobDirError(
+            f"process 0 refused to resume --job-log-dir {str(job_dir)!r} with this config (its error names "
+            "the changed fields); pass the flags the run was started with, or a new --job-log-dir."
+        )
     if refusal is not None:
         raise refusal
     return changed

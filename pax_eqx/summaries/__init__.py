@@ -1,6 +1,8 @@
 """Summaries: TensorBoard events and DIR/metrics.jsonl, loss plots, and the progress bar.
 
-from pax_eqx.summaries import SummaryWriter, write_plots, Progress
+    from pax_eqx.summaries import SummaryWriter, write_plots, Progress
+
+What each writes into the job dir is in its module's docstring.
 """
 
 from pax_eqx.summaries.plots import write_plots
