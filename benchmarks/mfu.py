@@ -83,17 +83,24 @@ def peak_memory_gb() -> float | None:
     return max(peaks) / 1024**3 if peaks else None
 
 
-def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, log=print) -> dict[str, Any]:
+def synthetic_step(exp: ExperimentConfig) -> tuple[Any, Any, dict[str, jax.Array]]:
+    """(programs, train state, global batch): the experiment's real train step, ready to run on
+    synthetic tokens of its shapes. What every benchmark command times or traces."""
     from pax_eqx.programs.compiled import Programs
     from pax_eqx.sharding.mesh import build_mesh
     from pax_eqx.tasks.task import Task
 
     exp.validate(num_devices=jax.device_count())
-    batch = exp.data.train.batch_size * jax.process_count()
-    seq = exp.data.seq_len
     programs = Programs(Task(exp.model, exp.learner, exp.train.fprop_dtype), build_mesh(exp.mesh), exp.mesh.rules)
     state = programs.init_state(exp.train.seed)
-    data = programs.global_batch(synthetic_tokens(exp.data.train.batch_size, seq, exp.model.vocab_size))
+    local = synthetic_tokens(exp.data.train.batch_size, exp.data.seq_len, exp.model.vocab_size)
+    return programs, state, programs.global_batch(local)
+
+
+def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, log=print) -> dict[str, Any]:
+    batch = exp.data.train.batch_size * jax.process_count()
+    seq = exp.data.seq_len
+    programs, state, data = synthetic_step(exp)
     start = time.perf_counter()
     compiled = programs.train_step.lower(state, data).compile()
     compile_s = time.perf_counter() - start

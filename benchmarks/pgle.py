@@ -27,30 +27,32 @@ from typing import Sequence
 
 import jax
 
-from benchmarks.mfu import synthetic_tokens
+from benchmarks.mfu import synthetic_step
 from pax_eqx import cli
 from pax_eqx.programs.pgle import write_profile, xla_flag
 
 NO_COMMAND_BUFFERS = "--xla_gpu_enable_command_buffer="
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    if NO_COMMAND_BUFFERS not in os.environ.get("XLA_FLAGS", ""):  # read when the backend starts
+def without_command_buffers() -> None:
+    """Adds NO_COMMAND_BUFFERS to XLA_FLAGS, which XLA reads when the backend starts: call it
+    before anything touches a device. With CUDA-graph command buffers on, a trace times whole
+    command buffers, not the instructions inside them."""
+    if NO_COMMAND_BUFFERS not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {NO_COMMAND_BUFFERS}".strip()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    without_command_buffers()
     exp, job_dir, ns = cli.parse(
         argv, "python -m benchmarks.pgle", "Collect a PGLE profile (DIR/profile.pb) for an experiment's train step.",
         extra=[("--steps", dict(type=int, default=5))],
     )  # fmt: skip
-    from pax_eqx.programs.compiled import Programs
     from pax_eqx.programs.job_dir import prepare
-    from pax_eqx.sharding.mesh import build_mesh
-    from pax_eqx.tasks.task import Task
 
     exp.validate(num_devices=jax.device_count())
     path = prepare(job_dir)
-    programs = Programs(Task(exp.model, exp.learner, exp.train.fprop_dtype), build_mesh(exp.mesh), exp.mesh.rules)
-    state = programs.init_state(exp.train.seed)
-    batch = programs.global_batch(synthetic_tokens(exp.data.train.batch_size, exp.data.seq_len, exp.model.vocab_size))
+    programs, state, batch = synthetic_step(exp)
     state, metrics = programs.train_step(state, batch)  # compile outside the trace
     jax.block_until_ready(metrics)
     trace = path / "pgle_trace"

@@ -1,0 +1,246 @@
+"""What each instruction of a compiled XLA module is: its kind, its matmul FLOPs, how often it runs.
+
+A profiler trace names the instruction behind every kernel (`hlo_op`) but says nothing of what
+it computes. This reads the optimized HLO text (`jax.stages.Compiled.as_text()`) into one
+`Op` per instruction that runs as a kernel of its own, so a trace can be summed by kind and
+each matmul's achieved TFLOP/s computed:
+
+    ops = index_module(compiled.as_text())
+    ops["gemm_fusion_dot.3"]  # Op(category="matmul", flops=2.1e11, executions=24, ...)
+
+- category: "matmul" (a dot, a cuBLAS custom call, or a fusion with a dot inside: Triton
+  GEMMs, cuDNN GEMM fusions, XLA:CPU's library fusions), "attention" (cuDNN's fused
+  attention), "collective", "copy/transpose", "reduction fusion" (kInput), "elementwise
+  fusion" (kLoop / kOutput), "other", or CONTROL_FLOW (a while loop, conditional or call: its
+  trace events enclose its contents' and must not be added to them).
+- flops: 2 x (output elements) x (contracted size), summed over the dots of a fusion; 0 for
+  everything that is not a matmul (attention's FLOPs depend on masking the HLO does not show).
+- executions: runs per call of the module; an instruction inside a while loop's body runs
+  its `known_trip_count` times (a `lax.scan` over layers: once per layer).
+
+Computations that are fused into an instruction (`calls=`) or that are reducers (`to_apply=`
+of a reduce) are not scheduled themselves; the instructions of the entry computation, of
+while bodies and conditions, of conditional branches and of `call`ed computations are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+
+CONTROL_FLOW = "control flow"  # while / conditional / call: a trace's event for one spans its contents
+_CONTAINERS = ("while", "conditional", "call")
+# Instructions that launch no kernel of their own.
+_NO_KERNEL = {
+    "parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "add-dependency",
+    "async-start", "async-update", "async-done", "opt-barrier", "partition-id", "replica-id",
+}  # fmt: skip
+_COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute", "send", "recv")
+_COMPUTATION = re.compile(r"^(ENTRY )?%?([\w.\-]+) .*\{\s*$")
+_INSTRUCTION = re.compile(r"^\s+(?:ROOT )?%?([\w.\-]+) = (.*)$")
+_ARRAY = re.compile(r"\w+\[([\d,]*)\]")
+_NAME = re.compile(r"%([\w.\-]+)")
+
+
+@dataclasses.dataclass
+class Op:
+    name: str
+    opcode: str
+    category: str
+    flops: float  # per execution
+    executions: int  # per call of the module
+    shape: str  # the output type as HLO prints it
+    source: str  # jax's op_name metadata: which line of the model it came from
+
+
+@dataclasses.dataclass
+class _Instr:
+    name: str
+    computation: str
+    shape: str
+    opcode: str
+    operands: list[str]
+    attrs: str
+
+
+def _split_shape(rest: str) -> tuple[str, str]:
+    """'(f32[2], s8[4]) custom-call(...)' -> ('(f32[2], s8[4])', 'custom-call(...)')."""
+    if not rest.startswith("("):
+        shape, _, tail = rest.partition(" ")
+        return shape, tail
+    depth = 0
+    for i, ch in enumerate(rest):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0:
+            return rest[: i + 1], rest[i + 1 :].lstrip()
+    return rest, ""
+
+
+def _split_call(tail: str) -> tuple[str, str, str]:
+    """'dot(%a, %b), lhs_contracting_dims={1}' -> ('dot', '%a, %b', 'lhs_contracting_dims={1}')."""
+    opcode, _, after = tail.partition("(")
+    depth = 1
+    for i, ch in enumerate(after):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0:
+            return opcode.strip(), after[:i], after[i + 1 :]
+    return opcode.strip(), after, ""
+
+
+def dims(shape: str) -> list[int]:
+    """The dimensions of an array type, or of a tuple's first element: 'bf16[8,64]{1,0}' -> [8, 64]."""
+    m = _ARRAY.search(shape)
+    return [int(d) for d in m.group(1).split(",") if d] if m else []
+
+
+def _int_list(attrs: str, key: str) -> list[int]:
+    m = re.search(key + r"=\{([\d,]*)\}", attrs)
+    return [int(d) for d in m.group(1).split(",") if d] if m else []
+
+
+def _backend_config(attrs: str) -> dict:
+    start = attrs.find("backend_config=")
+    if start < 0:
+        return {}
+    text = attrs[start + len("backend_config=") :]
+    try:
+        return json.JSONDecoder().raw_decode(text)[0]
+    except ValueError:
+        return {}
+
+
+def parse_module(hlo_text: str) -> tuple[dict[str, _Instr], dict[str, list[str]], str]:
+    """(instructions by name, instruction names by computation, entry computation name)."""
+    instrs: dict[str, _Instr] = {}
+    computations: dict[str, list[str]] = {}
+    entry, current = "", ""
+    for line in hlo_text.splitlines():
+        if (m := _COMPUTATION.match(line)) and not line.startswith(" "):
+            current = m.group(2)
+            computations[current] = []
+            entry = current if m.group(1) else entry
+            continue
+        m = _INSTRUCTION.match(line)
+        if not m or not current:
+            continue
+        shape, tail = _split_shape(m.group(2))
+        opcode, operands, attrs = _split_call(tail)
+        instrs[m.group(1)] = _Instr(m.group(1), current, shape, opcode, _NAME.findall(operands), attrs)
+        computations[current].append(m.group(1))
+    return instrs, computations, entry
+
+
+def _dot_flops(instr: _Instr, instrs: dict[str, _Instr]) -> float:
+    lhs = instrs.get(instr.operands[0]) if instr.operands else None
+    if lhs is None:
+        return 0.0
+    contracted = math.prod(dims(lhs.shape)[d] for d in _int_list(instr.attrs, "lhs_contracting_dims"))
+    return 2.0 * math.prod(dims(instr.shape)) * contracted
+
+
+def _gemm_flops(instr: _Instr, instrs: dict[str, _Instr]) -> float:
+    """A cuBLAS custom call: its dimension numbers live in the backend config."""
+    numbers = _backend_config(instr.attrs).get("gemm_backend_config", {}).get("dot_dimension_numbers", {})
+    lhs = instrs.get(instr.operands[0]) if instr.operands else None
+    if lhs is None or not numbers:
+        return 0.0
+    lhs_dims = dims(lhs.shape)
+    contracted = math.prod(lhs_dims[int(d)] for d in numbers.get("lhs_contracting_dimensions", []))
+    return 2.0 * math.prod(dims(instr.shape)) * contracted
+
+
+def _called(attrs: str, key: str) -> list[str]:
+    """Computations an attribute names: `calls=%f`, `body=%b`, `branch_computations={%t, %f}`."""
+    m = re.search(key + r"=(\{[^}]*\}|%?[\w.\-]+)", attrs)
+    return re.findall(r"%?([\w.\-]+)", m.group(1).strip("{}")) if m else []
+
+
+def _fused_flops(computation: str, instrs, computations) -> float:
+    """Matmul FLOPs of a fused computation, nested fusions included."""
+    total = 0.0
+    for name in computations.get(computation, []):
+        instr = instrs[name]
+        if instr.opcode == "dot":
+            total += _dot_flops(instr, instrs)
+        elif instr.opcode == "fusion":
+            total += sum(_fused_flops(c, instrs, computations) for c in _called(instr.attrs, "calls"))
+    return total
+
+
+def _category(instr: _Instr, flops: float) -> str:
+    op = instr.opcode
+    if op in _CONTAINERS:
+        return CONTROL_FLOW
+    target = re.search(r'custom_call_target="([^"]*)"', instr.attrs)
+    target = target.group(1).lower() if target else ""
+    if flops > 0 or op == "dot" or "gemm" in target or "matmul" in target:
+        return "matmul"
+    if "fmha" in target or "attention" in target:
+        return "attention"
+    if op.removesuffix("-start").removesuffix("-done") in _COLLECTIVES:
+        return "collective"
+    if op in ("copy", "transpose", "copy-start", "copy-done"):
+        return "copy/transpose"
+    if op == "fusion":
+        kind = re.search(r"kind=(\w+)", instr.attrs)
+        return "reduction fusion" if kind and kind.group(1) == "kInput" else "elementwise fusion"
+    if op in ("reduce", "reduce-window"):
+        return "reduction fusion"
+    return "other"
+
+
+def _executions(instrs, computations, entry) -> dict[str, int]:
+    """Runs per module call of each scheduled computation (while bodies x their trip count)."""
+    runs = {entry: 1}
+    stack = [entry]
+    while stack:
+        comp = stack.pop()
+        for name in computations.get(comp, []):
+            instr = instrs[name]
+            children: list[tuple[str, int]] = []
+            if instr.opcode == "while":
+                trips = int(_backend_config(instr.attrs).get("known_trip_count", {}).get("n", 1))
+                children = [(c, trips) for c in _called(instr.attrs, "body")]
+                children += [(c, trips + 1) for c in _called(instr.attrs, "condition")]
+            elif instr.opcode == "conditional":
+                children = [(c, 1) for c in _called(instr.attrs, "branch_computations")]
+                children += [(c, 1) for c in _called(instr.attrs, "true_computation")]
+                children += [(c, 1) for c in _called(instr.attrs, "false_computation")]
+            elif instr.opcode == "call":
+                children = [(c, 1) for c in _called(instr.attrs, "to_apply")]
+            elif instr.opcode == "async-start":  # GPU: an op run on another stream
+                children = [(c, 1) for c in _called(instr.attrs, "calls")]
+            for child, times in children:
+                if child not in runs:
+                    runs[child] = runs[comp] * times
+                    stack.append(child)
+    return runs
+
+
+def index_module(hlo_text: str) -> dict[str, Op]:
+    """Every instruction of the module that runs as a kernel, or holds ones that do (CONTROL_FLOW),
+    by name (the trace's `hlo_op`)."""
+    instrs, computations, entry = parse_module(hlo_text)
+    runs = _executions(instrs, computations, entry)
+    ops: dict[str, Op] = {}
+    for comp, times in runs.items():
+        for name in computations.get(comp, []):
+            instr = instrs[name]
+            if instr.opcode in _NO_KERNEL:
+                continue
+            if instr.opcode == "dot":
+                flops = _dot_flops(instr, instrs)
+            elif instr.opcode == "custom-call":
+                flops = _gemm_flops(instr, instrs)
+            elif instr.opcode == "fusion":
+                flops = sum(_fused_flops(c, instrs, computations) for c in _called(instr.attrs, "calls"))
+            else:
+                flops = 0.0
+            source = re.search(r'op_name="([^"]*)"', instr.attrs)
+            source = source.group(1) if source else ""
+            ops[name] = Op(name, instr.opcode, _category(instr, flops), flops, times, instr.shape, source)
+    return ops

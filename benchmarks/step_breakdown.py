@@ -1,0 +1,193 @@
+"""`python -m benchmarks.step_breakdown --exp NAME [--steps N] [--top K] [overrides]`: where a step's time goes.
+
+`benchmarks.mfu` says how fast the train step is; this says why. It compiles the experiment's
+real train step (as `benchmarks.mfu` does, synthetic tokens), times `--steps` steps untraced
+(median), traces as many more under the JAX profiler, and joins every kernel in the trace to
+the instruction of the optimized HLO that launched it (`benchmarks.hlo_ops`). It prints
+
+- time per step by kind of work (matmul, attention, elementwise and reduction fusions,
+  copies, collectives), with the matmuls' achieved TFLOP/s: how far the GEMMs are from the
+  chip's rate, and how much of the step is memory-bound work around them;
+- "busy": the union of kernel intervals, against the untraced step time (the rest is launch
+  gaps and host time);
+- the `--top` most expensive instructions, each with its jax source (`op_name`), shape and
+  TFLOP/s,
+
+and, as its last line, the same as one JSON object. CUDA-graph command buffers are turned off
+for the run (they hide the instructions from the trace; on one H100 they made no difference to
+the step time, docs/performance.md). On CPU the "kernels" are XLA's thunks, which may run on
+several threads at once, so their sum can exceed the step.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Sequence
+
+import jax
+
+from benchmarks import hlo_ops
+from benchmarks.mfu import synthetic_step, time_steps
+from benchmarks.pgle import without_command_buffers
+from pax_eqx import cli
+from pax_eqx.programs.pgle import newest_trace_dir
+
+Event = tuple[str, str, int, int]  # (hlo_op, device, start_ns, end_ns)
+
+
+def kernel_events(trace_root: Path, module: str) -> list[Event]:
+    """Every kernel of `module` in the newest trace under `trace_root`.
+
+    GPU: the device planes' stream lines, one event per kernel. Lines a trace viewer derives from
+    them ("XLA Ops", "XLA Modules") are skipped: they would count the same time twice. CPU: the
+    host threads' XLA thunks, told apart by their `device_ordinal`.
+    """
+    files = sorted(newest_trace_dir(trace_root).glob("*.xplane.pb"))
+    if not files:
+        raise FileNotFoundError(f"no *.xplane.pb under {trace_root}; the profiler wrote no trace.")
+    data = jax.profiler.ProfileData.from_file(str(files[-1]))
+    device = [p for p in data.planes if p.name.startswith("/device:")]
+    events: list[Event] = []
+    seen_lines = []
+    for plane in device or [p for p in data.planes if p.name.startswith("/host:CPU")]:
+        for line in plane.lines:
+            seen_lines.append(f"{plane.name}/{line.name}")
+            if device and not line.name.startswith("Stream"):
+                continue
+            for event in line.events:
+                stats = dict(event.stats)
+                if "hlo_op" in stats and str(stats.get("hlo_module", "")).startswith(module):
+                    where = plane.name if device else f"cpu:{stats.get('device_ordinal', 0)}"
+                    events.append((str(stats["hlo_op"]), where, event.start_ns, event.end_ns))
+    if not events:
+        raise RuntimeError(
+            f"the trace in {trace_root} has no kernel of module {module!r}; its lines: {seen_lines[:20]}"
+        )
+    return events
+
+
+def busy_ns(events: list[Event]) -> int:
+    """Length of the union of the events' intervals, summed over devices: time a device was
+    running at least one kernel."""
+    total = 0
+    for device in {ev[1] for ev in events}:
+        total += _union_ns([(s, e) for _, d, s, e in events if d == device])
+    return total
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    total, end = 0, None
+    for s, e in sorted(intervals):
+        if end is None or s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+def breakdown(
+    events: list[Event], ops: dict[str, hlo_ops.Op], steps: int, step_time_s: float, top: int = 15
+) -> dict[str, Any]:
+    """Per-step, per-device time by category and by instruction; matmul TFLOP/s from the HLO's
+    FLOPs (the module is one device's program, so its FLOPs are per device too).
+
+    Events of control-flow instructions (XLA:CPU times a while loop as one event around its
+    body's) are dropped: their contents are counted already."""
+    events = [ev for ev in events if ev[0] not in ops or ops[ev[0]].category != hlo_ops.CONTROL_FLOW]
+    per = steps * len({ev[1] for ev in events})  # time summed over steps and devices -> per step and device
+    per_op: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # name -> [ns, kernels]
+    for name, _, s, e in events:
+        per_op[name][0] += e - s
+        per_op[name][1] += 1
+    categories: dict[str, dict[str, float]] = defaultdict(lambda: {"time_s": 0.0, "kernels": 0.0, "flops": 0.0})
+    rows = []
+    for name, (ns, kernels) in per_op.items():
+        op = ops.get(name)
+        category = op.category if op else "not in the module"
+        flops = op.flops * op.executions if op else 0.0
+        time_s = ns / 1e9 / per
+        c = categories[category]
+        c["time_s"] += time_s
+        c["kernels"] += kernels / per
+        c["flops"] += flops
+        rows.append({
+            "op": name, "category": category, "time_s": time_s, "share": time_s / step_time_s,
+            "tflops_per_s": flops / time_s / 1e12 if flops and time_s else None,
+            "shape": op.shape if op else "", "source": op.source if op else "",
+        })  # fmt: skip
+    rows.sort(key=lambda r: -r["time_s"])
+    summary = {
+        name: {
+            "time_s": c["time_s"], "share": c["time_s"] / step_time_s, "kernels_per_step": c["kernels"],
+            "tflops_per_s": c["flops"] / c["time_s"] / 1e12 if c["flops"] and c["time_s"] else None,
+        }
+        for name, c in sorted(categories.items(), key=lambda kv: -kv[1]["time_s"])
+    }  # fmt: skip
+    busy = busy_ns(events) / 1e9 / per
+    return {"step_time_s": step_time_s, "busy_s": busy, "categories": summary, "top_ops": rows[:top]}
+
+
+def module_name(hlo_text: str) -> str:
+    m = re.match(r"HloModule ([\w.\-]+)", hlo_text)
+    if not m:
+        raise ValueError("not an HLO module's text: it does not start with 'HloModule <name>'.")
+    return m.group(1)
+
+
+def _print(exp_name: str, r: dict[str, Any], steps: int) -> None:
+    ms = lambda s: f"{s * 1e3:9.2f}"  # noqa: E731
+    tf = lambda x: f"{x:8.1f}" if x else "        "  # noqa: E731
+    step = r["step_time_s"]
+    print(f"{exp_name}: step {step * 1e3:.1f} ms (median of {steps}, untraced); kernels busy "
+          f"{r['busy_s'] * 1e3:.1f} ms/step ({r['busy_s'] / step:.1%}), the rest is launch gaps "
+          "and host time")  # fmt: skip
+    print(f"\n{'category':<20} {'ms/step':>9} {'of step':>8} {'kernels':>8} {'TFLOP/s':>8}")
+    for name, c in r["categories"].items():
+        print(f"{name:<20} {ms(c['time_s'])} {c['share']:8.1%} {c['kernels_per_step']:8.0f} {tf(c['tflops_per_s'])}")
+    print(f"\ntop {len(r['top_ops'])} instructions:")
+    print(f"{'ms/step':>9} {'of step':>8} {'TFLOP/s':>8}  category / instruction / shape / source")
+    for row in r["top_ops"]:
+        print(f"{ms(row['time_s'])} {row['share']:8.1%} {tf(row['tflops_per_s'])}  "
+              f"{row['category']} / {row['op']} / {row['shape'][:60]} / {row['source'][-90:]}")  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    without_command_buffers()
+    exp, _, ns = cli.parse(
+        argv, "python -m benchmarks.step_breakdown", "Where an experiment's train step spends its time, by kernel.",
+        job_dir_required=False,
+        extra=[("--steps", dict(type=int, default=5)), ("--top", dict(type=int, default=15))],
+    )  # fmt: skip
+    if ns.steps < 1:
+        raise cli.fail(f"--steps must be >= 1, got {ns.steps}: pass --steps 5.")
+    programs, state, batch = synthetic_step(exp)
+    compiled = programs.train_step.lower(state, batch).compile()
+    hlo = compiled.as_text()
+
+    def step(s):
+        s, metrics = compiled(s, batch)
+        return s, metrics["total_loss"]
+
+    times, state = time_steps(step, state, warmup=1, steps=ns.steps)
+    with tempfile.TemporaryDirectory() as trace:
+        with jax.profiler.trace(trace):
+            _, state = time_steps(step, state, warmup=0, steps=ns.steps)
+        events = kernel_events(Path(trace), module_name(hlo))
+    result = breakdown(events, hlo_ops.index_module(hlo), ns.steps, statistics.median(times), ns.top)
+    _print(exp.name, result, ns.steps)
+    print(json.dumps({"exp": exp.name, "device_kind": jax.devices()[0].device_kind, **result}))
+    return 0
+
+
+if __name__ == "__main__":
+    from pax_eqx import entry
+
+    entry.run(lambda: main(sys.argv[1:]))
