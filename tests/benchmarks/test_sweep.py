@@ -1,0 +1,64 @@
+"""`benchmarks.sweep`: a list of MFU runs that survives failures and cut-offs, ending in one table.
+
+Driven as a user on a GPU lease would, shrunk to CPU: benchmarks/sweeps/cpu_smoke.txt has two
+toy gpt3_xl variants and one that fails (a mesh that does not match the devices).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks import sweep
+
+SMOKE = Path(__file__).resolve().parents[2] / "benchmarks" / "sweeps" / "cpu_smoke.txt"
+FAST = ["--steps", "1", "--warmup", "1", "--no-reference"]
+
+
+def test_a_sweep_records_each_variant_continues_past_a_failure_and_resumes(tmp_path, capsys):
+    out = tmp_path / "sweep" / "results.jsonl"
+    assert sweep.main(["--variants", str(SMOKE), "--out", str(out), *FAST]) == 0
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["variant"] for r in results] == sweep.read_variants(SMOKE)
+    good, bad = results[:2], results[2]
+    assert all(r["exp"] == "gpt3_xl" and r["step_time_s"] > 0 and r["tokens_per_step"] == 8 * 16 for r in good)
+    assert bad["error"].startswith("exit 2: error: mesh.ici_mesh_shape (3, 1, 1)")
+    printed = capsys.readouterr().out
+    table = [line for line in printed.splitlines() if line.startswith("|")]
+    assert len(table) == 2 + 3 and "failed: exit 2" in table[-1]
+
+    # Run again: everything is recorded, so nothing runs and the same table comes back.
+    assert sweep.main(["--variants", str(SMOKE), "--out", str(out), *FAST]) == 0
+    again = capsys.readouterr().out
+    assert "[1/" not in again and [line for line in again.splitlines() if line.startswith("|")] == table
+    assert len(out.read_text().splitlines()) == 3
+
+
+def test_a_spent_budget_starts_nothing_and_says_how_many_are_left(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    assert sweep.main(["--variants", str(SMOKE), "--out", str(out), "--budget-s", "0", *FAST]) == 0
+    assert "3 variants left; run again to continue" in capsys.readouterr().out
+    assert not out.exists() or out.read_text() == ""
+
+
+def test_a_line_torn_by_a_kill_is_ignored_so_its_variant_runs_again(tmp_path):
+    out = tmp_path / "r.jsonl"
+    out.write_text(json.dumps({"variant": "--exp a", "step_time_s": 1.0}) + '\n{"variant": "--exp b", "st')
+    assert [r["variant"] for r in sweep.load_results(out)] == ["--exp a"]
+
+
+def test_variant_lines_split_into_environment_and_arguments(tmp_path):
+    env, args = sweep.split_env("XLA_FLAGS='--a=1 --b' FOO=2 --exp gpt3_xl --model.unroll 2")
+    assert env == {"XLA_FLAGS": "--a=1 --b", "FOO": "2"} and args == ["--exp", "gpt3_xl", "--model.unroll", "2"]
+    f = tmp_path / "v.txt"
+    f.write_text("# a comment\n\n  --exp a   --x 1  # trailing\n")
+    assert sweep.read_variants(f) == ["--exp a --x 1"]
+
+
+def test_a_missing_or_empty_variants_file_is_one_clear_error(tmp_path, capsys):
+    assert sweep.main(["--variants", str(tmp_path / "nope.txt"), "--out", str(tmp_path / "r.jsonl")]) == 2
+    assert "--variants" in capsys.readouterr().err and not (tmp_path / "r.jsonl").exists()
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# nothing\n")
+    assert sweep.main(["--variants", str(empty), "--out", str(tmp_path / "r.jsonl")]) == 2
+    assert "has no command line" in capsys.readouterr().err
