@@ -50,6 +50,8 @@ PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
 #   "attention": only the attention score/value products (batched dots, or the fused kernel)
 #   "attention_if_fused": the attention only when it runs as a fused kernel (cuDNN), which no
 #                         dot-based policy can save
+#   "attention_unless_fused": the attention only when it runs as XLA dots (the policy saves the
+#                         fused kernel's outputs but not batched dots)
 #   "nothing": no matmul is recomputed
 _RECOMPUTED: dict[str, str] = {
     "none": "nothing",
@@ -58,9 +60,9 @@ _RECOMPUTED: dict[str, str] = {
     "checkpoint_dots": "attention_if_fused",
     "dots_with_no_batch_dims_saveable": "attention",
     "checkpoint_dots_with_no_batch_dims": "attention",
-    # Saving the attention output does not save the fused kernel's softmax statistics, which
-    # its backward needs, so the kernel's forward still runs again.
-    "dots_with_no_batch_dims_and_context": "attention",
+    # Also saves the fused kernel's forward outputs (output + softmax statistics); with XLA
+    # attention the batched score/value dots are still recomputed.
+    "dots_with_no_batch_dims_and_context": "attention_unless_fused",
     # Upper bounds: the projections and MLP are recomputed, the saved attention output is not.
     "save_context_and_out_proj": "layers",
     "save_qkv_context_and_out_proj": "layers",
@@ -100,12 +102,15 @@ def hardware_flops_per_token(
       recomputed: + 4*L*d*S.
     - "dots_saveable": every dot is saved; with XLA attention nothing matmul-sized is
       recomputed, with cuDNN attention (a custom call, not a dot) the kernel is: + 4*L*d*S.
+    - "dots_with_no_batch_dims_and_context": as dots_with_no_batch_dims_saveable, but the fused
+      cuDNN kernel's outputs are saved too: nothing recomputed with cuDNN, + 4*L*d*S with XLA.
     - "full" / "nothing_saveable": the layers' whole forward is recomputed:
       + 2 * layer_params + 4*L*d*S, i.e. 8N + 16*L*d*S when every parameter sits in the layers.
 
     layer_params: parameters inside the checkpointed layers (the embedding and softmax are
       outside the scan and not recomputed). None counts all of num_params, an upper bound.
-    attention_impl: "cudnn" or "xla"; matters only for "dots_saveable".
+    attention_impl: "cudnn" or "xla"; matters for "dots_saveable" and
+      "dots_with_no_batch_dims_and_context".
 
     Not counted: flash attention's own recomputation of the scores in its backward kernel
     (part of the kernel's algorithm, not of remat).
@@ -119,7 +124,11 @@ def hardware_flops_per_token(
     recomputed = _RECOMPUTED[remat_policy]
     if recomputed == "layers":
         flops += 2.0 * (num_params if layer_params is None else layer_params) + attention
-    elif recomputed == "attention" or (recomputed == "attention_if_fused" and attention_impl == "cudnn"):
+    elif (
+        recomputed == "attention"
+        or (recomputed == "attention_if_fused" and attention_impl == "cudnn")
+        or (recomputed == "attention_unless_fused" and attention_impl == "xla")
+    ):
         flops += attention
     return flops
 

@@ -52,10 +52,14 @@ REMAT_POLICIES: dict[str, Callable[..., Any] | None] = {
     "nothing_saveable": jax.checkpoint_policies.nothing_saveable,
     "dots_saveable": jax.checkpoint_policies.dots_saveable,
     "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-    # ... and the attention output, tagged "context" in the block below.
+    # ... and the attention output, tagged "context" in the block below, and with cuDNN the
+    # fused kernel's forward outputs (output + softmax statistics), so it never runs twice.
     "dots_with_no_batch_dims_and_context": jax.checkpoint_policies.save_from_both_policies(
-        jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-        jax.checkpoint_policies.save_only_these_names("context"),
+        jax.checkpoint_policies.save_from_both_policies(
+            jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+            jax.checkpoint_policies.save_only_these_names("context"),
+        ),
+        lambda prim, *_, **__: prim.name == "dot_product_attention_fwd_wrapper",
     ),
     "everything_saveable": jax.checkpoint_policies.everything_saveable,
 }

@@ -44,14 +44,25 @@ _cp = jax.checkpoint_policies
 # use the activation names the attention layer tags (Praxis' checkpoint_policy.py):
 #   save_context_and_out_proj     = Pax SAVE_CONTEXT_AND_OUT_PROJ
 #   save_qkv_context_and_out_proj = Pax SAVE_DOT_FOR_MLPERF_200B
-#   dots_with_no_batch_dims_and_context: every weight matmul plus the attention output, so a
-#     fused attention kernel's forward is not re-run just to rebuild its output.
+#   dots_with_no_batch_dims_and_context: every weight matmul plus the attention output, and,
+#     for cuDNN's fused attention, everything its forward kernel returns (the output and the
+#     softmax statistics its backward kernel reads), so that kernel never runs again in the
+#     backward. Saving the named output alone is not enough: the statistics are a residual
+#     of jax's custom VJP, not a named activation, and rebuilding them re-ran the kernel.
+
+
+def _fused_attention_forward(prim, *_, **__) -> bool:
+    """Save the outputs of jax's cuDNN attention forward primitive (output + statistics)."""
+    return prim.name in ("dot_product_attention_fwd_wrapper", "dot_product_attention_fp8_fwd_wrapper")
+
+
 _POLICIES = {
     "full": _cp.nothing_saveable,
     "dots_saveable": _cp.dots_saveable,
     "dots_with_no_batch_dims_saveable": _cp.dots_with_no_batch_dims_saveable,
     "dots_with_no_batch_dims_and_context": _cp.save_from_both_policies(
-        _cp.dots_with_no_batch_dims_saveable, _cp.save_only_these_names("context")
+        _cp.save_from_both_policies(_cp.dots_with_no_batch_dims_saveable, _cp.save_only_these_names("context")),
+        _fused_attention_forward,
     ),
     "save_context_and_out_proj": _cp.save_only_these_names("context", "out_proj"),
     "save_qkv_context_and_out_proj": _cp.save_only_these_names(

@@ -49,6 +49,8 @@ def test_hardware_flops_per_remat_policy():
     assert hfu("dots_with_no_batch_dims_saveable") == model + attention
     assert hfu("dots_saveable", attention_impl="xla") == model
     assert hfu("dots_saveable", attention_impl="cudnn") == model + attention
+    assert hfu("dots_with_no_batch_dims_and_context", attention_impl="cudnn") == model
+    assert hfu("dots_with_no_batch_dims_and_context", attention_impl="xla") == model + attention
     # Full remat: the layers' forward again. With every parameter counted: 8N + 16 L d S.
     assert hfu("full") == 8 * N_GPT3_XL + 16 * L * D * S
     assert hfu("nothing_saveable", layer_params=L * PER_LAYER) == model + 2 * L * PER_LAYER + attention

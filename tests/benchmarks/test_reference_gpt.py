@@ -157,6 +157,17 @@ def test_remat_gives_the_same_loss_and_grads(policy):
     assert "remat" not in plain and "checkpoint" not in plain
 
 
+@pytest.mark.parametrize(
+    "policy, forward_kernels", [("dots_with_no_batch_dims_saveable", 2), ("dots_with_no_batch_dims_and_context", 1)]
+)
+def test_the_context_policy_keeps_the_cudnn_kernel_from_running_twice(cudnn_tracing, policy, forward_kernels):
+    """The reference applies the same policies as pax_eqx (tests/layers/test_layer_repeats.py)."""
+    cfg = ReferenceConfig(**{**TINY.__dict__, "dtype": "bfloat16", "attention_impl": "cudnn", "remat_policy": policy})
+    params = init_params(cfg, jax.random.key(0))
+    batch = jax.tree.map(jnp.asarray, synthetic_batch(cfg))
+    assert cudnn_tracing(jax.make_jaxpr(jax.grad(loss_fn), static_argnums=2)(params, batch, cfg)) == forward_kernels
+
+
 def test_bfloat16_compute_keeps_float32_params_and_grads():
     cfg = ReferenceConfig(**{**TINY.__dict__, "dtype": "bfloat16"})
     params = init_params(cfg, jax.random.key(0))

@@ -142,6 +142,22 @@ def test_named_remat_policies_save_the_named_activations():
     assert len(with_context) == len(dots) + 1 and f"f32[{L},{B},{T},2,4]" in with_context
 
 
+@pytest.mark.parametrize(
+    "policy, forward_kernels", [("dots_with_no_batch_dims_saveable", 2), ("dots_with_no_batch_dims_and_context", 1)]
+)
+def test_which_policies_run_the_fused_attention_kernel_again_in_the_backward(cudnn_tracing, policy, forward_kernels):
+    """cuDNN's backward reads its forward's output *and* softmax statistics. Saving only the dots
+    runs the forward kernel a second time in the backward (the scan body's recompute); the
+    `_and_context` policy keeps what the kernel returned, so it runs once."""
+    block = TransformerConfig(
+        model_dims=16, hidden_dims=32, num_heads=2, attention=AttentionConfig(implementation="cudnn")
+    )
+    stack = _cfg(block=block, remat_policy=policy).build(jax.random.key(0))
+    x = jnp.ones((B, 8, 16), jnp.bfloat16)
+    loss = lambda m, x: jnp.sum(apply(m, x, mode=Mode.EVAL).astype(jnp.float32))
+    assert cudnn_tracing(jax.make_jaxpr(jax.grad(loss))(stack, x)) == forward_kernels
+
+
 def test_unrolled_scan_equals_rolled():
     unrolled = _with_layers(_cfg(unroll=L), _repeated().layers)
     x = _x()
