@@ -39,14 +39,16 @@ from pax_eqx import cli
 from pax_eqx.programs.pgle import newest_trace_dir
 
 Event = tuple[str, str, int, int]  # (hlo_op, device, start_ns, end_ns)
+# Lines a trace viewer derives from a GPU's kernel lines; adding them would count time twice.
+_DERIVED_LINES = {"XLA Ops", "XLA Modules", "Steps", "Framework Ops", "Framework Name Scope", "Source code"}
 
 
 def kernel_events(trace_root: Path, module: str) -> list[Event]:
     """Every kernel of `module` in the newest trace under `trace_root`.
 
-    GPU: the device planes' stream lines, one event per kernel. Lines a trace viewer derives from
-    them ("XLA Ops", "XLA Modules") are skipped: they would count the same time twice. CPU: the
-    host threads' XLA thunks, told apart by their `device_ordinal`.
+    GPU: the device planes' stream lines, one event per kernel; lines a trace viewer derives from
+    them ("XLA Ops", "XLA Modules") are skipped. CPU: the host threads' XLA thunks, told apart by
+    their `device_ordinal`. When nothing matches, the error lists the lines the trace has.
     """
     files = sorted(newest_trace_dir(trace_root).glob("*.xplane.pb"))
     if not files:
@@ -56,10 +58,12 @@ def kernel_events(trace_root: Path, module: str) -> list[Event]:
     events: list[Event] = []
     seen_lines = []
     for plane in device or [p for p in data.planes if p.name.startswith("/host:CPU")]:
-        for line in plane.lines:
+        lines = list(plane.lines)
+        if device:  # kernels sit on "Stream #N(...)" lines; else everything but the derived lines
+            streams = [line for line in lines if line.name.startswith("Stream")]
+            lines = streams or [line for line in lines if line.name not in _DERIVED_LINES]
+        for line in lines:
             seen_lines.append(f"{plane.name}/{line.name}")
-            if device and not line.name.startswith("Stream"):
-                continue
             for event in line.events:
                 stats = dict(event.stats)
                 if "hlo_op" in stats and str(stats.get("hlo_module", "")).startswith(module):
