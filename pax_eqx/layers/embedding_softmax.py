@@ -21,6 +21,7 @@ import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from pax_eqx.config import Config, config
+from pax_eqx.layers.chunked_xent import chunked_softmax_xent
 from pax_eqx.layers.initializers import WeightInit, gaussian
 
 
@@ -92,6 +93,16 @@ class FullSoftmax(eqx.Module):
     def xent(self, logits: Float[Array, "*batch vocab"], labels: Int[Array, "*batch"]) -> Float[Array, "*batch"]:
         return cross_entropy(logits, labels, self.label_smoothing_prob)
 
+    def chunked_xent_sums(
+        self, x: Float[Array, "batch time embed"], labels: Int[Array, "batch time"], weights, chunk: int
+    ) -> tuple[Float[Array, ""], Float[Array, ""]]:
+        """(sum of weighted cross-entropy, of weighted correct argmax) of `logits(x)`, `chunk`
+        positions at a time without ever making the whole logits (`chunked_softmax_xent`)."""
+        return chunked_softmax_xent(
+            x, self.w.T, self.b, labels, weights, chunk=chunk,
+            soft_cap=self.soft_cap_logits, label_smoothing=self.label_smoothing_prob,
+        )  # fmt: skip
+
     def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"w": ("embed", "vocab"), "b": ("vocab",)}
 
@@ -142,6 +153,15 @@ class SharedEmbeddingSoftmax(eqx.Module):
 
     def xent(self, logits: Float[Array, "*batch vocab"], labels: Int[Array, "*batch"]) -> Float[Array, "*batch"]:
         return cross_entropy(logits, labels, self.label_smoothing_prob)
+
+    def chunked_xent_sums(
+        self, x: Float[Array, "batch time embed"], labels: Int[Array, "batch time"], weights, chunk: int
+    ) -> tuple[Float[Array, ""], Float[Array, ""]]:
+        """As FullSoftmax.chunked_xent_sums; the `[vocab, embed]` table is used as it is stored."""
+        return chunked_softmax_xent(
+            x, self.w, self.b, labels, weights, chunk=chunk,
+            soft_cap=self.soft_cap_logits, label_smoothing=self.label_smoothing_prob,
+        )  # fmt: skip
 
     def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"w": ("vocab", "embed"), "b": ("vocab",)}

@@ -54,9 +54,10 @@ class LanguageModelConfig(Config):
     scale_embedding_sqrt_depth: multiply the input embedding by sqrt(model_dims) (Praxis'
       softmax scale_sqrt_depth, on in Pax's LM experiments). softmax_bias: a `[vocab]` bias on
       the output logits (Praxis' softmax has one).
-    loss_chunk_size: > 0 computes logits, cross-entropy and accuracy that many positions of every
-      row at a time, each chunk rematerialised in the backward, so the float32 [batch, time,
-      vocab] logits (6.6 GB for GPT3-XL at batch 16) never exist whole; 0 = all at once.
+    loss_chunk_size: > 0 computes logits, cross-entropy, accuracy and the loss's gradients that
+      many positions of every row at a time (`layers.chunked_xent`), so the float32 [batch,
+      time, vocab] logits (6.6 GB for GPT3-XL at batch 16) and their gradient never exist
+      whole, at no extra matmul; 0 = all at once.
     init: weight init of the projections; embedding_init: of the embedding table(s).
     """
 
@@ -227,7 +228,9 @@ class LanguageModel(eqx.Module):
     ) -> dict[str, Array]:
         """Pax's LM metrics, all scalars; `total_loss` is what training minimises."""
         weights = weights.astype(jnp.float32)
-        return _lm_metrics(*self._weighted_sums(logits, labels, weights), jnp.sum(weights), aux_loss)
+        xent = self.xent(logits, labels)
+        correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+        return _lm_metrics(jnp.sum(xent * weights), jnp.sum(correct * weights), jnp.sum(weights), aux_loss)
 
     def loss(
         self,
@@ -237,35 +240,14 @@ class LanguageModel(eqx.Module):
         aux_loss: Float[Array, ""] | float = 0.0,
     ) -> dict[str, Array]:
         """`compute_loss` from the last layer's output (`hidden`), `loss_chunk_size` positions at a
-        time when set: the same metrics, up to the order of the float32 sums."""
+        time when set: the same metrics (up to the order of the float32 sums, and float32 rather
+        than activation-dtype logits), and the same gradients."""
         if not self.loss_chunk_size:
             return self.compute_loss(self.logits(x), labels, weights, aux_loss)
         weights = weights.astype(jnp.float32)
-        b, t, d = x.shape
-        c = self.loss_chunk_size
-        n = -(-t // c)
-        pad = n * c - t  # padded positions get weight 0
-
-        def chunks(a):  # [b, t, ...] -> [n, b, c, ...]: the batch axis (and its sharding) stays put
-            a = jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2))
-            return jnp.moveaxis(a.reshape(b, n, c, *a.shape[2:]), 1, 0)
-
-        @eqx.filter_checkpoint  # keep only x per chunk; its logits are recomputed in the backward
-        def sums(model, x_c, labels_c, weights_c):
-            return model._weighted_sums(model.logits(x_c), labels_c, weights_c)
-
-        def body(total, chunk):
-            return jax.tree.map(jnp.add, total, sums(self, *chunk)), None
-
-        zero = jnp.zeros((), jnp.float32)
-        (xent_sum, correct_sum), _ = jax.lax.scan(body, (zero, zero), (chunks(x), chunks(labels), chunks(weights)))
-        return _lm_metrics(xent_sum, correct_sum, jnp.sum(weights), aux_loss)
-
-    def _weighted_sums(self, logits, labels, weights) -> tuple[Float[Array, ""], Float[Array, ""]]:
-        """(sum of weighted cross-entropy, sum of weighted correct argmax predictions)."""
-        xent = self.xent(logits, labels)
-        correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
-        return jnp.sum(xent * weights), jnp.sum(correct * weights)
+        softmax = self.embedding if self.softmax is None else self.softmax
+        sums = softmax.chunked_xent_sums(self.final_norm(x), labels, weights, self.loss_chunk_size)
+        return _lm_metrics(*sums, jnp.sum(weights), aux_loss)
 
     # Decoding ---------------------------------------------------------------------------------
     def init_cache(self, batch: int, max_len: int, dtype=jnp.float32) -> KVCache | tuple[KVCache, ...]:

@@ -10,7 +10,8 @@ The activation estimate (per device, for one step, documented so it can be check
   saved between layers   L x B_d x S x d x c_policy x bytes(fprop)
   live inside one layer  B_d x S x (6 d + 2 H_t) x bytes + attention scores B_d x N_t x S x S x 4
                          (the XLA path; flash attention on GPU keeps no S x S scores)
-  logits and their grad  2 x B_d x S x V_t x 4 (S -> model.loss_chunk_size when set)
+  logits and their grad  2 x B_d x S x V_t x 4; with model.loss_chunk_size C set,
+                         2 x B_d x C x V_t x 4 + V_t x d x 4 (the chunks' float32 weight gradient)
 with B_d the per-device batch, H_t / N_t / V_t the hidden size, heads and vocab over the tensor
 axis, and c_policy the number of d-sized tensors a remat policy saves per layer
 (full: 1, dots_with_no_batch_dims_saveable: 4 + 2 H/d, dots_saveable: 6 + 2 H/d, none: 12 + 4 H/d).
@@ -161,5 +162,8 @@ def _activation_bytes(exp: ExperimentConfig, mesh_shape: dict[str, int], table: 
     nbytes = 2 if exp.train.fprop_dtype == "bfloat16" else 4
     saved = m.num_layers * batch * s * d * _POLICY_SAVED[m.remat_policy](d, m.hidden_dims) * nbytes
     layer = batch * s * (6 * d + 2 * h_t) * nbytes + batch * n_t * s * s * 4
-    logits = 2 * batch * (min(s, m.loss_chunk_size) if m.loss_chunk_size else s) * v_t * 4
+    if m.loss_chunk_size:
+        logits = 2 * batch * min(s, m.loss_chunk_size) * v_t * 4 + v_t * d * 4
+    else:
+        logits = 2 * batch * s * v_t * 4
     return int(saved + layer + logits)

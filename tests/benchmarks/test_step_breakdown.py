@@ -58,6 +58,25 @@ def test_matmul_flops_of_the_compiled_train_step_equal_the_model_formula():
     assert sum(op.flops * op.executions for op in ops.values()) == expected / 8
 
 
+def test_a_chunked_loss_costs_no_extra_matmul_and_keeps_the_whole_logits_out_of_memory():
+    """`model.loss_chunk_size` computes the loss's gradient chunk by chunk in the forward
+    (`layers.chunked_xent`): the compiled step has exactly the unchunked step's matmul FLOPs
+    (a rematerialised chunk would add the logits matmul again) and far smaller temporaries."""
+    big_vocab = [*TOY_XL, "--model.vocab-size", "4096", "--model.max-seq-len", "128", "--data.seq-len", "128",
+                 "--data.train.batch-size", "64"]  # fmt: skip
+    measured = []
+    for chunk in ("0", "32"):
+        exp, _, _ = cli.parse([*big_vocab, "--model.loss-chunk-size", chunk], "t", "", job_dir_required=False)
+        programs, state, batch = synthetic_step(exp)
+        compiled = programs.train_step.lower(state, batch).compile()
+        flops = sum(op.flops * op.executions for op in hlo_ops.index_module(compiled.as_text()).values())
+        measured.append((flops, compiled.memory_analysis().temp_size_in_bytes))
+    (whole_flops, whole_temp), (chunked_flops, chunked_temp) = measured
+    assert chunked_flops == whole_flops
+    # per device: 8 rows x 128 positions x 4096 float32 logits = 16.8 MB, and their gradient
+    assert chunked_temp < 0.6 * whole_temp
+
+
 def test_busy_time_is_the_union_of_the_kernel_intervals():
     events = [("a", "gpu0", 0, 10), ("b", "gpu0", 5, 15), ("c", "gpu0", 20, 25), ("d", "gpu0", 21, 22)]
     assert step_breakdown.busy_ns(events) == 15 + 5
