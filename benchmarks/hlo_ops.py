@@ -41,7 +41,6 @@ _COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "col
 _COMPUTATION = re.compile(r"^(ENTRY )?%?([\w.\-]+) .*\{\s*$")
 _INSTRUCTION = re.compile(r"^\s+(?:ROOT )?%?([\w.\-]+) = (.*)$")
 _ARRAY = re.compile(r"\w+\[([\d,]*)\]")
-_NAME = re.compile(r"%([\w.\-]+)")
 
 
 @dataclasses.dataclass
@@ -91,6 +90,21 @@ def _split_call(tail: str) -> tuple[str, str, str]:
     return opcode.strip(), after, ""
 
 
+def _operand_names(operands: str) -> list[str]:
+    """'bf16[8,64]{1,0} %a, %b' or 'a, b' -> ['a', 'b']: the last word of each top-level item."""
+    names, depth, item = [], 0, ""
+    for ch in operands + ",":
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            if item.strip():
+                names.append(item.split()[-1].lstrip("%"))
+            item = ""
+        else:
+            item += ch
+    return names
+
+
 def dims(shape: str) -> list[int]:
     """The dimensions of an array type, or of a tuple's first element: 'bf16[8,64]{1,0}' -> [8, 64]."""
     m = _ARRAY.search(shape)
@@ -129,7 +143,7 @@ def parse_module(hlo_text: str) -> tuple[dict[str, _Instr], dict[str, list[str]]
             continue
         shape, tail = _split_shape(m.group(2))
         opcode, operands, attrs = _split_call(tail)
-        instrs[m.group(1)] = _Instr(m.group(1), current, shape, opcode, _NAME.findall(operands), attrs)
+        instrs[m.group(1)] = _Instr(m.group(1), current, shape, opcode, _operand_names(operands), attrs)
         computations[current].append(m.group(1))
     return instrs, computations, entry
 

@@ -7,6 +7,7 @@ scan's instructions must run once per layer; the command itself runs as a CPU sm
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +41,29 @@ def test_a_scans_dots_run_once_per_layer_and_count_2mnk_flops():
     # forward h @ w, backward dh @ w.T and h.T @ dh: three [8,64]x[64,64]-sized products per layer
     assert sum(op.flops * op.executions for op in matmuls) == 3 * layers * 2 * batch * d * d
     assert {op.category for op in ops.values() if op.opcode == "while"} == {hlo_ops.CONTROL_FLOW}
+
+
+# What XLA:GPU prints (operand shapes inline, cuBLAS and Triton GEMMs, cuDNN attention, a scan's
+# while loop), written by hand.
+GPU_HLO = (Path(__file__).parent / "gpu_step.hlo.txt").read_text()
+
+
+def test_gpu_style_hlo_kernels_get_their_kind_flops_and_trip_count():
+    ops = hlo_ops.index_module(GPU_HLO)
+    kinds = {name: (op.category, op.flops, op.executions) for name, op in ops.items()}
+    assert kinds == {
+        "gemm_fusion_dot.1": ("matmul", 2 * 64 * 16 * 32, 24),  # a Triton GEMM: the dot inside the fusion
+        "custom-call.2": ("matmul", 2 * 64 * 32 * 16, 24),  # cuBLAS: dimension numbers from the backend config
+        "fmha.3": ("attention", 0.0, 24),
+        "loop_add_fusion": ("elementwise fusion", 0.0, 24),
+        "lt": ("other", 0.0, 25),  # the loop condition runs once more than the body
+        "while.1": (hlo_ops.CONTROL_FLOW, 0.0, 1),
+        "all-reduce.4": ("collective", 0.0, 1),
+        "input_reduce_fusion": ("reduction fusion", 0.0, 1),
+        "copy.5": ("copy/transpose", 0.0, 1),
+    }  # and nothing from %add, a reducer, or the fused computation: they launch no kernel
+    assert ops["gemm_fusion_dot.1"].source == "jit(train_step)/jvp()/while/body/dot_general"
+    assert step_breakdown.module_name(GPU_HLO) == "jit_train_step"
 
 
 def test_matmul_flops_of_the_compiled_train_step_equal_the_model_formula():
