@@ -62,3 +62,18 @@ def test_a_missing_or_empty_variants_file_is_one_clear_error(tmp_path, capsys):
     empty.write_text("# nothing\n")
     assert sweep.main(["--variants", str(empty), "--out", str(tmp_path / "r.jsonl")]) == 2
     assert "has no command line" in capsys.readouterr().err
+
+
+def test_every_line_of_the_shipped_sweeps_is_a_valid_experiment():
+    """A typo in a sweep costs GPU time on a lease: each line must parse and validate here."""
+    from pax_eqx import cli
+
+    for path in sorted(SMOKE.parent.glob("*.txt")):
+        for variant in sweep.read_variants(path):
+            env, args = sweep.split_env(variant)
+            exp, _, _ = cli.parse(args, "t", "", job_dir_required=False)
+            mesh = exp.mesh.ici_mesh_shape
+            if path != SMOKE:  # the GPU sweeps run on one device
+                exp.validate(num_devices=1)
+                assert mesh == (1, 1, 1), f"{path.name}: {variant}"
+            assert set(env) <= {"XLA_FLAGS"}, f"{path.name}: {variant}"
