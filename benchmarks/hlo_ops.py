@@ -16,7 +16,11 @@ each matmul's achieved TFLOP/s computed:
 - flops: 2 x (output elements) x (contracted size), summed over the dots of a fusion; 0 for
   everything that is not a matmul (attention's FLOPs depend on masking the HLO does not show).
 - executions: runs per call of the module; an instruction inside a while loop's body runs
-  its `known_trip_count` times (a `lax.scan` over layers: once per layer).
+  its `known_trip_count` times (a `lax.scan` over layers: once per layer). A loop XLA gives no
+  trip count counts once (`Op.counted` is False inside it); every branch of a conditional
+  counts as run (an upper bound).
+- "reduction fusion" is XLA's kInput fusion kind: reductions, and on GPU also scatters and
+  some transposes; XLA:CPU labels its reductions kLoop ("elementwise fusion").
 
 Computations that are fused into an instruction (`calls=`) or that are reducers (`to_apply=`
 of a reduce) are not scheduled themselves; the instructions of the entry computation, of
@@ -52,6 +56,7 @@ class Op:
     executions: int  # per call of the module
     shape: str  # the output type as HLO prints it
     source: str  # jax's op_name metadata: which line of the model it came from
+    counted: bool = True  # False: inside a loop of unknown trip count, which counts as one
 
 
 @dataclasses.dataclass
@@ -122,9 +127,12 @@ def _backend_config(attrs: str) -> dict:
         return {}
     text = attrs[start + len("backend_config=") :]
     try:
-        return json.JSONDecoder().raw_decode(text)[0]
+        value = json.JSONDecoder().raw_decode(text)[0]
+        if isinstance(value, str):  # older XLA quotes it: backend_config="{\"n\":...}"
+            value = json.loads(value)
     except ValueError:
         return {}
+    return value if isinstance(value, dict) else {}
 
 
 def parse_module(hlo_text: str) -> tuple[dict[str, _Instr], dict[str, list[str]], str]:
@@ -207,9 +215,11 @@ def _category(instr: _Instr, flops: float) -> str:
     return "other"
 
 
-def _executions(instrs, computations, entry) -> dict[str, int]:
-    """Runs per module call of each scheduled computation (while bodies x their trip count)."""
+def _executions(instrs, computations, entry) -> tuple[dict[str, int], set[str]]:
+    """Runs per module call of each scheduled computation (while bodies x their trip count), and
+    the computations whose count is a guess (a loop without `known_trip_count` counts once)."""
     runs = {entry: 1}
+    guessed: set[str] = set()
     stack = [entry]
     while stack:
         comp = stack.pop()
@@ -217,7 +227,8 @@ def _executions(instrs, computations, entry) -> dict[str, int]:
             instr = instrs[name]
             children: list[tuple[str, int]] = []
             if instr.opcode == "while":
-                trips = int(_backend_config(instr.attrs).get("known_trip_count", {}).get("n", 1))
+                known = _backend_config(instr.attrs).get("known_trip_count", {})
+                trips = int(known.get("n", 1))
                 children = [(c, trips) for c in _called(instr.attrs, "body")]
                 children += [(c, trips + 1) for c in _called(instr.attrs, "condition")]
             elif instr.opcode == "conditional":
@@ -232,14 +243,16 @@ def _executions(instrs, computations, entry) -> dict[str, int]:
                 if child not in runs:
                     runs[child] = runs[comp] * times
                     stack.append(child)
-    return runs
+                    if comp in guessed or (instr.opcode == "while" and not known):
+                        guessed.add(child)
+    return runs, guessed
 
 
 def index_module(hlo_text: str) -> dict[str, Op]:
     """Every instruction of the module that runs as a kernel, or holds ones that do (CONTROL_FLOW),
     by name (the trace's `hlo_op`)."""
     instrs, computations, entry = parse_module(hlo_text)
-    runs = _executions(instrs, computations, entry)
+    runs, guessed = _executions(instrs, computations, entry)
     ops: dict[str, Op] = {}
     for comp, times in runs.items():
         for name in computations.get(comp, []):
@@ -256,5 +269,6 @@ def index_module(hlo_text: str) -> dict[str, Op]:
                 flops = 0.0
             source = re.search(r'op_name="([^"]*)"', instr.attrs)
             source = source.group(1) if source else ""
-            ops[name] = Op(name, instr.opcode, _category(instr, flops), flops, times, instr.shape, source)
+            category = _category(instr, flops)
+            ops[name] = Op(name, instr.opcode, category, flops, times, instr.shape, source, comp not in guessed)
     return ops

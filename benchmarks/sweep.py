@@ -9,8 +9,9 @@ by environment assignments (`#` starts a comment):
 
 Each line runs as its own process (GPU memory and XLA flags start fresh; an out-of-memory
 variant fails alone) and its JSON result, or its error, is appended to RESULTS.jsonl as soon as
-it ends. Lines already in RESULTS.jsonl are skipped, so a sweep cut off by `--budget-s` (no new
-variant starts once the slowest one so far would not fit) or by the lease continues where it
+it ends. Lines already in RESULTS.jsonl (run with the same benchmarks.mfu flags) are skipped,
+except those that timed out, so a sweep cut off by `--budget-s` (no new variant starts once the
+slowest one so far would not fit, and none runs past it) or by the lease continues where it
 stopped when run again with the same file. It ends with a markdown table of every result in
 RESULTS.jsonl, the rows docs/performance.md and the closing notes quote.
 """
@@ -27,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+TIMED_OUT = "timed out after"  # not a result of the variant: run again on the next sweep
+
 
 def read_variants(path: Path) -> list[str]:
     """The file's command lines, comments and blank lines dropped, whitespace normalised."""
@@ -34,7 +37,7 @@ def read_variants(path: Path) -> list[str]:
     for raw in path.read_text().splitlines():
         line = raw.split("#", 1)[0].strip()
         if line:
-            lines.append(" ".join(shlex.split(line)))
+            lines.append(shlex.join(shlex.split(line)))  # quotes kept: XLA_FLAGS='--a --b' stays one word
     return lines
 
 
@@ -60,8 +63,21 @@ def load_results(path: Path) -> list[dict[str, Any]]:
     return results
 
 
+def last_json_object(stdout: str) -> dict[str, Any] | None:
+    """The last line of `stdout` that is a JSON object (mfu prints its result last, but a library
+    may log after it)."""
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
 def run_variant(variant: str, mfu_flags: list[str], timeout_s: float) -> dict[str, Any]:
-    """One `python -m benchmarks.mfu` process; its JSON last line, or {"error": ...}."""
+    """One `python -m benchmarks.mfu` process; its JSON result, or {"error": ...}."""
     env, args = split_env(variant)
     command = [sys.executable, "-m", "benchmarks.mfu", *args, *mfu_flags]
     start = time.perf_counter()
@@ -71,14 +87,18 @@ def run_variant(variant: str, mfu_flags: list[str], timeout_s: float) -> dict[st
             cwd=Path(__file__).resolve().parents[1],
         )  # fmt: skip
     except subprocess.TimeoutExpired:
-        return {"variant": variant, "error": f"timed out after {timeout_s:.0f} s", "wall_s": timeout_s}
+        return {"variant": variant, "mfu_flags": mfu_flags, "error": TIMED_OUT + f" {timeout_s:.0f} s",
+                "wall_s": timeout_s}  # fmt: skip
     wall = time.perf_counter() - start
-    lines = done.stdout.strip().splitlines()
-    if done.returncode == 0 and lines:
-        return {"variant": variant, **json.loads(lines[-1]), "wall_s": wall}
+    result = last_json_object(done.stdout) if done.returncode == 0 else None
+    if result is not None:
+        return {"variant": variant, "mfu_flags": mfu_flags, **result, "wall_s": wall}
     errors = [line for line in done.stderr.strip().splitlines() if line.strip()]
     reason = next((line for line in reversed(errors) if "error" in line.lower()), errors[-1] if errors else "")
-    return {"variant": variant, "error": f"exit {done.returncode}: {reason[:300]}", "wall_s": wall}
+    if done.returncode == 0:
+        reason = "no JSON result on stdout"
+    return {"variant": variant, "mfu_flags": mfu_flags, "error": f"exit {done.returncode}: {reason[:300]}",
+            "wall_s": wall}  # fmt: skip
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -121,22 +141,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --variants {args.variants} has no command line; add one per line.", file=sys.stderr)
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    done = {r["variant"] for r in load_results(args.out)}
-    todo = [v for v in variants if v not in done]
+    done = {_key(r["variant"], r.get("mfu_flags", [])) for r in load_results(args.out) if not _timed_out(r)}
+    todo = [v for v in variants if _key(v, mfu_flags) not in done]
     start, slowest = time.perf_counter(), 0.0
     for i, variant in enumerate(todo):
-        if time.perf_counter() - start + slowest > args.budget_s:
+        left = args.budget_s - (time.perf_counter() - start)
+        if slowest > left or left <= 0:
             print(f"budget of {args.budget_s:.0f} s spent: {len(todo) - i} variants left; run again to continue.")
             break
         print(f"[{i + 1}/{len(todo)}] {variant}", flush=True)
-        result = run_variant(variant, mfu_flags, min(args.timeout_s, args.budget_s))
+        result = run_variant(variant, mfu_flags, min(args.timeout_s, left))
         slowest = max(slowest, result["wall_s"])
         with args.out.open("a") as f:
             f.write(json.dumps(result) + "\n")
         print("    " + (result.get("error") or f"step {result['step_time_s'] * 1e3:,.1f} ms"), flush=True)
-    wanted = set(variants)
-    print(table([r for r in load_results(args.out) if r["variant"] in wanted]))
+    wanted = {_key(v, mfu_flags) for v in variants}
+    print(table([r for r in load_results(args.out) if _key(r["variant"], r.get("mfu_flags", [])) in wanted]))
     return 0
+
+
+def _key(variant: str, mfu_flags: list[str]) -> str:
+    """A result stands for its line *and* the flags every line ran with (--steps, --no-reference)."""
+    return shlex.join([variant, *mfu_flags])
+
+
+def _timed_out(result: dict[str, Any]) -> bool:
+    return str(result.get("error", "")).startswith(TIMED_OUT)
 
 
 if __name__ == "__main__":

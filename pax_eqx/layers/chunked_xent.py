@@ -19,7 +19,11 @@ blockwise cross-entropy and Liger's fused linear cross-entropy are the same idea
 The price of computing gradients in the forward: `eval` pays nothing (jax calls the plain
 function when nothing is differentiated), but the weight gradient is reduced over the batch
 once per chunk, which on a data-parallel mesh is one all-reduce of `[vocab, embed]` per chunk:
-prefer few, large chunks there.
+prefer few, large chunks there. Being a `custom_vjp`, it has reverse-mode derivatives only
+(grad of grad works; `jax.jvp` / `jacfwd` do not).
+
+The time axis is cut into ceil(T / chunk) pieces of equal size (at most `chunk`), so a chunk
+longer than the sequence costs no more than the sequence.
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ def _sweep(h, w, b, labels, weights, chunk, soft_cap, label_smoothing, *, with_g
     batch, t, _ = h.shape
     vocab = w.shape[0]
     n = -(-t // chunk)
+    chunk = -(-t // n)  # n chunks of at most `chunk` positions, as even as they go: least padding
     pad = n * chunk - t  # padded positions have weight 0: they add nothing to sums or gradients
     w_c = w.astype(h.dtype)
     b32 = None if b is None else b.astype(jnp.float32)

@@ -66,6 +66,16 @@ def test_gpu_style_hlo_kernels_get_their_kind_flops_and_trip_count():
     assert step_breakdown.module_name(GPU_HLO) == "jit_train_step"
 
 
+def test_a_loop_without_a_trip_count_is_flagged_and_a_quoted_backend_config_parses():
+    no_count = GPU_HLO.replace(', backend_config={"known_trip_count":{"n":"24"}}', "")
+    ops = hlo_ops.index_module(no_count)
+    assert ops["custom-call.2"].executions == 1 and not ops["custom-call.2"].counted
+    assert ops["copy.5"].counted  # outside the loop: exact
+    quoted = GPU_HLO.replace('backend_config={"known_trip_count":{"n":"24"}}',
+                             'backend_config="{\\"known_trip_count\\":{\\"n\\":\\"24\\"}}"')  # fmt: skip
+    assert hlo_ops.index_module(quoted)["custom-call.2"].executions == 24
+
+
 def test_matmul_flops_of_the_compiled_train_step_equal_the_model_formula():
     exp, _, _ = cli.parse(TOY_XL, "t", "", job_dir_required=False)
     assert exp.model.remat_policy == "dots_with_no_batch_dims_saveable" and exp.model.block.attention.use_bias

@@ -13,6 +13,11 @@ from benchmarks import sweep
 
 SMOKE = Path(__file__).resolve().parents[2] / "benchmarks" / "sweeps" / "cpu_smoke.txt"
 FAST = ["--steps", "1", "--warmup", "1", "--no-reference"]
+RESULT = {
+    "tokens_per_step": 128, "step_time_s": 0.01, "tokens_per_s": 12800.0, "mfu": 0.01, "hfu": 0.01,
+    "reference_step_time_s": None, "ratio_to_reference": None, "peak_mem_gb": None, "temp_mem_gb": 0.01,
+    "compile_s": 3.0,
+}  # fmt: skip
 
 
 def test_a_sweep_records_each_variant_continues_past_a_failure_and_resumes(tmp_path, capsys):
@@ -48,11 +53,34 @@ def test_a_line_torn_by_a_kill_is_ignored_so_its_variant_runs_again(tmp_path):
 
 
 def test_variant_lines_split_into_environment_and_arguments(tmp_path):
-    env, args = sweep.split_env("XLA_FLAGS='--a=1 --b' FOO=2 --exp gpt3_xl --model.unroll 2")
-    assert env == {"XLA_FLAGS": "--a=1 --b", "FOO": "2"} and args == ["--exp", "gpt3_xl", "--model.unroll", "2"]
     f = tmp_path / "v.txt"
-    f.write_text("# a comment\n\n  --exp a   --x 1  # trailing\n")
-    assert sweep.read_variants(f) == ["--exp a --x 1"]
+    f.write_text(
+        "# a comment\n\n  --exp a   --x 1  # trailing\nXLA_FLAGS='--a=1 --b' FOO=2 --exp gpt3_xl --model.unroll 2\n"
+    )
+    plain, with_env = sweep.read_variants(f)
+    assert plain == "--exp a --x 1"
+    env, args = sweep.split_env(with_env)  # the quotes survive reading: two flags stay one value
+    assert env == {"XLA_FLAGS": "--a=1 --b", "FOO": "2"} and args == ["--exp", "gpt3_xl", "--model.unroll", "2"]
+
+
+def test_the_result_is_the_last_json_object_printed_even_with_logging_after_it():
+    assert sweep.last_json_object('summary\n{"mfu": 0.5}\nW1123 some log line\n') == {"mfu": 0.5}
+    assert sweep.last_json_object("[1, 2]\nno json here\n") is None
+
+
+def test_timed_out_variants_and_other_mfu_flags_run_again(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    variants = sweep.read_variants(SMOKE)
+    records = [
+        {"variant": variants[0], "mfu_flags": FAST, **RESULT},
+        {"variant": variants[1], "mfu_flags": FAST, "error": "timed out after 300 s"},
+        {"variant": variants[2], "mfu_flags": FAST, "error": "exit 2: error: mesh"},
+    ]
+    out.write_text("".join(json.dumps(r) + "\n" for r in records))
+    sweep.main(["--variants", str(SMOKE), "--out", str(out), "--budget-s", "0", *FAST])
+    assert "1 variants left" in capsys.readouterr().out  # only the timed-out one: failures are results
+    sweep.main(["--variants", str(SMOKE), "--out", str(out), "--budget-s", "0", "--steps", "3"])
+    assert "3 variants left" in capsys.readouterr().out  # other mfu flags: other results
 
 
 def test_a_missing_or_empty_variants_file_is_one_clear_error(tmp_path, capsys):

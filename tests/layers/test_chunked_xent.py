@@ -32,7 +32,9 @@ def _direct(h, w, b, labels, weights, soft_cap, smoothing):
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 7, 16])  # 3 pads 7 positions to 9; 16 is one padded chunk
-@pytest.mark.parametrize("soft_cap, smoothing, bias", [(0.0, 0.0, True), (2.0, 0.0, False), (0.0, 0.1, True)])
+@pytest.mark.parametrize(
+    "soft_cap, smoothing, bias", [(0.0, 0.0, True), (2.0, 0.0, False), (0.0, 0.1, True), (2.0, 0.1, True)]
+)
 def test_sums_and_gradients_equal_the_whole_logits_formula(chunk, soft_cap, smoothing, bias):
     h, w, b, labels, weights = _inputs()
     b = b if bias else None
@@ -65,3 +67,14 @@ def test_a_non_positive_chunk_is_an_error_naming_it():
     h, w, b, labels, weights = _inputs()
     with pytest.raises(ValueError, match="chunk must be > 0, got 0"):
         chunked_softmax_xent(h, w, b, labels, weights, chunk=0)
+
+
+def test_chunks_are_even_and_never_longer_than_the_sequence():
+    """7 positions in chunks of at most 4 run as 2 chunks of 4 (one pad); a chunk of 100 runs as
+    one chunk of 7, not 100 (the logits' time axis in the program is 4, then 7)."""
+    h, w, b, labels, weights = _inputs()
+    for chunk, length in ((4, 4), (100, 7)):
+        loss = lambda h: chunked_softmax_xent(h, w, b, labels, weights, chunk=chunk)[0]  # noqa: B023, E731
+        jaxpr = str(jax.make_jaxpr(jax.grad(loss))(h))
+        assert f"f32[{B},{length},{V}]" in jaxpr and f"f32[{B},100,{V}]" not in jaxpr
+        np.testing.assert_allclose(loss(h), _direct(h, w, b, labels, weights, 0.0, 0.0)[0], rtol=1e-5)
