@@ -11,7 +11,7 @@ object:
     temp_mem_gb (XLA's temporary buffers of the compiled step, any backend),
     reference_step_time_s, ratio_to_reference
 
-MFU uses PaLM's 6N + 12·L·d·S model FLOPs per token (N = all parameters; see
+The `_gb` fields are GiB (2^30 bytes), as the dry-run planner prints. MFU uses PaLM's 6N + 12·L·d·S model FLOPs per token (N = all parameters; see
 `benchmarks/flops.py`), HFU adds what the remat policy recomputes. On CPU the peak is measured
 (the best jitted matmul throughput of this process) and reported as such.
 """
@@ -105,7 +105,7 @@ def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, lo
     compiled = programs.train_step.lower(state, data).compile()
     compile_s = time.perf_counter() - start
     memory = compiled.memory_analysis()  # XLA's plan, on every backend (peak_mem_gb is GPU-only)
-    temp_gb = memory.temp_size_in_bytes / 1e9 if memory is not None else None
+    temp_gb = memory.temp_size_in_bytes / 1024**3 if memory is not None else None
 
     def step(s):
         s, metrics = compiled(s, data)
@@ -170,9 +170,9 @@ def _print_summary(r: dict[str, Any], log) -> None:
     if r["reference_step_time_s"]:
         log(f"  plain-JAX reference {r['reference_step_time_s'] * 1e3:,.1f} ms: ratio {r['ratio_to_reference']:.3f}")
     if r["peak_mem_gb"] is not None:
-        log(f"  peak memory {r['peak_mem_gb']:.2f} GB")
+        log(f"  peak memory {r['peak_mem_gb']:.2f} GiB")
     if r["temp_mem_gb"] is not None:
-        log(f"  XLA temporaries of the step {r['temp_mem_gb']:.2f} GB (activations, logits, gradients)")
+        log(f"  XLA temporaries of the step {r['temp_mem_gb']:.2f} GiB (activations, logits, gradients)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -111,7 +111,7 @@ def table(results: list[dict[str, Any]]) -> str:
     rows = [head, "|" + "---|" * columns]
     pct = lambda x: f"{x * 100:.1f}%" if x is not None else "-"  # noqa: E731
     ms = lambda x: f"{x * 1e3:,.1f} ms" if x else "-"  # noqa: E731
-    gb = lambda x: f"{x:.2f} GB" if x is not None else "-"  # noqa: E731
+    gb = lambda x: f"{x:.2f} GiB" if x is not None else "-"  # noqa: E731
     for r in results:
         if "error" in r:
             rows.append(f"| `{r['variant']}` | failed: {r['error']} |" + " |" * (columns - 2))
