@@ -11,9 +11,10 @@ object:
     temp_mem_gb (XLA's temporary buffers of the compiled step, any backend),
     reference_step_time_s, ratio_to_reference
 
-The `_gb` fields are GiB (2^30 bytes), as the dry-run planner prints. MFU uses PaLM's 6N + 12·L·d·S model FLOPs per token (N = all parameters; see
-`benchmarks/flops.py`), HFU adds what the remat policy recomputes. On CPU the peak is measured
-(the best jitted matmul throughput of this process) and reported as such.
+The `_gb` fields are GiB (2^30 bytes), as the dry-run planner prints them. MFU uses PaLM's
+6N + 12·L·d·S model FLOPs per token (N = all parameters; see `benchmarks/flops.py`), HFU adds
+what the remat policy recomputes. On CPU the peak is measured (the best jitted matmul
+throughput of this process) and reported as such.
 """
 
 from __future__ import annotations
