@@ -1,4 +1,4 @@
-"""`python -m benchmarks.step_breakdown --exp NAME [--steps N] [--top K] [overrides]`: where a step's time goes.
+"""`python -m benchmarks.step_breakdown --exp NAME [--steps N] [--top K] [--reference] [overrides]`: where time goes.
 
 `benchmarks.mfu` says how fast the train step is; this says why. It compiles the experiment's
 real train step (as `benchmarks.mfu` does, synthetic tokens), times `--steps` steps untraced
@@ -13,7 +13,9 @@ the instruction of the optimized HLO that launched it (`benchmarks.hlo_ops`). It
 - the `--top` most expensive instructions, each with its jax source (`op_name`), shape and
   TFLOP/s,
 
-and, as its last line, the same as one JSON object. CUDA-graph command buffers are turned off
+and, as its last line, the same as one JSON object. `--reference` does the same for the plain-JAX
+step `benchmarks.mfu` compares against (same shapes and policies) and prints the two side by side,
+category by category: where a `ratio_to_reference` above 1 comes from. CUDA-graph command buffers are turned off
 for the run (they hide the instructions from the trace; on one H100 they made no difference to
 the step time, docs/performance.md). Kernels that overlap (XLA:CPU's thunks on several threads,
 a GPU's collectives on their own stream) are each counted whole, so the categories can add up
@@ -165,35 +167,73 @@ def _print(exp_name: str, r: dict[str, Any], steps: int) -> None:
               f"{row['category']} / {row['op']} / {row['shape'][:60]} / {row['source'][-90:]}")  # fmt: skip
 
 
+def profile(compiled: Any, state: Any, batch: Any, steps: int, top: int) -> dict[str, Any]:
+    """Times `steps` calls of a compiled `(state, batch) -> (state, out)` step untraced, traces as
+    many more, and breaks the trace down (`breakdown`). `state` is donated and used up."""
+    hlo = compiled.as_text()
+    step = lambda s: compiled(s, batch)  # noqa: E731
+    times, state = time_steps(step, state, warmup=1, steps=steps)
+    with tempfile.TemporaryDirectory() as trace:
+        with jax.profiler.trace(trace):
+            time_steps(step, state, warmup=0, steps=steps)
+        events = kernel_events(Path(trace), module_name(hlo))
+    ops = hlo_ops.index_module(hlo)
+    result = breakdown(events, ops, steps, statistics.median(times), top)
+    result["all_loops_counted"] = all(op.counted for op in ops.values())
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     without_command_buffers()
     exp, _, ns = cli.parse(
         argv, "python -m benchmarks.step_breakdown", "Where an experiment's train step spends its time, by kernel.",
         job_dir_required=False,
-        extra=[("--steps", dict(type=int, default=5)), ("--top", dict(type=int, default=15))],
+        extra=[
+            ("--steps", dict(type=int, default=5)),
+            ("--top", dict(type=int, default=15)),
+            ("--reference", dict(action="store_true")),
+        ],
     )  # fmt: skip
     if ns.steps < 1:
         raise cli.fail(f"--steps must be >= 1, got {ns.steps}: pass --steps 5.")
     programs, state, batch = synthetic_step(exp)
     compiled = programs.train_step.lower(state, batch).compile()
-    hlo = compiled.as_text()
-
-    def step(s):
-        s, metrics = compiled(s, batch)
-        return s, metrics["total_loss"]
-
-    times, state = time_steps(step, state, warmup=1, steps=ns.steps)
-    with tempfile.TemporaryDirectory() as trace:
-        with jax.profiler.trace(trace):
-            _, state = time_steps(step, state, warmup=0, steps=ns.steps)
-        events = kernel_events(Path(trace), module_name(hlo))
-    ops = hlo_ops.index_module(hlo)
-    result = breakdown(events, ops, ns.steps, statistics.median(times), ns.top)
+    result = profile(compiled, state, batch, ns.steps, ns.top)
     _print(exp.name, result, ns.steps)
-    if not all(op.counted for op in ops.values()):
+    report = {"exp": exp.name, "device_kind": jax.devices()[0].device_kind, **result}
+    if ns.reference:  # the plain-JAX step of the same shapes (benchmarks.mfu's), side by side
+        del state, compiled
+        report["reference"] = _reference(exp, ns.steps, ns.top)
+        _print(f"{exp.name}, plain-JAX reference", report["reference"], ns.steps)
+        _print_comparison(result, report["reference"])
+    if not all(r.get("all_loops_counted", True) for r in (result, report.get("reference", {}))):
         print("note: some instructions sit in loops XLA gave no trip count; their FLOPs count one run.")
-    print(json.dumps({"exp": exp.name, "device_kind": jax.devices()[0].device_kind, **result}))
+    print(json.dumps(report))
     return 0
+
+
+def _reference(exp, steps: int, top: int) -> dict[str, Any]:
+    from benchmarks.mfu import reference_config, synthetic_tokens
+    from benchmarks.reference_gpt import make_train_step
+
+    batch_size = exp.data.train.batch_size * jax.process_count()
+    init_fn, ref_step = make_train_step(reference_config(exp, batch_size))
+    state = init_fn(jax.random.key(0))
+    tokens = synthetic_tokens(batch_size, exp.data.seq_len, exp.model.vocab_size)
+    batch = {k: v for k, v in tokens.items() if k != "weights"}
+    return profile(ref_step.lower(state, batch).compile(), state, batch, steps, top)
+
+
+def _print_comparison(ours: dict[str, Any], ref: dict[str, Any]) -> None:
+    """Time per step of each category, both steps, and what pax_eqx spends more (+) or less (-)."""
+    rows = {name: (c["time_s"], 0.0) for name, c in ours["categories"].items()}
+    for name, c in ref["categories"].items():
+        rows[name] = (rows.get(name, (0.0, 0.0))[0], c["time_s"])
+    rows["kernels busy"] = (ours["busy_s"], ref["busy_s"])
+    rows["step"] = (ours["step_time_s"], ref["step_time_s"])
+    print(f"\n{'ms/step':<20} {'pax_eqx':>9} {'reference':>10} {'difference':>11}")
+    for name, (a, b) in rows.items():
+        print(f"{name:<20} {a * 1e3:9.2f} {b * 1e3:10.2f} {(a - b) * 1e3:+11.2f}")
 
 
 if __name__ == "__main__":

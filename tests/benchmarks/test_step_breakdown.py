@@ -118,9 +118,12 @@ def test_busy_time_is_the_union_of_the_kernel_intervals():
 
 
 def test_breakdown_command_prints_categories_top_ops_and_a_json_last_line(capsys):
-    assert step_breakdown.main([*TOY_XL, "--steps", "2", "--top", "5"]) == 0
+    assert step_breakdown.main([*TOY_XL, "--steps", "2", "--top", "5", "--reference"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     result = json.loads(out[-1])
+    reference = result.pop("reference")  # the plain-JAX step, broken down the same way
+    assert reference["categories"]["matmul"]["tflops_per_s"] > 0 and len(reference["top_ops"]) == 5
+    assert any(line.startswith("kernels busy") for line in out)  # the side-by-side table
     categories = result["categories"]
     assert categories["matmul"]["tflops_per_s"] > 0 and categories["matmul"]["time_s"] > 0
     assert hlo_ops.CONTROL_FLOW not in categories  # a loop's event spans its body's: not added twice
