@@ -94,7 +94,11 @@ class FullSoftmax(eqx.Module):
         return cross_entropy(logits, labels, self.label_smoothing_prob)
 
     def chunked_xent_sums(
-        self, x: Float[Array, "batch time embed"], labels: Int[Array, "batch time"], weights, chunk: int
+        self,
+        x: Float[Array, "batch time embed"],
+        labels: Int[Array, "batch time"],
+        weights: Float[Array, "batch time"],
+        chunk: int,
     ) -> tuple[Float[Array, ""], Float[Array, ""]]:
         """(sum of weighted cross-entropy, of weighted correct argmax) of `logits(x)`, `chunk`
         positions at a time without ever making the whole logits (`chunked_softmax_xent`)."""
@@ -155,7 +159,11 @@ class SharedEmbeddingSoftmax(eqx.Module):
         return cross_entropy(logits, labels, self.label_smoothing_prob)
 
     def chunked_xent_sums(
-        self, x: Float[Array, "batch time embed"], labels: Int[Array, "batch time"], weights, chunk: int
+        self,
+        x: Float[Array, "batch time embed"],
+        labels: Int[Array, "batch time"],
+        weights: Float[Array, "batch time"],
+        chunk: int,
     ) -> tuple[Float[Array, ""], Float[Array, ""]]:
         """As FullSoftmax.chunked_xent_sums; the `[vocab, embed]` table is used as it is stored."""
         return chunked_softmax_xent(
