@@ -156,23 +156,21 @@ def parse_module(hlo_text: str) -> tuple[dict[str, _Instr], dict[str, list[str]]
     return instrs, computations, entry
 
 
-def _dot_flops(instr: _Instr, instrs: dict[str, _Instr]) -> float:
+def _matmul_flops(instr: _Instr, instrs: dict[str, _Instr]) -> float:
+    """2 x (output elements) x (contracted size) of a `dot`, or of a cuBLAS custom call, whose
+    dimension numbers live in its backend config; 0 when the left operand is not in the module."""
     lhs = instrs.get(instr.operands[0]) if instr.operands else None
     if lhs is None:
         return 0.0
-    contracted = math.prod(dims(lhs.shape)[d] for d in _int_list(instr.attrs, "lhs_contracting_dims"))
-    return 2.0 * math.prod(dims(instr.shape)) * contracted
-
-
-def _gemm_flops(instr: _Instr, instrs: dict[str, _Instr]) -> float:
-    """A cuBLAS custom call: its dimension numbers live in the backend config."""
-    numbers = _backend_config(instr.attrs).get("gemm_backend_config", {}).get("dot_dimension_numbers", {})
-    lhs = instrs.get(instr.operands[0]) if instr.operands else None
-    if lhs is None or not numbers:
-        return 0.0
+    if instr.opcode == "dot":
+        contracting = _int_list(instr.attrs, "lhs_contracting_dims")
+    else:
+        numbers = _backend_config(instr.attrs).get("gemm_backend_config", {}).get("dot_dimension_numbers", {})
+        if not numbers:
+            return 0.0
+        contracting = [int(d) for d in numbers.get("lhs_contracting_dimensions", [])]
     lhs_dims = dims(lhs.shape)
-    contracted = math.prod(lhs_dims[int(d)] for d in numbers.get("lhs_contracting_dimensions", []))
-    return 2.0 * math.prod(dims(instr.shape)) * contracted
+    return 2.0 * math.prod(dims(instr.shape)) * math.prod(lhs_dims[d] for d in contracting)
 
 
 def _called(attrs: str, key: str) -> list[str]:
@@ -187,7 +185,7 @@ def _fused_flops(computation: str, instrs, computations) -> float:
     for name in computations.get(computation, []):
         instr = instrs[name]
         if instr.opcode == "dot":
-            total += _dot_flops(instr, instrs)
+            total += _matmul_flops(instr, instrs)
         elif instr.opcode == "fusion":
             total += sum(_fused_flops(c, instrs, computations) for c in _called(instr.attrs, "calls"))
     return total
@@ -259,10 +257,8 @@ def index_module(hlo_text: str) -> dict[str, Op]:
             instr = instrs[name]
             if instr.opcode in _NO_KERNEL:
                 continue
-            if instr.opcode == "dot":
-                flops = _dot_flops(instr, instrs)
-            elif instr.opcode == "custom-call":
-                flops = _gemm_flops(instr, instrs)
+            if instr.opcode in ("dot", "custom-call"):
+                flops = _matmul_flops(instr, instrs)
             elif instr.opcode == "fusion":
                 flops = sum(_fused_flops(c, instrs, computations) for c in _called(instr.attrs, "calls"))
             else:

@@ -98,6 +98,15 @@ def synthetic_step(exp: ExperimentConfig) -> tuple[Any, Any, dict[str, jax.Array
     return programs, state, programs.global_batch(local)
 
 
+def reference_step(exp: ExperimentConfig) -> tuple[Callable[..., Any], Any, dict[str, jax.Array]]:
+    """(jitted step, state, batch) of the plain-JAX reference on the experiment's global shapes:
+    what `run` times beside pax_eqx's step and `benchmarks.step_breakdown --reference` traces."""
+    batch_size = exp.data.train.batch_size * jax.process_count()
+    init_fn, step = make_train_step(reference_config(exp, batch_size))
+    tokens = synthetic_tokens(batch_size, exp.data.seq_len, exp.model.vocab_size)
+    return step, init_fn(jax.random.key(0)), {k: v for k, v in tokens.items() if k != "weights"}
+
+
 def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, log=print) -> dict[str, Any]:
     batch = exp.data.train.batch_size * jax.process_count()
     seq = exp.data.seq_len
@@ -151,9 +160,7 @@ def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, lo
     }
     del state  # free the model's memory before the reference runs
     if with_reference:
-        init_fn, ref_step = make_train_step(reference_config(exp, batch))
-        ref_state = init_fn(jax.random.key(0))
-        ref_batch = {k: v for k, v in synthetic_tokens(batch, seq, m.vocab_size).items() if k != "weights"}
+        ref_step, ref_state, ref_batch = reference_step(exp)
         ref_times, _ = time_steps(lambda s: ref_step(s, ref_batch), ref_state, warmup + 1, steps)
         result["reference_step_time_s"] = statistics.median(ref_times)
         result["ratio_to_reference"] = step_time / result["reference_step_time_s"]

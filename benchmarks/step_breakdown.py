@@ -13,13 +13,15 @@ the instruction of the optimized HLO that launched it (`benchmarks.hlo_ops`). It
 - the `--top` most expensive instructions, each with its jax source (`op_name`), shape and
   TFLOP/s,
 
-and, as its last line, the same as one JSON object. `--reference` does the same for the plain-JAX
-step `benchmarks.mfu` compares against (same shapes and policies) and prints the two side by side,
-category by category: where a `ratio_to_reference` above 1 comes from. CUDA-graph command buffers are turned off
-for the run (they hide the instructions from the trace; on one H100 they made no difference to
-the step time, docs/performance.md). Kernels that overlap (XLA:CPU's thunks on several threads,
-a GPU's collectives on their own stream) are each counted whole, so the categories can add up
-to more than the step; "busy" counts overlapping time once.
+and, as its last line, the same as one JSON object. `--reference` does the same for the
+plain-JAX step `benchmarks.mfu` compares against (same shapes and policies) and prints the two
+side by side, category by category: where a `ratio_to_reference` above 1 comes from.
+
+CUDA-graph command buffers are turned off for the run (they hide the instructions from the
+trace; on one H100 they made no difference to the step time, docs/performance.md). Kernels
+that overlap (XLA:CPU's thunks on several threads, a GPU's collectives on their own stream) are
+each counted whole, so the categories can add up to more than the step; "busy" counts
+overlapping time once.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any, Sequence
 import jax
 
 from benchmarks import hlo_ops
-from benchmarks.mfu import synthetic_step, time_steps
+from benchmarks.mfu import reference_step, synthetic_step, time_steps
 from benchmarks.pgle import without_command_buffers
 from pax_eqx import cli
 from pax_eqx.programs.pgle import newest_trace_dir
@@ -213,15 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _reference(exp, steps: int, top: int) -> dict[str, Any]:
-    from benchmarks.mfu import reference_config, synthetic_tokens
-    from benchmarks.reference_gpt import make_train_step
-
-    batch_size = exp.data.train.batch_size * jax.process_count()
-    init_fn, ref_step = make_train_step(reference_config(exp, batch_size))
-    state = init_fn(jax.random.key(0))
-    tokens = synthetic_tokens(batch_size, exp.data.seq_len, exp.model.vocab_size)
-    batch = {k: v for k, v in tokens.items() if k != "weights"}
-    return profile(ref_step.lower(state, batch).compile(), state, batch, steps, top)
+    step, state, batch = reference_step(exp)
+    return profile(step.lower(state, batch).compile(), state, batch, steps, top)
 
 
 def _print_comparison(ours: dict[str, Any], ref: dict[str, Any]) -> None:

@@ -141,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --variants {args.variants} has no command line; add one per line.", file=sys.stderr)
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    done = {_key(r["variant"], r.get("mfu_flags", [])) for r in load_results(args.out) if not _timed_out(r)}
+    done = {_result_key(r) for r in load_results(args.out) if not _timed_out(r)}
     todo = [v for v in variants if _key(v, mfu_flags) not in done]
     start, slowest = time.perf_counter(), 0.0
     for i, variant in enumerate(todo):
@@ -156,13 +156,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             f.write(json.dumps(result) + "\n")
         print("    " + (result.get("error") or f"step {result['step_time_s'] * 1e3:,.1f} ms"), flush=True)
     wanted = {_key(v, mfu_flags) for v in variants}
-    print(table([r for r in load_results(args.out) if _key(r["variant"], r.get("mfu_flags", [])) in wanted]))
+    print(table([r for r in load_results(args.out) if _result_key(r) in wanted]))
     return 0
 
 
 def _key(variant: str, mfu_flags: list[str]) -> str:
     """A result stands for its line *and* the flags every line ran with (--steps, --no-reference)."""
     return shlex.join([variant, *mfu_flags])
+
+
+def _result_key(result: dict[str, Any]) -> str:
+    return _key(result["variant"], result.get("mfu_flags", []))
 
 
 def _timed_out(result: dict[str, Any]) -> bool:

@@ -102,10 +102,7 @@ class FullSoftmax(eqx.Module):
     ) -> tuple[Float[Array, ""], Float[Array, ""]]:
         """(sum of weighted cross-entropy, of weighted correct argmax) of `logits(x)`, `chunk`
         positions at a time without ever making the whole logits (`chunked_softmax_xent`)."""
-        return chunked_softmax_xent(
-            x, self.w.T, self.b, labels, weights, chunk=chunk,
-            soft_cap=self.soft_cap_logits, label_smoothing=self.label_smoothing_prob,
-        )  # fmt: skip
+        return _chunked_sums(self, self.w.T, x, labels, weights, chunk)
 
     def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"w": ("embed", "vocab"), "b": ("vocab",)}
@@ -166,13 +163,18 @@ class SharedEmbeddingSoftmax(eqx.Module):
         chunk: int,
     ) -> tuple[Float[Array, ""], Float[Array, ""]]:
         """As FullSoftmax.chunked_xent_sums; the `[vocab, embed]` table is used as it is stored."""
-        return chunked_softmax_xent(
-            x, self.w, self.b, labels, weights, chunk=chunk,
-            soft_cap=self.soft_cap_logits, label_smoothing=self.label_smoothing_prob,
-        )  # fmt: skip
+        return _chunked_sums(self, self.w, x, labels, weights, chunk)
 
     def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"w": ("vocab", "embed"), "b": ("vocab",)}
+
+
+def _chunked_sums(softmax: FullSoftmax | SharedEmbeddingSoftmax, w_vocab_embed: Array, x, labels, weights, chunk):
+    """Either softmax's logits options, applied by `chunked_softmax_xent` to its `[vocab, embed]` weight."""
+    return chunked_softmax_xent(
+        x, w_vocab_embed, softmax.b, labels, weights, chunk=chunk,
+        soft_cap=softmax.soft_cap_logits, label_smoothing=softmax.label_smoothing_prob,
+    )  # fmt: skip
 
 
 def _lookup(table: Array, ids: Array, scale_sqrt_depth: bool) -> Array:
