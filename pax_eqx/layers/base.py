@@ -17,7 +17,12 @@ losses, or the train/eval mode -- takes and returns a `Context`:
   mean_sync=...)`, an equinox `StateIndex`; mean_sync is Pax's `REQUIRES_MEAN_SYNC`);
 - `summaries` and `aux_losses`: dicts of side outputs, named by scope (`"layer_0/attn/..."`);
 - `mode`: `Mode.TRAIN`, `Mode.EVAL` or `Mode.DECODE`, static, so each mode traces its own
-  program and no global flag exists.
+  program and no global flag exists;
+- `dtype`: the activation (compute) dtype a model casts its inputs to (None: as they come);
+  parameters stay float32 and each layer casts them to its input's dtype where it uses them;
+- `summary_verbosity`: Pax's summary verbosity. `add_summary(..., verbosity=v)` records only
+  when `v <= summary_verbosity`; a layer whose summary costs compute (an activation RMS, the
+  attention logits' max) asks `ctx.records(v)` first, so with the default nothing is traced.
 
 `init(cfg, key)` and `apply(layer, ...)` are the `layer.init` / `layer.apply(mutable=True)`
 entry points of the Layer Basics notebook.
@@ -46,6 +51,9 @@ Variable = eqx.nn.StateIndex
 """The type of a non-trainable variable field: equinox's own StateIndex."""
 
 _MEAN_SYNC = "#mean_sync"
+
+DEFAULT_SUMMARY_VERBOSITY = 3
+"""Pax's default: summaries added with verbosity <= 3 are kept; layer statistics use 4."""
 
 
 class _MeanSyncMarker:
@@ -77,6 +85,8 @@ class Context(eqx.Module):
     aux_losses: dict[str, Array]
     mode: Mode = eqx.field(static=True)
     scope: tuple[str, ...] = eqx.field(static=True)
+    dtype: Any = eqx.field(static=True)
+    summary_verbosity: int = eqx.field(static=True)
 
     def __init__(
         self,
@@ -87,6 +97,8 @@ class Context(eqx.Module):
         summaries: dict[str, Array] | None = None,
         aux_losses: dict[str, Array] | None = None,
         scope: tuple[str, ...] = (),
+        dtype: Any = None,
+        summary_verbosity: int = DEFAULT_SUMMARY_VERBOSITY,
     ):
         self.key = key
         self.state = state
@@ -94,6 +106,8 @@ class Context(eqx.Module):
         self.summaries = {} if summaries is None else summaries
         self.aux_losses = {} if aux_losses is None else aux_losses
         self.scope = scope
+        self.dtype = None if dtype is None else jnp.dtype(dtype)
+        self.summary_verbosity = summary_verbosity
 
     @property
     def is_training(self) -> bool:
@@ -130,7 +144,15 @@ class Context(eqx.Module):
         return self.state
 
     # Side outputs -------------------------------------------------------------------------
-    def add_summary(self, name: str, value: Array) -> Context:
+    def records(self, verbosity: int) -> bool:
+        """Whether a summary of this verbosity is kept (check before computing a costly one)."""
+        return verbosity <= self.summary_verbosity
+
+    def add_summary(self, name: str, value: Array, verbosity: int = DEFAULT_SUMMARY_VERBOSITY) -> Context:
+        """Records `value` (a scalar, or one per layer in a scanned stack) under this scope
+        (Pax: add_summary). Dropped when `verbosity` is above the context's summary_verbosity."""
+        if not self.records(verbosity):
+            return self
         return self._replace(summaries=_add_unique(self.summaries, self._name(name), value))
 
     def add_aux_loss(self, name: str, value: Array, weight: float = 1.0) -> Context:
@@ -162,6 +184,8 @@ class Context(eqx.Module):
             summaries=self.summaries,
             aux_losses=self.aux_losses,
             scope=self.scope,
+            dtype=self.dtype,
+            summary_verbosity=self.summary_verbosity,
         )
         fields.update(changes)
         return Context(**fields)

@@ -169,12 +169,15 @@ class StackedTransformerRepeated(eqx.Module):
         if self.needs_key and ctx.is_training:
             layer_keys, ctx = ctx.next_key()
             keys = jax.random.split(layer_keys, self.num_layers)
-        mode = ctx.mode
+        outer = ctx
 
         def body(h, xs):
             layer_params, key, layer_state = xs
             layer = eqx.combine(layer_params, static)
-            inner = Context(key=key, state=layer_state, mode=mode)
+            inner = Context(
+                key=key, state=layer_state, mode=outer.mode, dtype=outer.dtype,
+                summary_verbosity=outer.summary_verbosity,
+            )  # fmt: skip
             h, inner = layer(h, inner, **kwargs)
             return h, (inner.state, inner.summaries, inner.aux_losses)
 
@@ -187,7 +190,7 @@ class StackedTransformerRepeated(eqx.Module):
             ctx = ctx._replace(state=copy_state(ctx.state).update(state))
         ctx = ctx.push("repeat")
         for name, value in summaries.items():
-            ctx = ctx.add_summary(name, value)
+            ctx = ctx.add_summary(name, value, verbosity=0)  # filtered inside the body already
         for name, value in aux.items():
             ctx = ctx.add_aux_loss(name, jnp.sum(value))
         return x, ctx.pop()
