@@ -14,12 +14,14 @@ from __future__ import annotations
 from typing import Literal
 
 from pax_eqx.checkpoint import CheckpointConfig
-from pax_eqx.config import Config, config
+from pax_eqx.config import Config, ConfigError, config
 from pax_eqx.data import DataConfig
 from pax_eqx.learners import LearnerConfig
 from pax_eqx.models.decoding import SampleConfig
 from pax_eqx.models.language_model import LanguageModelConfig
+from pax_eqx.models.model import ModelConfig
 from pax_eqx.sharding.mesh import MeshConfig
+from pax_eqx.tasks.task_config import TaskConfig
 
 
 @config
@@ -29,7 +31,10 @@ class TrainConfig(Config):
     summary_interval_steps: log train metrics every N steps (the only host sync in the loop).
     seed: initialises parameters and the dropout key.
     fprop_dtype: activation/compute dtype; parameters stay float32.
-    sample_at_end: after training, print a sample decoded from `decode.prompt`.
+    sample_at_end: after training, print a sample decoded from `decode.prompt` (models that decode).
+    layer_summaries: record the layers' statistics (per-layer activation RMS, the attention
+      logits' max; Pax's summary verbosity 4) with the train and eval metrics. Off by default:
+      then they are not even traced, so the step is as fast.
     """
 
     num_steps: int = 1000
@@ -38,6 +43,7 @@ class TrainConfig(Config):
     seed: int = 1234
     fprop_dtype: Literal["float32", "bfloat16"] = "float32"
     sample_at_end: bool = True
+    layer_summaries: bool = False
 
 
 @config
@@ -61,8 +67,9 @@ class ProfileConfig(Config):
 @config
 class ExperimentConfig(Config):
     name: str = ""
-    model: LanguageModelConfig = LanguageModelConfig()
+    model: ModelConfig = LanguageModelConfig()
     learner: LearnerConfig = LearnerConfig()
+    task: TaskConfig = TaskConfig()
     data: DataConfig = DataConfig()
     train: TrainConfig = TrainConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
@@ -87,10 +94,15 @@ class ExperimentConfig(Config):
                 )
         self.model.validate()
         self.mesh.validate(num_devices)
-        if self.data.seq_len > self.model.max_seq_len:
+        if isinstance(self.model, LanguageModelConfig) and self.data.seq_len > self.model.max_seq_len:
             raise ValueError(
                 f"data.seq_len={self.data.seq_len} is longer than model.max_seq_len={self.model.max_seq_len}; "
                 "lower data.seq_len or raise model.max_seq_len."
+            )
+        if self.train.sample_at_end and not self.model.decodes:
+            raise ConfigError(
+                f"train.sample_at_end=True, but the model ({type(self.model).__name__}) does not decode; "
+                "pass --train.sample-at-end false."
             )
         micro = self.learner.num_microbatches
         if self.data.train.batch_size % micro:

@@ -14,14 +14,14 @@ a layer and gets its dimensions from here.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import Config, config
+from pax_eqx.config import config
 from pax_eqx.layers.attentions import KVCache
 from pax_eqx.layers.base import Context, call
 from pax_eqx.layers.embedding_softmax import (
@@ -34,12 +34,14 @@ from pax_eqx.layers.normalizations import NormConfig
 from pax_eqx.layers.position_embeddings import TrainablePositionalEmbeddingConfig, sinusoidal_position_embedding
 from pax_eqx.layers.repeats import RematPolicy, StackedTransformerConfig
 from pax_eqx.layers.transformers import TransformerConfig
+from pax_eqx.metrics import Metrics, weighted_mean
+from pax_eqx.models.model import Batch, Model, ModelConfig
 
 PositionEmbedding = Literal["trainable", "sinusoidal", "rotary", "none"]
 
 
 @config
-class LanguageModelConfig(Config):
+class LanguageModelConfig(ModelConfig):
     """A decoder-only transformer language model.
 
     vocab_size / max_seq_len: tokens and the longest sequence (trainable positions size).
@@ -60,6 +62,8 @@ class LanguageModelConfig(Config):
       whole, at no extra matmul; 0 = all at once.
     init: weight init of the projections; embedding_init: of the embedding table(s).
     """
+
+    decodes: ClassVar[bool] = True
 
     vocab_size: int = 0
     max_seq_len: int = 0
@@ -118,7 +122,13 @@ class LanguageModelConfig(Config):
         return LanguageModel(self, key=key)
 
 
-class LanguageModel(eqx.Module):
+class LanguageModel(Model):
+    """See the module docstring. Batch: `ids`, `labels`, `weights` [batch, time]; packed rows add
+    `segment_ids` and `segment_pos`."""
+
+    input_keys: ClassVar[tuple[str, ...]] = ("ids", "labels", "weights")
+    loss_name: ClassVar[str] = "avg_xent"
+
     embedding: eqx.Module  # SharedEmbeddingSoftmax, or Embedding when separate
     softmax: eqx.Module | None  # FullSoftmax when separate_embedding
     position: eqx.Module | None
@@ -179,12 +189,37 @@ class LanguageModel(eqx.Module):
     ) -> Float[Array, "batch time"]:
         return (self.embedding if self.softmax is None else self.softmax).xent(logits, labels)
 
-    # Training / eval forward ------------------------------------------------------------------
+    # The model contract (pax_eqx.models.model) -----------------------------------------------
+    def compute_predictions(self, batch: Batch, ctx: Context) -> tuple[Float[Array, "batch time embed"], Context]:
+        """The last layer's output for `batch["ids"]` (packed rows: `segment_ids`, `segment_pos`).
+
+        The predictions are the hidden states, not logits: `compute_loss` turns them into
+        logits itself, `loss_chunk_size` positions at a time when set, so the whole
+        [batch, time, vocab] logits need never exist.
+        """
+        segment_ids = batch.get("segment_ids")
+        paddings = None if segment_ids is None else 1.0 - (segment_ids > 0)
+        return self.hidden(
+            batch["ids"], ctx, segment_ids=segment_ids, segment_pos=batch.get("segment_pos"), paddings=paddings
+        )
+
+    def compute_loss(self, predictions: Float[Array, "batch time embed"], batch: Batch) -> Metrics:
+        """Pax's LM metrics of the hidden states against `labels`, weighted by `weights`: each a
+        mean over the weighted predictions, with their count as its weight."""
+        labels, weights = batch["labels"], batch["weights"].astype(jnp.float32)
+        if not self.loss_chunk_size:
+            return self.metrics_from_logits(self.logits(predictions), labels, weights)
+        softmax = self.embedding if self.softmax is None else self.softmax
+        xent_sum, correct_sum = softmax.chunked_xent_sums(
+            self.final_norm(predictions), labels, weights, self.loss_chunk_size
+        )
+        return _lm_metrics(xent_sum, correct_sum, jnp.sum(weights))
+
+    # Whole-sequence forward ------------------------------------------------------------------
     def __call__(
         self, ids: Int[Array, "batch time"], ctx: Context, **inputs
     ) -> tuple[Float[Array, "batch time vocab"], Context]:
-        """Logits for every position; `inputs` are `hidden`'s (segment_ids, segment_pos, paddings,
-        and dtype, the activation / compute dtype)."""
+        """Logits for every position; `inputs` are `hidden`'s (segment_ids, segment_pos, paddings)."""
         x, ctx = self.hidden(ids, ctx, **inputs)
         return self.logits(x), ctx
 
@@ -196,9 +231,8 @@ class LanguageModel(eqx.Module):
         segment_ids: Int[Array, "batch time"] | None = None,
         segment_pos: Int[Array, "batch time"] | None = None,
         paddings: Float[Array, "batch time"] | None = None,
-        dtype=None,
     ) -> tuple[Float[Array, "batch time embed"], Context]:
-        """The last layer's output, before the final norm: what `logits` and `loss` take."""
+        """The last layer's output, before the final norm, in `ctx.dtype` when it is set."""
         b, t = ids.shape
         if t > self.max_seq_len:
             raise ValueError(
@@ -211,43 +245,25 @@ class LanguageModel(eqx.Module):
         else:
             positions = segment_pos
             x = self.embed(ids, positions)
-        if dtype is not None:
-            x = x.astype(dtype)
+        if ctx.dtype is not None:
+            x = x.astype(ctx.dtype)
         x, ctx = call(
             self.stack, x, ctx, "transformer",
             segment_ids=segment_ids, segment_pos=positions, paddings=paddings,
         )  # fmt: skip
         return x, ctx
 
-    def compute_loss(
+    def metrics_from_logits(
         self,
         logits: Float[Array, "batch time vocab"],
         labels: Int[Array, "batch time"],
         weights: Float[Array, "batch time"],
-        aux_loss: Float[Array, ""] | float = 0.0,
-    ) -> dict[str, Array]:
-        """Pax's LM metrics, all scalars; `total_loss` is what training minimises."""
+    ) -> Metrics:
+        """Pax's LM metrics from whole logits (what `compute_loss` gives without chunking)."""
         weights = weights.astype(jnp.float32)
         xent = self.xent(logits, labels)
         correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
-        return _lm_metrics(jnp.sum(xent * weights), jnp.sum(correct * weights), jnp.sum(weights), aux_loss)
-
-    def loss(
-        self,
-        x: Float[Array, "batch time embed"],
-        labels: Int[Array, "batch time"],
-        weights: Float[Array, "batch time"],
-        aux_loss: Float[Array, ""] | float = 0.0,
-    ) -> dict[str, Array]:
-        """`compute_loss` from the last layer's output (`hidden`), `loss_chunk_size` positions at a
-        time when set: the same metrics (up to the order of the float32 sums, and float32 rather
-        than activation-dtype logits), and the same gradients."""
-        if not self.loss_chunk_size:
-            return self.compute_loss(self.logits(x), labels, weights, aux_loss)
-        weights = weights.astype(jnp.float32)
-        softmax = self.embedding if self.softmax is None else self.softmax
-        sums = softmax.chunked_xent_sums(self.final_norm(x), labels, weights, self.loss_chunk_size)
-        return _lm_metrics(*sums, jnp.sum(weights), aux_loss)
+        return _lm_metrics(jnp.sum(xent * weights), jnp.sum(correct * weights), jnp.sum(weights))
 
     # Decoding ---------------------------------------------------------------------------------
     def init_cache(self, batch: int, max_len: int, dtype=jnp.float32) -> KVCache | tuple[KVCache, ...]:
@@ -271,15 +287,7 @@ class LanguageModel(eqx.Module):
         return self.logits(x), cache
 
 
-def _lm_metrics(xent_sum, correct_sum, num, aux_loss) -> dict[str, Array]:
-    denom = jnp.maximum(num, 1.0)
-    avg_xent = xent_sum / denom
-    aux_loss = jnp.asarray(aux_loss, jnp.float32)
-    return {
-        "total_loss": avg_xent + aux_loss,
-        "avg_xent": avg_xent,
-        "log_pplx": avg_xent,
-        "aux_loss": aux_loss,
-        "accuracy": correct_sum / denom,
-        "num_predictions": num,
-    }
+def _lm_metrics(xent_sum, correct_sum, num) -> Metrics:
+    """avg_xent (= log_pplx, Pax reports both) and accuracy over `num` weighted predictions."""
+    avg_xent = weighted_mean(xent_sum, num)
+    return {"avg_xent": avg_xent, "log_pplx": avg_xent, "accuracy": weighted_mean(correct_sum, num)}

@@ -3,8 +3,8 @@
 reset_for_eval=True: the eval input is reset and read to StopIteration (one epoch; every host
 stops after the same number of batches, padded rows carrying zero weight). Otherwise the next
 `eval_loop_num_batches` batches of a repeating input are read, so successive runs roll over
-non-overlapping data. Metrics are averaged weighted by each batch's number of predictions,
-so padding never counts.
+non-overlapping data. Each metric is merged by its own weight (pax_eqx.metrics), so padded
+rows never count; layer summaries are averaged over the batches.
 """
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from pax_eqx.config import ConfigError
 from pax_eqx.data import eval_num_batches
+from pax_eqx.metrics import HostAccumulator
 from pax_eqx.programs.errors import DataPipelineError, raised_at
+from pax_eqx.summaries import mean_summaries, step_scalars
 
 
 def evaluate(rt: Any, state: Any, log: Callable = print) -> dict[str, float]:
@@ -25,8 +28,8 @@ def evaluate(rt: Any, state: Any, log: Callable = print) -> dict[str, float]:
     num_batches = eval_num_batches(cfg)
     if cfg.reset_for_eval:
         source.reset()
-    totals: dict[str, float] = {}
-    weight = 0.0
+    metrics = HostAccumulator()
+    summaries = []
     count = 0
     while num_batches is None or count < num_batches:
         try:
@@ -39,18 +42,18 @@ def evaluate(rt: Any, state: Any, log: Callable = print) -> dict[str, float]:
                 f"{raised_at(e)}. Fix data.eval (or its files) and rerun the same command (set "
                 "PAX_EQX_TRACEBACK=1 for the full traceback)"
             ) from e
-        metrics = jax.device_get(rt.programs.eval_step(state, rt.programs.global_batch(local)))
-        n = float(metrics["num_predictions"])
-        for k, v in metrics.items():
-            if k != "num_predictions":
-                totals[k] = totals.get(k, 0.0) + float(v) * n
-        weight += n
+        outputs = jax.device_get(rt.programs.eval_step(state, rt.programs.global_batch(local)))
+        metrics.add(outputs.metrics)
+        summaries.append(outputs.summaries)
         count += 1
     if count == 0:
-        raise ValueError("the eval input produced no batches; check data.eval (path, split, batch_size).")
-    result = {k: v / max(weight, 1.0) for k, v in totals.items()}
-    result["num_predictions"] = weight
+        raise ConfigError("the eval input produced no batches; check data.eval (path, split, batch_size).")
+    merged = metrics.result()
+    result = step_scalars(merged, mean_summaries(summaries))
+    result["num_predictions"] = float(merged["total_loss"].weight)
     result["num_batches"] = float(count)
-    result["pplx"] = float(np.exp(min(result["log_pplx"], 50.0)))
-    log(f"eval: loss {result['total_loss']:.4f}, accuracy {result['accuracy']:.4f} over {count} batches")
+    if "log_pplx" in result:  # Pax reports a language model's perplexity beside its log
+        result["pplx"] = float(np.exp(min(result["log_pplx"], 50.0)))
+    shown = "".join(f", {k} {result[k]:.4f}" for k in ("accuracy",) if k in result)
+    log(f"eval: loss {result['total_loss']:.4f}{shown} over {count} batches")
     return result

@@ -16,10 +16,22 @@ import jax
 
 from pax_eqx.data import build_input, build_tokenizer
 from pax_eqx.experiment import ExperimentConfig, check_batch_divisible
+from pax_eqx.layers.base import DEFAULT_SUMMARY_VERBOSITY
+from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.programs.compiled import Programs
 from pax_eqx.sharding.mesh import build_mesh
 from pax_eqx.sharding.rules import batch_divisor
 from pax_eqx.tasks.task import Task
+
+LAYER_SUMMARY_VERBOSITY = DEFAULT_SUMMARY_VERBOSITY + 1
+"""train.layer_summaries: the verbosity at which layers record their statistics."""
+
+
+def build_task(exp: ExperimentConfig) -> Task:
+    """The experiment's Task: its model, learner and task configs, activation dtype and
+    summary verbosity. The one place an experiment becomes a Task."""
+    verbosity = LAYER_SUMMARY_VERBOSITY if exp.train.layer_summaries else DEFAULT_SUMMARY_VERBOSITY
+    return Task(exp.model, exp.learner, exp.task, exp.train.fprop_dtype, verbosity)
 
 
 @dataclass
@@ -36,13 +48,12 @@ class Runtime:
         mesh = build_mesh(exp.mesh)
         check_batch_divisible(exp, jax.process_count(), batch_divisor(mesh, exp.mesh.rules))
         tokenizer = build_tokenizer(exp.data, job_dir)
-        if tokenizer.vocab_size > exp.model.vocab_size:
+        if isinstance(exp.model, LanguageModelConfig) and tokenizer.vocab_size > exp.model.vocab_size:
             raise ValueError(
                 f"the tokenizer has {tokenizer.vocab_size} tokens but model.vocab_size={exp.model.vocab_size}; "
                 f"set model.vocab_size >= {tokenizer.vocab_size}."
             )
-        task = Task(exp.model, exp.learner, exp.train.fprop_dtype)
-        return cls(exp, job_dir, Programs(task, mesh, exp.mesh.rules), tokenizer)
+        return cls(exp, job_dir, Programs(build_task(exp), mesh, exp.mesh.rules), tokenizer)
 
     def input(self, split: str) -> Any:
         """This host's input for `split`, built once and kept (eval inputs roll across runs)."""

@@ -33,6 +33,7 @@ import numpy as np
 from pax_eqx.checkpoint import Checkpointer, CheckpointSaveError
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.learners import skipped_steps
+from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.programs.errors import DataPipelineError, NonFiniteLossError, raised_at
 from pax_eqx.programs.eval_loop import evaluate
 from pax_eqx.programs.job_dir import JobDirError, check_config, write_config
@@ -40,7 +41,7 @@ from pax_eqx.programs.pgle import enable_auto_pgle
 from pax_eqx.programs.runtime import Runtime
 from pax_eqx.programs.sampling import check_prompt, print_samples
 from pax_eqx.sharding.distributed import any_host
-from pax_eqx.summaries import Progress, SummaryWriter, write_plots
+from pax_eqx.summaries import Progress, SummaryWriter, step_scalars, write_plots
 
 # Marks the data state a checkpoint holds as {"train": ..., "eval": ..., "eval_data": ...}; a
 # checkpoint without it (written before rolling eval positions were saved) holds the train
@@ -160,7 +161,11 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
             log("Config changes since the last run in this job dir:\n  " + "\n  ".join(changed))
     writer = SummaryWriter(job_dir, enabled=primary, start_step=step)
     progress = Progress(exp.train.num_steps, step) if primary and step < exp.train.num_steps else None
-    tokens_per_step = exp.data.train.batch_size * jax.process_count() * exp.data.seq_len
+    examples_per_step = exp.data.train.batch_size * jax.process_count()
+    # A language model's throughput is counted in tokens (Pax's and nanoGPT's unit); any other
+    # model's in examples.
+    tokens_per_example = exp.data.seq_len if isinstance(exp.model, LanguageModelConfig) else 1
+    tokens_per_step = examples_per_step * tokens_per_example
     train_metrics: dict[str, float] = {}
     eval_metrics: dict[str, float] = {}
     window_start, window_steps, tokens_per_s = time.time(), 0, 0.0
@@ -169,15 +174,17 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
     while step < exp.train.num_steps:
         batch = rt.programs.global_batch(_next_train_batch(train_input, step + 1, ckpt))
         _maybe_profile(exp, job_dir, step)
-        state, metrics = rt.programs.train_step(state, batch)
+        state, outputs = rt.programs.train_step(state, batch)
         step += 1
         window_steps += 1
         interval = exp.train.summary_interval_steps
         if (interval and step % interval == 0) or step == exp.train.num_steps:
-            train_metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+            train_metrics = step_scalars(*jax.device_get((outputs.metrics, outputs.summaries)))
             elapsed = time.time() - window_start
             tokens_per_s = tokens_per_step * window_steps / max(elapsed, 1e-9)
-            train_metrics["tokens_per_s"] = tokens_per_s
+            if tokens_per_example > 1:
+                train_metrics["tokens_per_s"] = tokens_per_s
+            train_metrics["examples_per_s"] = examples_per_step * window_steps / max(elapsed, 1e-9)
             train_metrics["steps_per_s"] = window_steps / max(elapsed, 1e-9)
             window_start, window_steps = time.time(), 0
             writer.write(step, "train", train_metrics)
@@ -190,7 +197,7 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
             writer.write(step, "eval", eval_metrics)
         stopping = stop.agreed()
         if ckpt.should_save(step) or stopping or step == exp.train.num_steps:
-            finite = {k: float(metrics[k]) for k in ("total_loss", "grad_norm") if k in metrics}
+            finite = {k: float(outputs.metrics[k].value) for k in ("total_loss", "grad_norm")}
             _check_finite(exp, step, finite, ckpt)
             ckpt.save(step, state, _input_states(rt, exp), force=True)
         if stopping:
@@ -214,7 +221,8 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
         write_plots(job_dir)
     wall = time.time() - start
     if not preempted and primary:
-        log(_summary_line(step, train_metrics, eval_metrics, tokens_per_s, wall))
+        unit = "tokens" if tokens_per_example > 1 else "examples"
+        log(_summary_line(step, train_metrics, eval_metrics, tokens_per_s, unit, wall))
         if exp.train.sample_at_end:
             print_samples(rt, state, exp.decode, log=log)
     return TrainResult(step, train_metrics, eval_metrics, preempted, tokens_per_s, wall)
@@ -330,13 +338,13 @@ def _report_skipped(step: int, metrics: dict, before: int, log) -> int:
     return now
 
 
-def _summary_line(step, train_m, eval_m, tokens_per_s, wall) -> str:
+def _summary_line(step, train_m, eval_m, per_s, unit, wall) -> str:
     def fmt(m, k):
         return f"{m[k]:.4f}" if k in m else "n/a"
 
     return (
         f"Finished at step {step}: train loss {fmt(train_m, 'total_loss')}, "
-        f"eval loss {fmt(eval_m, 'total_loss')}, {tokens_per_s:,.0f} tokens/s, {wall:.1f}s wall."
+        f"eval loss {fmt(eval_m, 'total_loss')}, {per_s:,.0f} {unit}/s, {wall:.1f}s wall."
     )
 
 

@@ -4,38 +4,60 @@
 optax transformation, and exposes pure functions of arrays only:
 
     state = task.init_state(key)
-    state, metrics = task.train_step(state, batch)
-    metrics = task.eval_step(state, batch)
+    state, out = task.train_step(state, batch)     # out.metrics: {name: Weighted}, out.summaries
+    out = task.eval_step(state, batch)
 
-`pax_eqx.programs` jits these with shardings and donation; nothing here knows about meshes.
+It knows only the model contract (`pax_eqx.models.model`): predictions from the batch, weighted
+metrics from predictions and batch. It never reads a batch key itself, so the same Task trains
+a language model, a classifier or a user's own model. `pax_eqx.programs` jits these with
+shardings and donation; nothing here knows about meshes.
 
-Mixed precision: parameters stay float32 (the master copy the optimizer updates); the
-activations are `fprop_dtype` and every layer casts its weights to the activation dtype where
-it uses them. Inside the layer scan that means one layer's narrow copy is live at a time (no
-second, bf16 copy of the whole model held through forward and backward) and gradients come
-back in float32.
+The training objective is the loss aggregator's weighted sum of the model's loss metrics plus
+the layers' aux losses (`TaskConfig`); variational noise perturbs the weights of the training
+forward; `learner.num_microbatches` accumulates the exact full-batch gradient
+(`microbatching.py`).
 
-Gradient accumulation (`learner.num_microbatches`): the batch is split along its leading axis
-and a `lax.scan` sums gradients; metrics are weighted by each microbatch's number of
-predictions; non-trainable variables marked mean_sync are averaged over microbatches, the
-others keep the last microbatch's value.
+Mixed precision: parameters stay float32 (the master copy the optimizer updates); the model
+casts its inputs to `fprop_dtype` (`Context.dtype`) and every layer casts its weights to the
+activation dtype where it uses them, so gradients come back in float32.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
+from jaxtyping import Array, PRNGKeyArray
 
-from pax_eqx.layers.base import Context, Mode, mean_sync_markers, split_state
+from pax_eqx.config import ConfigError
+from pax_eqx.layers.base import DEFAULT_SUMMARY_VERBOSITY, Context, Mode, mean_sync_markers, split_state
 from pax_eqx.learners import LearnerConfig, build_optimizer, ema_update, learning_rate_fn, skipped_steps
-from pax_eqx.models.language_model import LanguageModel, LanguageModelConfig
+from pax_eqx.metrics import Metrics, Weighted, merge_stacked, weighted
+from pax_eqx.models.model import Model, ModelConfig
+from pax_eqx.tasks.microbatching import accumulate_gradients, merge_mean_sync, objective
+from pax_eqx.tasks.task_config import TaskConfig
 from pax_eqx.tasks.train_state import TrainState
+from pax_eqx.tasks.variational_noise import add_variational_noise
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+class StepOutputs(NamedTuple):
+    """What a train or eval step reports: weighted metrics, and the layers' summaries (each a
+    scalar, or one value per layer of a scanned stack)."""
+
+    metrics: Metrics
+    summaries: dict[str, Array]
+
+
+class _Forward(NamedTuple):
+    metrics: Metrics
+    nt_state: Any
+    summaries: dict[str, Array]
+    aux: Array | None  # the weighted sum of the layers' aux losses; None when no layer adds one
 
 
 def is_param(x: Any) -> bool:
@@ -44,18 +66,42 @@ def is_param(x: Any) -> bool:
 
 
 class Task:
-    def __init__(self, model_cfg: LanguageModelConfig, learner_cfg: LearnerConfig, fprop_dtype: str = "float32"):
+    """Args:
+    model_cfg: any ModelConfig (its `build(key)` gives a model with the contract).
+    learner_cfg: the optimizer, schedule, clipping, EMA and microbatching.
+    task_cfg: the loss aggregator, aux-loss weight and variational noise.
+    fprop_dtype: "float32" or "bfloat16", the activation dtype.
+    summary_verbosity: Pax's; 4 records the layers' statistics (train.layer_summaries).
+    """
+
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        learner_cfg: LearnerConfig,
+        task_cfg: TaskConfig = TaskConfig(),
+        fprop_dtype: str = "float32",
+        summary_verbosity: int = DEFAULT_SUMMARY_VERBOSITY,
+    ):
         self.model_cfg = model_cfg
         self.learner_cfg = learner_cfg
+        self.task_cfg = task_cfg
         self.dtype = _DTYPES[fprop_dtype]
+        self.summary_verbosity = summary_verbosity
         model, _ = jax.eval_shape(lambda: split_state(model_cfg.build(jax.random.PRNGKey(0))))
+        if not isinstance(model, Model):
+            raise ConfigError(
+                f"model: {type(model_cfg).__name__}.build returned a {type(model).__name__}, not a "
+                "pax_eqx.models.Model; subclass Model and implement compute_predictions / compute_loss."
+            )
         self.static = eqx.filter(model, is_param, inverse=True)
+        self.input_keys = type(model).input_keys
+        self.loss_terms = task_cfg.loss_terms(type(model).loss_name)
         self.mean_sync = mean_sync_markers(model)
         self.lr_fn = learning_rate_fn(learner_cfg)
         self.optimizer = build_optimizer(learner_cfg, eqx.filter(model, is_param))
 
     # Building ---------------------------------------------------------------------------------
-    def init_state(self, key: jax.Array) -> TrainState:
+    def init_state(self, key: PRNGKeyArray) -> TrainState:
         """A fresh TrainState from a uint32 PRNGKey (jit this with out_shardings)."""
         init_key, state_key = jax.random.split(key)
         model, nt_state = split_state(self.model_cfg.build(init_key))
@@ -69,76 +115,84 @@ class Task:
             key=state_key,
         )
 
-    def model(self, params: Any) -> LanguageModel:
+    def model(self, params: Any) -> Model:
         return eqx.combine(params, self.static)
 
-    # Forward and loss -------------------------------------------------------------------------
-    def loss(self, params, nt_state, batch: dict, key, mode: Mode):
-        """(total_loss, (metrics, new nt_state, summaries)) on one (micro)batch."""
+    # Forward, metrics and the objective -------------------------------------------------------
+    def forward(self, params, nt_state, batch: dict, key: PRNGKeyArray | None, mode: Mode) -> _Forward:
+        """The model's predictions and weighted metrics on one (micro)batch, plus the Task's
+        `total_loss` and `aux_loss`."""
+        self._check_batch(batch)
         model = self.model(params)
-        ctx = Context(key=key, state=nt_state, mode=mode)
-        paddings = 1.0 - (batch["segment_ids"] > 0) if "segment_ids" in batch else None
-        x, ctx = model.hidden(
-            batch["ids"], ctx, segment_ids=batch.get("segment_ids"), segment_pos=batch.get("segment_pos"),
-            paddings=paddings, dtype=self.dtype,
-        )  # fmt: skip
-        aux = sum(ctx.aux_losses.values(), jnp.zeros((), jnp.float32))
-        metrics = model.loss(x, batch["labels"], batch["weights"], aux)
-        return metrics["total_loss"], (metrics, ctx.state, ctx.summaries)
+        ctx = Context(key=key, state=nt_state, mode=mode, dtype=self.dtype, summary_verbosity=self.summary_verbosity)
+        predictions, ctx = model.compute_predictions(batch, ctx)
+        metrics = dict(model.compute_loss(predictions, batch))
+        terms = self._terms(metrics)
+        aux = self._aux(ctx)
+        total = objective(terms, aux)
+        metrics["total_loss"] = weighted(total, terms[0].weight)
+        metrics["aux_loss"] = weighted(jnp.zeros((), jnp.float32) if aux is None else aux)
+        return _Forward(metrics, ctx.state, ctx.summaries, aux)
+
+    def _terms(self, metrics: Metrics) -> tuple[Weighted, ...]:
+        missing = [name for name, _ in self.loss_terms if name not in metrics]
+        if missing:
+            raise ConfigError(
+                f"task.losses names {missing}, but the model's compute_loss reports only {sorted(metrics)}; "
+                "name one of those."
+            )
+        return tuple(Weighted(metrics[name].value * c, metrics[name].weight) for name, c in self.loss_terms)
+
+    def _aux(self, ctx: Context) -> Array | None:
+        if not ctx.aux_losses:
+            return None
+        return self.task_cfg.aux_loss_weight * sum(ctx.aux_losses.values(), jnp.zeros((), jnp.float32))
+
+    def _check_batch(self, batch: dict) -> None:
+        missing = [k for k in self.input_keys if k not in batch]
+        if missing:
+            raise ConfigError(
+                f"the batch has keys {sorted(batch)}, but the model ({type(self.model_cfg).__name__}) needs "
+                f"{list(self.input_keys)}: missing {missing}. Choose a data.source whose examples carry them."
+            )
+
+    def _loss(self, params, nt_state, batch, key):
+        """For microbatching: (loss terms, aux, outputs) of one training (micro)batch."""
+        fwd = self.forward(params, nt_state, batch, key, Mode.TRAIN)
+        return self._terms(fwd.metrics), fwd.aux, fwd
 
     # Steps ------------------------------------------------------------------------------------
-    def train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+    def train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, StepOutputs]:
         key, step_key = jax.random.split(state.key)
-        grads, metrics, nt_state = self._gradients(state, batch, step_key)
+        noise_key, forward_key = jax.random.split(step_key)
+        params = add_variational_noise(state.params, noise_key, state.step, self.task_cfg.variational_noise)
+        grads, metrics, nt_state, summaries = self._gradients(params, state.nt_state, batch, forward_key)
         updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        ema = None
-        if state.ema is not None:
-            ema = ema_update(state.ema, params, self.learner_cfg.ema_decay)
-        metrics = dict(metrics)
-        metrics["grad_norm"] = optax.global_norm(grads)
-        metrics["learning_rate"] = jnp.asarray(self.lr_fn(state.step), jnp.float32)
-        metrics["skipped_steps"] = jnp.asarray(skipped_steps(opt_state), jnp.float32)
-        new_state = TrainState(state.step + 1, params, nt_state, opt_state, ema, key)
-        return new_state, metrics
+        new_params = optax.apply_updates(state.params, updates)
+        ema = None if state.ema is None else ema_update(state.ema, new_params, self.learner_cfg.ema_decay)
+        metrics["grad_norm"] = weighted(optax.global_norm(grads))
+        metrics["learning_rate"] = weighted(self.lr_fn(state.step))
+        metrics["skipped_steps"] = weighted(skipped_steps(opt_state))
+        new_state = TrainState(state.step + 1, new_params, nt_state, opt_state, ema, key)
+        return new_state, StepOutputs(metrics, summaries)
 
-    def eval_step(self, state: TrainState, batch: dict) -> dict:
+    def eval_step(self, state: TrainState, batch: dict) -> StepOutputs:
         params = state.params if state.ema is None else state.ema
-        _, (metrics, _, _) = self.loss(params, state.nt_state, batch, None, Mode.EVAL)
-        return metrics
+        fwd = self.forward(params, state.nt_state, batch, None, Mode.EVAL)
+        return StepOutputs(fwd.metrics, fwd.summaries)
 
-    def _gradients(self, state: TrainState, batch: dict, key):
-        grad_fn = jax.grad(self.loss, has_aux=True)
+    def _gradients(self, params, nt_state, batch: dict, key):
         n = self.learner_cfg.num_microbatches
         if n == 1:
-            grads, (metrics, nt_state, _) = grad_fn(state.params, state.nt_state, batch, key, Mode.TRAIN)
-            return grads, metrics, nt_state
-        micro = jax.tree.map(lambda x: x.reshape((n, x.shape[0] // n) + x.shape[1:]), batch)
-        keys = jax.random.split(key, n)
-        zeros = jax.tree.map(jnp.zeros_like, state.params)
 
-        def body(carry, xs):
-            grads, nt_state = carry
-            mb, k = xs
-            g, (metrics, new_nt, _) = grad_fn(state.params, nt_state, mb, k, Mode.TRAIN)
-            return (jax.tree.map(jnp.add, grads, g), new_nt), (metrics, new_nt)
+            def whole(p):
+                fwd = self.forward(p, nt_state, batch, key, Mode.TRAIN)
+                return fwd.metrics["total_loss"].value, fwd
 
-        (grads, last_nt), (metrics, all_nt) = jax.lax.scan(body, (zeros, state.nt_state), (micro, keys))
-        # Each microbatch's loss is already a mean over its own predictions: average the grads.
-        grads = jax.tree.map(lambda g: g / n, grads)
-        weights = metrics["num_predictions"] / jnp.maximum(jnp.sum(metrics["num_predictions"]), 1.0)
-        merged = {k: jnp.sum(v * weights) for k, v in metrics.items() if k != "num_predictions"}
-        merged["num_predictions"] = jnp.sum(metrics["num_predictions"])
-        return grads, merged, self._merge_state(last_nt, all_nt)
-
-    def _merge_state(self, last, stacked):
-        """mean_sync variables: mean over microbatches; the others: the last microbatch's value."""
-        if last is None or not self.mean_sync:
-            return last
-        values, markers = stacked.tree_flatten()
-        for marker, value in zip(markers, values):
-            if marker in self.mean_sync:
-                index = eqx.nn.StateIndex(value[0])
-                object.__setattr__(index, "marker", marker)
-                last = last.set(index, jnp.mean(value, axis=0))
-        return last
+            grads, fwd = jax.grad(whole, has_aux=True)(params)
+            return grads, fwd.metrics, fwd.nt_state, fwd.summaries
+        grads, outs, nt_state = accumulate_gradients(
+            self._loss, params, nt_state, batch, key, n, merge_mean_sync(self.mean_sync)
+        )
+        summaries = {name: jnp.mean(v, axis=0) for name, v in outs.summaries.items()}
+        return grads, merge_stacked(outs.metrics), nt_state, summaries
