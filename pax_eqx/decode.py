@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pax_eqx import cli, entry
+from pax_eqx.programs import cli, entry
 
 DESCRIPTION = "Sample text from the newest checkpoint of a job dir."
 _SHORT = ("prompt", "max-new-tokens", "temperature", "top-k", "top-p", "seed", "num-samples", "eos-id")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from pax_eqx import cli, entry
+from pax_eqx.programs import cli, entry
 
 DESCRIPTION = "Evaluate the newest checkpoint of a job dir on the experiment's eval data."
 

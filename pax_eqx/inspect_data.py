@@ -85,7 +85,7 @@ def inspect(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pax_eqx import cli
+    from pax_eqx.programs import cli
 
     extra = (
         ("--split", {"choices": ("train", "eval"), "default": "train"}),
@@ -101,6 +101,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from pax_eqx import entry
+    from pax_eqx.programs import entry
 
     entry.run(main)

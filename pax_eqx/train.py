@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from pax_eqx import cli, entry
+from pax_eqx.programs import cli, entry
 
 DESCRIPTION = "Train a pax_eqx experiment; a second run on the same --job-log-dir resumes it."
 
@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ],
     )
     if ns.dry_run:
-        from pax_eqx.sharding.planner import plan
+        from pax_eqx.programs.dry_run import plan
 
         result = plan(exp, device_memory_gb=ns.dry_run_device_memory_gb)
         print(result)

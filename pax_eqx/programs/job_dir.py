@@ -20,13 +20,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pax_eqx.config import ConfigError
+
 # Config fields (dotted prefixes) a resumed run may change freely: run length, logging, eval
 # settings, the mesh (checkpoints reshard), decoding and profiling.
 _RESUMABLE = ("train.", "checkpoint.", "decode.", "mesh.", "name:", "profile.", "data.eval.")
 
 
-class JobDirError(ValueError):
-    """The job dir cannot be used as given."""
+class JobDirError(ConfigError):
+    """The job dir cannot be used as given (a user error: exit 2)."""
 
 
 def prepare(job_dir: str | os.PathLike, *, create: bool = True) -> Path:

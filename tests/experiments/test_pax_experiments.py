@@ -18,7 +18,7 @@ from pax_table import (
 
 from experiments import registry
 from pax_eqx.experiment import ExperimentConfig
-from pax_eqx.sharding.planner import plan
+from pax_eqx.programs.dry_run import plan
 
 IDS = [r.name for r in ALL]
 

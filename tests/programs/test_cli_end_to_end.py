@@ -10,7 +10,7 @@ from tiny import TINY, mesh_args, tiny_args
 
 from pax_eqx import decode, train
 from pax_eqx import eval as eval_main
-from pax_eqx.cli import CliError
+from pax_eqx.programs.cli import CliError
 
 ONE_DEVICE = {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
 

@@ -2,14 +2,14 @@
 
 Peak memory of `python -m benchmarks.mfu --exp NAME [override]` on one H100 80GB (jax 0.11.2,
 `peak_bytes_in_use` in GiB; docs/performance.md, "H100"). The planner knows nothing of XLA's
-buffer assignment; its formula (pax_eqx/sharding/planner.py) must still land within 6% of
+buffer assignment; its formula (pax_eqx/programs/dry_run.py) must still land within 6% of
 what XLA allocated, so that "fits" means fits.
 """
 
 import pytest
 
 from experiments import registry
-from pax_eqx.sharding.planner import flash_attention, plan
+from pax_eqx.programs.dry_run import flash_attention, plan
 
 MEASURED_H100_GIB = [
     ("gpt3_xl", {}, 54.3),

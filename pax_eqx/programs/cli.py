@@ -7,20 +7,31 @@ experiment's shapes, no data files). `--exp` is read
 first with argparse; the rest is parsed by tyro with the chosen experiment as the default, so
 a typo fails at once with tyro's "did you mean" and a wrong type names the field.
 `--help` lists the experiments, then tyro's field help (with the config docstrings).
+
+A config field may hold a subclass of its annotation (`model: ModelConfig` holding a
+`LanguageModelConfig`, or a user's own model config). tyro parses by annotation, so it would
+show only the base's fields and build the base class. The parser is therefore specialised to
+the chosen experiment: each config-typed field is re-annotated with its default value's
+concrete type (`specialise`), tyro parses that, and the result is turned back into the plain
+config classes (`generalise`), so the rest of the program sees an ordinary ExperimentConfig.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import re
 import sys
+import typing
 from collections.abc import Sequence
+from typing import Any
 
 import tyro
 
 from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.programs import registry
 
 DEFAULT_EXPERIMENT = "shakespeare_char"
 
@@ -43,8 +54,6 @@ def parse(
     extra: Sequence[tuple[str, dict]] = (),
 ) -> tuple[ExperimentConfig, str | None, argparse.Namespace]:
     """Returns (experiment, job dir, namespace of `extra` flags)."""
-    from experiments import registry  # the entry points are the only place experiments are loaded
-
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(prog=prog, description=description, add_help=False, allow_abbrev=False)
     pre.add_argument("--exp", default=DEFAULT_EXPERIMENT)
@@ -62,7 +71,8 @@ def parse(
         extras = "".join(f" [{flag} ...]" for flag, _ in extra)
         print(f"usage: {prog} --exp NAME --job-log-dir DIR{extras} [--section.field VALUE ...]\n")
         print(description + "\n\nexperiments:\n" + registry.describe() + "\n\nfields of --exp " + ns.exp + ":")
-        tyro.cli(ExperimentConfig, default=default, args=["--help"], prog=prog)
+        spec = specialise(type(default), default)
+        tyro.cli(spec, default=_as(spec, default), args=["--help"], prog=prog)
     if job_dir_required and not ns.job_log_dir:
         raise fail(f"--job-log-dir is required: {prog} --exp {ns.exp} --job-log-dir DIR")
     if ns.data_synthetic is not None and _flag_value("--data.synthetic", ns.data_synthetic):
@@ -79,12 +89,64 @@ def _flag_value(flag: str, text: str) -> bool:
     return value in ("true", "1", "yes")
 
 
+def specialise(cls: type, value: Any) -> type:
+    """`cls`, or a dataclass subclass of it whose config-typed fields are annotated with the
+    concrete types of `value`'s fields (recursively), so tyro parses and builds those types.
+
+    Only a field annotated with a plain class is re-annotated (a union is left to tyro), and
+    only when `value` holds a strict subclass of it, or a value whose own fields need it.
+    """
+    hints = typing.get_type_hints(cls)
+    fields = []
+    for f in dataclasses.fields(cls):
+        child = getattr(value, f.name)
+        hint = hints[f.name]
+        if not (dataclasses.is_dataclass(child) and isinstance(hint, type) and isinstance(child, hint)):
+            continue
+        concrete = specialise(type(child), child)
+        if concrete is not hint:
+            fields.append((f.name, concrete, dataclasses.field(kw_only=True)))
+    if not fields:
+        return cls
+    namespace = {
+        "__doc__": cls.__doc__,
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "_specialised_from": cls,  # what `generalise` turns a parsed value back into
+    }
+    params = cls.__dataclass_params__
+    return dataclasses.make_dataclass(
+        cls.__name__, fields, bases=(cls,), namespace=namespace, frozen=params.frozen, eq=params.eq
+    )
+
+
+def _as(cls: type, value: Any) -> Any:
+    """`value` rebuilt as an instance of `cls`, the class `specialise` made for it (tyro wants
+    a default of the type it parses)."""
+    if type(value) is cls or not dataclasses.is_dataclass(cls):
+        return value
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: _as(hints[f.name], getattr(value, f.name)) for f in dataclasses.fields(cls) if f.init})
+
+
+def generalise(value: Any) -> Any:
+    """A parsed value of a `specialise`d class back as its plain config class (recursively)."""
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return value
+    cls = vars(type(value)).get("_specialised_from", type(value))
+    changed = {f.name: generalise(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+    if cls is type(value) and all(changed[k] is getattr(value, k) for k in changed):
+        return value
+    return cls(**changed)
+
+
 def _parse_fields(default: ExperimentConfig, args: list[str], prog: str) -> ExperimentConfig:
     """tyro parses the fields; its error box becomes our one `error: ...` line (exit 2)."""
     captured = io.StringIO()
+    spec = specialise(type(default), default)
     try:
         with contextlib.redirect_stderr(captured):
-            exp = tyro.cli(ExperimentConfig, default=default, args=args, prog=prog)
+            exp = generalise(tyro.cli(spec, default=_as(spec, default), args=args, prog=prog))
     except SystemExit as e:
         if e.code not in (0, None):
             raise fail(one_line(captured.getvalue()) or f"cannot parse the arguments {args}", code=2) from None

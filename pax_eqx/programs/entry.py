@@ -11,6 +11,13 @@
 No traceback is printed for these; set PAX_EQX_TRACEBACK=1 to see it anyway. Anything else is
 a bug in pax_eqx and keeps its traceback.
 
+Only pax_eqx's own error types count as a user error or a run failure: `ConfigError` (and its
+subclasses `JobDirError`, `UnknownExperimentError`) and `CheckpointMismatchError` exit 2;
+`RunError` and `CheckpointError` exit 1. A bare ValueError, FileNotFoundError or
+PermissionError is not one of them, whoever raised it: were it caught here, a bug in pax_eqx
+(or in a library under it) would print as a user's mistake and lose its traceback. Code that
+finds a bad input raises ConfigError (a ValueError, so `except ValueError` still catches it).
+
 Background threads of orbax and tensorstore report a failed write (a full disk) in their own
 words as well: their log records keep their message but lose the traceback, and exceptions
 that Python can only ignore ("Event loop is closed" from a callback after a failed save) are
@@ -26,12 +33,15 @@ import warnings
 from collections.abc import Callable
 
 from pax_eqx.checkpoint import CheckpointError
-from pax_eqx.cli import CliError
+from pax_eqx.checkpoint.checkpointer import CheckpointMismatchError
 from pax_eqx.config import ConfigError
+from pax_eqx.programs.cli import CliError
 from pax_eqx.programs.errors import RunError
-from pax_eqx.programs.job_dir import JobDirError
 
-USER_ERRORS = (ConfigError, JobDirError, ValueError, FileNotFoundError, NotADirectoryError, PermissionError)
+# ConfigError covers JobDirError and UnknownExperimentError (its subclasses). A checkpoint that
+# does not match the model is a bad input too (the wrong flags or job dir), found before a step
+# runs: exit 2, although it is a CheckpointError.
+USER_ERRORS = (ConfigError, CheckpointMismatchError)
 RUN_ERRORS = (RunError, CheckpointError)
 
 

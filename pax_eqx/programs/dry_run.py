@@ -1,10 +1,16 @@
 """The dry-run planner: `python -m pax_eqx.train --exp NAME --dry-run [--mesh...] [--dry-run-device-memory-gb 80]`.
 
+It lives with the programs, not in `sharding`, because it builds the experiment's Task to get
+the shapes of its train state: sharding stays a service that takes arrays, shapes and rules
+(`spec_for`, `logical_axes`) and never imports a task or the experiment config.
+
 Everything is abstract: the train state comes from `jax.eval_shape` (no arrays are made), the
 mesh is just its shape, so a 175B model on a 1024-way mesh plans on a laptop CPU in seconds.
 For every parameter group it prints the logical axes and the PartitionSpec the rules give,
 then the per-device bytes of parameters, optimizer state and an activation estimate, and
-whether that fits the given device memory.
+whether that fits the given device memory. The activation estimate below is a language
+model's (it reads layers, heads, vocab and remat policy off a `LanguageModelConfig`); for any
+other model the plan counts parameters, optimizer state and gradients, and says so.
 
 Per device, for one step, documented so it can be checked (and checked in
 tests/sharding/test_planner.py against the peak memory measured on an H100 for gpt3_xl at three
@@ -35,7 +41,10 @@ import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 
+from pax_eqx.config import ConfigError
 from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.models.language_model import LanguageModelConfig
+from pax_eqx.programs.runtime import build_task
 from pax_eqx.sharding.logical import LogicalAxes, logical_axes
 from pax_eqx.sharding.mesh import AXES
 from pax_eqx.sharding.rules import parse_rules, spec_for
@@ -81,11 +90,11 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> Plan:
     batch_ways = math.prod(mesh_shape[a] for a in table["batch"])
     global_batch = exp.data.train.batch_size
     if global_batch % batch_ways:
-        raise ValueError(
+        raise ConfigError(
             f"--dry-run: data.train.batch_size={global_batch} is not divisible by the mesh's batch axes "
             f"({'x'.join(table['batch'])} = {batch_ways}); change the batch size or mesh.ici_mesh_shape."
         )
-    task = Task(exp.model, exp.learner, exp.train.fprop_dtype)
+    task = build_task(exp)  # the run's own Task; only its state's shapes and optimizer are used
     state = jax.eval_shape(task.init_state, jax.random.PRNGKey(0))
     param_specs = jtu.tree_map(
         lambda leaf, ax: spec_for(tuple(ax), leaf.shape, mesh_shape, table),
@@ -113,20 +122,29 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> Plan:
         more = f"  (x{len(items)})" if len(items) > 1 else ""
         lines.append(f"  {name:40s} {str(tuple(leaf.shape)):28s} {str(tuple(ax)):38s} -> {spec}{more}")
     opt_bytes = _opt_state_bytes(task, state, param_specs, mesh_shape)
-    act_bytes = _activation_bytes(exp, mesh_shape, table, global_batch // batch_ways)
     grad_bytes = param_bytes  # float32 gradients, sharded as the parameters
-    total = param_bytes + opt_bytes + grad_bytes + act_bytes
     gib = 1024**3
-    attention = "cuDNN flash on GPU" if flash_attention(exp) else "XLA, with S x S scores"
     lines += [
         "Per-device memory:",
         f"  parameters (float32)      {param_bytes / gib:10.2f} GiB",
         f"  optimizer state           {opt_bytes / gib:10.2f} GiB",
         f"  gradients (float32)       {grad_bytes / gib:10.2f} GiB",
-        f"  activations (estimate)    {act_bytes / gib:10.2f} GiB  (per-device batch {global_batch // batch_ways}, "
-        f"seq {exp.data.seq_len}, remat {exp.model.remat_policy}, attention {attention})",
-        f"  total                     {total / gib:10.2f} GiB",
     ]
+    if isinstance(exp.model, LanguageModelConfig):
+        act_bytes = _activation_bytes(exp, mesh_shape, table, global_batch // batch_ways)
+        attention = "cuDNN flash on GPU" if flash_attention(exp) else "XLA, with S x S scores"
+        lines.append(
+            f"  activations (estimate)    {act_bytes / gib:10.2f} GiB  (per-device batch {global_batch // batch_ways}, "
+            f"seq {exp.data.seq_len}, remat {exp.model.remat_policy}, attention {attention})"
+        )
+    else:
+        act_bytes = 0
+        lines.append(
+            f"  activations               not estimated: the estimate is for language models only "
+            f"(model is a {type(exp.model).__name__}); leave headroom for them"
+        )
+    total = param_bytes + opt_bytes + grad_bytes + act_bytes
+    lines.append(f"  total                     {total / gib:10.2f} GiB")
     fits = None if device_memory_gb is None else total <= device_memory_gb * gib
     if fits is not None:
         lines.append(f"Verdict: {'fits' if fits else 'does NOT fit'} in {device_memory_gb:g} GiB per device.")
@@ -165,7 +183,8 @@ def _opt_state_bytes(task: Task, state: Any, param_specs: Any, mesh_shape: dict[
 
 def flash_attention(exp: ExperimentConfig) -> bool:
     """Whether attention will run as cuDNN's fused kernel on a GPU (no S x S scores in memory):
-    the conditions of `layers.attention_kernels.cudnn_qualifies`, read off the config."""
+    the conditions of `layers.attention_kernels.cudnn_qualifies`, read off the config (of a
+    language model: `exp.model` is a LanguageModelConfig)."""
     a = exp.model.block.attention
     head_dim = exp.model.dim_per_head or exp.model.model_dims // exp.model.num_heads
     qualifies = (
