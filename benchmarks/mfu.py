@@ -30,8 +30,8 @@ import numpy as np
 
 from benchmarks import flops
 from benchmarks.reference_gpt import ReferenceConfig, make_train_step
-from pax_eqx import cli
 from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.programs import cli
 
 
 def time_steps(step: Callable[[Any], Any], state: Any, warmup: int, steps: int) -> tuple[list[float], Any]:
@@ -201,6 +201,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from pax_eqx import entry
+    from pax_eqx.programs import entry
 
     entry.run(lambda: main(sys.argv[1:]))
