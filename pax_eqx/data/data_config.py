@@ -14,6 +14,8 @@ Sources (`source`):
   synthetic    Pax's SyntheticLmData: every row ids = labels = 1 (fixed shapes, no text).
   random       uniform random tokens, deterministic per example.
   custom       `custom_input`, a dotted path to `fn(data_cfg, split, tokenizer, shard) -> Input`.
+  digits       scikit-learn's 8x8 digit images as feature vectors with class labels (digits.py),
+               for classification models; eval = the last `eval_fraction` of a fixed shuffle.
 
 Layouts (`layout`, text sources only): "stream" = one token stream cut into windows (nanoGPT;
 the whole split is tokenized once at build time), "packed" = documents packed into rows with
@@ -29,8 +31,14 @@ from typing import Literal
 import grain
 
 from pax_eqx.config import Config, ConfigError, config
-from pax_eqx.data import lm_examples, shakespeare, sources
-from pax_eqx.data.host_sharding import HostShard, batch_host_examples, resolve_host_shard, shard_examples
+from pax_eqx.data import digits, lm_examples, shakespeare, sources
+from pax_eqx.data.host_sharding import (
+    HostShard,
+    batch_host_examples,
+    resolve_host_shard,
+    shard_examples,
+    zeros_like_example,
+)
 from pax_eqx.data.input import Input, read_options
 from pax_eqx.data.input_config import InputConfig, Split
 from pax_eqx.data.tokenizers import (
@@ -41,7 +49,7 @@ from pax_eqx.data.tokenizers import (
     load_or_train_sentencepiece,
 )
 
-Source = Literal["shakespeare", "text_files", "jsonl", "synthetic", "random", "custom"]
+Source = Literal["shakespeare", "text_files", "jsonl", "synthetic", "random", "custom", "digits"]
 _TEXT_SOURCES = ("shakespeare", "text_files", "jsonl")
 _ID_SOURCES = ("synthetic", "random")  # token ids without text: nothing to train a tokenizer on
 
@@ -94,6 +102,8 @@ class DataConfig(Config):
             shakespeare.plays_directory()
         elif self.source == "custom":
             _custom_factory(self.custom_input)
+        elif self.source == "digits":
+            digits.check_available()
         if (
             self.tokenizer.kind == "sentencepiece"
             and self.source not in _TEXT_SOURCES + _ID_SOURCES
@@ -138,6 +148,10 @@ def build_input(
         if inp.tokenizer is not None:
             check_same_tokenizer({"experiment": tokenizer, f"data.custom_input ({split})": inp.tokenizer})
         return inp
+    if data.source == "digits":
+        examples = digits.digits_examples(split, data.eval_fraction)
+        batches, per_epoch = batch_host_examples(examples, cfg, shard, zeros_like_example(examples[0]))
+        return Input(batches, cfg, split=split, shard=shard, num_batches_per_epoch=per_epoch)
     if data.source in ("synthetic", "random"):
         return _lm_input(_synthetic_examples(data, split, tokenizer), data, split, tokenizer, shard)
     if data.layout == "stream":

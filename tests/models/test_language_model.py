@@ -40,16 +40,16 @@ def test_compute_loss_matches_formula():
     labels = jnp.roll(ids, -1, axis=1)
     weights = jnp.array([[1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]], jnp.float32)
     logits, _ = model(ids, Context(mode=Mode.EVAL))
-    m = model.compute_loss(logits, labels, weights, aux_loss=0.5)
+    m = {k: v.value for k, v in model.metrics_from_logits(logits, labels, weights).items()}
     lp = np.asarray(jax.nn.log_softmax(logits.astype(jnp.float32)))
     xent = -np.take_along_axis(lp, np.asarray(labels)[..., None], -1)[..., 0]
     w = np.asarray(weights)
     expected = (xent * w).sum() / w.sum()
     np.testing.assert_allclose(m["avg_xent"], expected, rtol=1e-5)
-    np.testing.assert_allclose(m["total_loss"], expected + 0.5, rtol=1e-5)
+    np.testing.assert_allclose(m["log_pplx"], expected, rtol=1e-5)
     acc = ((np.asarray(logits).argmax(-1) == np.asarray(labels)) * w).sum() / w.sum()
     np.testing.assert_allclose(m["accuracy"], acc, rtol=1e-6)
-    assert float(m["num_predictions"]) == 8.0
+    assert float(model.metrics_from_logits(logits, labels, weights)["avg_xent"].weight) == 8.0
 
 
 @pytest.mark.parametrize(
@@ -66,20 +66,22 @@ def test_chunked_loss_equals_the_whole_sequence_loss_and_its_gradients(kw, chunk
     labels = jnp.roll(ids, -1, axis=1)
     weights = jnp.ones((2, 9), jnp.float32).at[1, 6:].set(0.0)
 
+    batch = {"ids": ids, "labels": labels, "weights": weights}
+
     def total(model):
-        x, _ = model.hidden(ids, Context(mode=Mode.EVAL))
-        metrics = model.loss(x, labels, weights, aux_loss=0.25)
-        return metrics["total_loss"], metrics
+        x, _ = model.compute_predictions(batch, Context(mode=Mode.EVAL))
+        metrics = model.compute_loss(x, batch)
+        return metrics["avg_xent"].value, metrics
 
     grad = eqx.filter_jit(eqx.filter_value_and_grad(total, has_aux=True))
     (loss_w, m_w), g_w = grad(whole)
     (loss_c, m_c), g_c = grad(chunked)
     logits, _ = whole(ids, Context(mode=Mode.EVAL))  # and both equal compute_loss on full logits
-    direct = whole.compute_loss(logits, labels, weights, aux_loss=0.25)
+    direct = whole.metrics_from_logits(logits, labels, weights)
     for key in direct:
         np.testing.assert_allclose(m_w[key], direct[key], rtol=1e-6)
         np.testing.assert_allclose(m_c[key], direct[key], rtol=1e-6)
-    assert float(m_c["num_predictions"]) == 15.0
+    assert float(m_c["avg_xent"].weight) == 15.0
     for a, b in zip(jax.tree.leaves(g_w), jax.tree.leaves(g_c)):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-7)
 
@@ -120,7 +122,7 @@ def _train_copy_model(pattern: list[int], steps: int = 200):
         def loss_fn(p):
             m = eqx.combine(p, static)
             logits, _ = m(ids, Context(mode=Mode.TRAIN))
-            return m.compute_loss(logits, labels, jnp.ones_like(labels, jnp.float32))["total_loss"]
+            return m.metrics_from_logits(logits, labels, jnp.ones_like(labels, jnp.float32))["avg_xent"].value
 
         loss, g = jax.value_and_grad(loss_fn)(params)
         updates, opt_state = opt.update(g, opt_state)

@@ -33,8 +33,8 @@ for batch in global_batches():
     half = batch["ids"].shape[0] // 2
     local = {k: v[pid * half : (pid + 1) * half] for k, v in batch.items()}
     first_ids.append(int(local["ids"][0, 0]))
-    state, metrics = programs.train_step(state, programs.global_batch(local))
-    losses.append(float(metrics["total_loss"]))
+    state, outputs = programs.train_step(state, programs.global_batch(local))
+    losses.append(float(outputs.metrics["total_loss"].value))
 with open(out, "w") as f:
     json.dump({"losses": losses, "first_ids": first_ids, "devices": jax.device_count()}, f)
 jax.distributed.shutdown()

@@ -39,6 +39,6 @@ def losses(mesh_cfg: MeshConfig, devices=None, **kw) -> list[float]:
     state = programs.init_state(0)
     out = []
     for b in global_batches():
-        state, metrics = programs.train_step(state, programs.global_batch(b))
-        out.append(float(metrics["total_loss"]))
+        state, outputs = programs.train_step(state, programs.global_batch(b))
+        out.append(float(outputs.metrics["total_loss"].value))
     return out
