@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pax_eqx.config import ConfigError
 from pax_eqx.data import DataConfig, build_input, build_tokenizer, eval_num_batches
 from pax_eqx.data.tokenizers import SPM_DIRNAME, SPM_FILENAME
 
@@ -37,7 +38,7 @@ def inspect(
 ) -> str:
     """A report on the first `num_batches` batches of `split` as this (or the given) host sees them."""
     if num_batches <= 0:
-        raise ValueError(f"--num-batches must be > 0, got {num_batches}.")
+        raise ConfigError(f"--num-batches must be > 0, got {num_batches}.")
     data.validate()
     # Only read a job dir's tokenizer; never write one there from an inspection.
     has_model = job_dir is not None and (Path(job_dir) / SPM_DIRNAME / SPM_FILENAME).is_file()
