@@ -131,16 +131,14 @@ class ClassificationModel(Model):
 
     def compute_predictions(self, batch: Batch, ctx: Context) -> tuple[Float[Array, "batch classes"], Context]:
         """Logits [batch, classes] of `batch["inputs"]`."""
-        x = batch["inputs"]
-        if ctx.dtype is not None:
-            x = x.astype(ctx.dtype)
+        x = jnp.asarray(batch["inputs"], ctx.dtype)
         for i, layer in enumerate(self.hidden):
             x, ctx = call(layer, x, ctx, f"hidden_{i}")
         return self.softmax.logits(x), ctx
 
     def compute_loss(self, predictions: Float[Array, "batch classes"], batch: Batch) -> Metrics:
-        labels: Int[Array, " batch"] = batch["labels"]
-        weights = batch["weights"].astype(jnp.float32)
+        labels: Int[Array, " batch"] = jnp.asarray(batch["labels"])
+        weights = jnp.asarray(batch["weights"], jnp.float32)
         logits = predictions.astype(jnp.float32)
         xent = self.softmax.xent(logits, labels)
         correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)

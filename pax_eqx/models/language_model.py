@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import config
-from pax_eqx.layers.attentions import KVCache
+from pax_eqx.config import ConfigError, config
+from pax_eqx.layers.attentions import AttentionConfig, KVCache
 from pax_eqx.layers.base import Context, call
 from pax_eqx.layers.embedding_softmax import (
     EmbeddingConfig,
@@ -88,34 +88,70 @@ class LanguageModelConfig(ModelConfig):
     init: WeightInit = gaussian(0.02)
     embedding_init: WeightInit = gaussian(0.02)
 
+    @property
+    def head_dim(self) -> int:
+        """Each attention head's width: dim_per_head, or model_dims // num_heads when it is 0."""
+        return self.dim_per_head or self.model_dims // max(self.num_heads, 1)
+
     def stack_config(self) -> StackedTransformerConfig:
-        attention = self.block.attention.replace(
-            dim_per_head=self.dim_per_head,
-            num_kv_heads=self.num_kv_heads,
-            use_rotary=self.position_embedding == "rotary",
-        )
-        block = self.block.replace(
-            model_dims=self.model_dims, hidden_dims=self.hidden_dims, num_heads=self.num_heads,
-            attention=attention, init=self.init,
-        )  # fmt: skip
+        """The layer stack this model builds: the experiment-level sizes and init given to `block`."""
         return StackedTransformerConfig(
-            num_layers=self.num_layers, block=block, repeat=self.repeat,
+            num_layers=self.num_layers, model_dims=self.model_dims, hidden_dims=self.hidden_dims,
+            num_heads=self.num_heads, dim_per_head=self.dim_per_head, num_kv_heads=self.num_kv_heads,
+            use_rotary=self.position_embedding == "rotary", init=self.init, block=self.block, repeat=self.repeat,
             remat_policy=self.remat_policy, unroll=self.unroll,
         )  # fmt: skip
 
     def validate(self) -> None:
+        """Every check of the model's own fields and of combinations where one makes another do
+        nothing; ConfigError names the field, the value and the fix. The children (block,
+        final_norm, inits) check their own fields when they are made."""
         for name in ("vocab_size", "max_seq_len", "num_layers", "model_dims", "hidden_dims", "num_heads"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"model.{name} must be > 0, got {getattr(self, name)}.")
-        if self.loss_chunk_size < 0:
-            raise ValueError(
-                f"model.loss_chunk_size must be >= 0 (0 = the whole sequence at once), got {self.loss_chunk_size}."
-            )
+                raise ConfigError(f"model.{name} must be > 0, got {getattr(self, name)}.")
+        for name in ("dim_per_head", "num_kv_heads", "loss_chunk_size"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"model.{name} must be >= 0 (0 = its default), got {getattr(self, name)}.")
         if self.dim_per_head == 0 and self.model_dims % self.num_heads:
-            raise ValueError(
+            raise ConfigError(
                 f"model.model_dims={self.model_dims} is not divisible by model.num_heads={self.num_heads}; "
                 "set model.dim_per_head explicitly."
             )
+        kv_heads = self.num_kv_heads or self.num_heads
+        if self.num_heads % kv_heads:
+            raise ConfigError(
+                f"model.num_kv_heads={self.num_kv_heads} does not divide model.num_heads={self.num_heads}; "
+                "grouped-query attention shares each kv head among num_heads / num_kv_heads query heads."
+            )
+        if self.block.attention.combine_qkv and kv_heads != self.num_heads:
+            raise ConfigError(
+                f"model.num_kv_heads={self.num_kv_heads} with model.block.attention.combine_qkv=True: the fused "
+                "QKV weight needs as many kv heads as query heads; set combine_qkv=False or num_kv_heads=0."
+            )
+        rotary = self.position_embedding == "rotary"
+        if rotary and self.head_dim % 2:
+            raise ConfigError(
+                f"model.position_embedding='rotary' needs an even head dim, got {self.head_dim} (model.dim_per_head="
+                f"{self.dim_per_head}, model.model_dims={self.model_dims}, model.num_heads={self.num_heads})."
+            )
+        unused_timescale = self.block.attention.rotary_max_timescale != AttentionConfig().rotary_max_timescale
+        if not rotary and unused_timescale:
+            raise ConfigError(
+                f"model.block.attention.rotary_max_timescale={self.block.attention.rotary_max_timescale} has no "
+                f"effect with model.position_embedding={self.position_embedding!r}; set position_embedding='rotary' "
+                "or leave rotary_max_timescale at its default."
+            )
+        if not self.repeat and self.unroll != 1:
+            raise ConfigError(
+                f"model.unroll={self.unroll} has no effect with model.repeat=False (no scan over layers to "
+                "unroll); set model.repeat=True or leave model.unroll at 1."
+            )
+        if not 1 <= self.unroll <= self.num_layers:
+            raise ConfigError(f"model.unroll must be in [1, model.num_layers={self.num_layers}], got {self.unroll}.")
+        if not self.soft_cap_logits >= 0.0:
+            raise ConfigError(f"model.soft_cap_logits must be >= 0 (0 = off), got {self.soft_cap_logits}.")
+        if not 0.0 <= self.label_smoothing_prob < 1.0:
+            raise ConfigError(f"model.label_smoothing_prob must be in [0, 1), got {self.label_smoothing_prob}.")
 
     def build(self, key: PRNGKeyArray) -> LanguageModel:
         self.validate()
@@ -162,7 +198,7 @@ class LanguageModel(Model):
                 max_seq_length=cfg.max_seq_len, embedding_dims=d, init=cfg.embedding_init
             ).build(k_pos)
         self.stack = cfg.stack_config().build(k_stack)
-        self.final_norm = cfg.final_norm.replace(dims=d).build()
+        self.final_norm = cfg.final_norm.build(d)
         self.position_embedding = cfg.position_embedding
         self.max_seq_len = cfg.max_seq_len
         self.loss_chunk_size = cfg.loss_chunk_size
@@ -197,6 +233,7 @@ class LanguageModel(Model):
         logits itself, `loss_chunk_size` positions at a time when set, so the whole
         [batch, time, vocab] logits need never exist.
         """
+        batch = {k: jnp.asarray(v) for k, v in batch.items()}
         segment_ids = batch.get("segment_ids")
         paddings = None if segment_ids is None else 1.0 - (segment_ids > 0)
         return self.hidden(
@@ -206,7 +243,7 @@ class LanguageModel(Model):
     def compute_loss(self, predictions: Float[Array, "batch time embed"], batch: Batch) -> Metrics:
         """Pax's LM metrics of the hidden states against `labels`, weighted by `weights`: each a
         mean over the weighted predictions, with their count as its weight."""
-        labels, weights = batch["labels"], batch["weights"].astype(jnp.float32)
+        labels, weights = jnp.asarray(batch["labels"]), jnp.asarray(batch["weights"], jnp.float32)
         if not self.loss_chunk_size:
             return self.metrics_from_logits(self.logits(predictions), labels, weights)
         softmax = self.embedding if self.softmax is None else self.softmax

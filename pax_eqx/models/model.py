@@ -28,13 +28,13 @@ import abc
 from typing import Any, ClassVar
 
 import equinox as eqx
-from jaxtyping import Array, PRNGKeyArray
+from jaxtyping import ArrayLike, PRNGKeyArray
 
 from pax_eqx.config import Config, config
 from pax_eqx.layers.base import Context
 from pax_eqx.metrics import Metrics
 
-Batch = dict[str, Array]
+Batch = dict[str, ArrayLike]
 
 
 class Model(eqx.Module):

@@ -1,6 +1,6 @@
 """Gradient accumulation: one step's gradient computed a microbatch at a time, exactly.
 
-    grads, outputs, nt_state = accumulate_gradients(loss_fn, params, nt_state, batch, key, n, merge_state)
+    grads, outputs, nt_state = accumulate_gradients(loss_fn, params, nt_state, batch, key, n, MeanSync(markers))
 
 `loss_fn(params, nt_state, batch, key) -> (terms, aux, outputs)` gives the loss terms of one
 (micro)batch as `Weighted` means (each already times its coefficient), the summed aux loss (or
@@ -19,8 +19,9 @@ is known after the loop, so nothing extra runs. Otherwise the D_i are needed bef
 microbatch, and a forward-only pass over the microbatches computes them first (one extra
 forward per step, only in that case).
 
-Non-trainable variables marked mean_sync are averaged over microbatches, the others keep the
-last microbatch's value; the reported metrics are merged by weight, summaries averaged.
+Non-trainable variables marked mean_sync start every microbatch from the step's value and are
+averaged over microbatches; the others are threaded and keep the last microbatch's value
+(`MeanSync`). The reported metrics are merged by weight, summaries averaged.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, PRNGKeyArray, PyTree
+from jaxtyping import Array, ArrayLike, PRNGKeyArray, PyTree
 
+from pax_eqx.layers.base import copy_state
 from pax_eqx.metrics import Weighted
 
 LossFn = Callable[[Any, Any, dict, PRNGKeyArray], tuple[tuple[Weighted, ...], Array | None, Any]]
@@ -48,11 +50,11 @@ def accumulate_gradients(
     loss_fn: LossFn,
     params: PyTree[Array],
     nt_state: Any,
-    batch: dict[str, Array],
+    batch: dict[str, ArrayLike],
     key: PRNGKeyArray,
     num_microbatches: int,
-    merge_state: Callable[[Any, Any], Any],
-) -> tuple[PyTree[Array], list[Any], Any]:
+    mean_sync: MeanSync,
+) -> tuple[PyTree[Array], Any, Any]:
     """(gradient of the full-batch objective, each microbatch's outputs stacked on a leading
     axis, the merged non-trainable state). See the module docstring."""
     n = num_microbatches
@@ -82,7 +84,7 @@ def accumulate_gradients(
     def body(carry, xs):
         grads, state = carry
         mb, k = xs
-        g, (terms, out) = grad_fn(params, state, mb, k)
+        g, (terms, out) = grad_fn(params, mean_sync.start(state, nt_state), mb, k)
         return (jax.tree.map(jnp.add, grads, g), out.nt_state), (terms, out)
 
     zeros = jax.tree.map(jnp.zeros_like, params)
@@ -90,7 +92,7 @@ def accumulate_gradients(
     if simple:
         denom = jnp.maximum(jnp.sum(terms[0].weight), 1e-30)
         grads = jax.tree.map(lambda g: g / denom, grads)
-    return grads, outputs, merge_state(last_state, outputs.nt_state)
+    return grads, outputs, mean_sync.merge(last_state, outputs.nt_state)
 
 
 def _total_weights(loss_fn: LossFn, params, nt_state, micro, keys) -> tuple[Array, ...]:
@@ -105,19 +107,32 @@ def _total_weights(loss_fn: LossFn, params, nt_state, micro, keys) -> tuple[Arra
     return tuple(jnp.maximum(jnp.sum(jax.lax.stop_gradient(w)), 1e-30) for w in per_micro)
 
 
-def merge_mean_sync(mean_sync: frozenset[str]) -> Callable[[Any, Any], Any]:
-    """merge_state for `accumulate_gradients`: variables whose marker is in `mean_sync` (Pax's
-    REQUIRES_MEAN_SYNC) get their mean over microbatches, the others the last microbatch's."""
+class MeanSync:
+    """How non-trainable state crosses microbatches. Variables whose marker is in `markers`
+    (Pax's REQUIRES_MEAN_SYNC: batch statistics) start every microbatch from the step's
+    initial value and end as the mean of the microbatches' new values -- for a moving average
+    of batch means that is exactly the full batch's update; the others are threaded from one
+    microbatch to the next (a counter counts every microbatch) and keep the last value."""
 
-    def merge(last: eqx.nn.State | None, stacked: eqx.nn.State | None) -> eqx.nn.State | None:
-        if last is None or not mean_sync:
+    def __init__(self, markers: frozenset[str]):
+        self.markers = markers
+
+    def start(self, carried: eqx.nn.State | None, initial: eqx.nn.State | None) -> eqx.nn.State | None:
+        if carried is None or not self.markers:
+            return carried
+        values, markers = initial.tree_flatten()
+        return _set(carried, {m: v for m, v in zip(markers, values) if m in self.markers})
+
+    def merge(self, last: eqx.nn.State | None, stacked: eqx.nn.State | None) -> eqx.nn.State | None:
+        if last is None or not self.markers:
             return last
         values, markers = stacked.tree_flatten()
-        for marker, value in zip(markers, values):
-            if marker in mean_sync:
-                index = eqx.nn.StateIndex(value[0])
-                object.__setattr__(index, "marker", marker)
-                last = last.set(index, jnp.mean(value, axis=0))
-        return last
+        return _set(last, {m: jnp.mean(v, axis=0) for m, v in zip(markers, values) if m in self.markers})
 
-    return merge
+
+def _set(state: eqx.nn.State, new: dict[str, Array]) -> eqx.nn.State:
+    for marker, value in new.items():
+        index = eqx.nn.StateIndex(value)
+        object.__setattr__(index, "marker", marker)
+        state = copy_state(state).set(index, value)
+    return state

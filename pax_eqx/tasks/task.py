@@ -37,7 +37,7 @@ from pax_eqx.layers.base import DEFAULT_SUMMARY_VERBOSITY, Context, Mode, mean_s
 from pax_eqx.learners import LearnerConfig, build_optimizer, ema_update, learning_rate_fn, skipped_steps
 from pax_eqx.metrics import Metrics, Weighted, merge_stacked, weighted
 from pax_eqx.models.model import Model, ModelConfig
-from pax_eqx.tasks.microbatching import accumulate_gradients, merge_mean_sync, objective
+from pax_eqx.tasks.microbatching import MeanSync, accumulate_gradients, objective
 from pax_eqx.tasks.task_config import TaskConfig
 from pax_eqx.tasks.train_state import TrainState
 from pax_eqx.tasks.variational_noise import add_variational_noise
@@ -192,7 +192,7 @@ class Task:
             grads, fwd = jax.grad(whole, has_aux=True)(params)
             return grads, fwd.metrics, fwd.nt_state, fwd.summaries
         grads, outs, nt_state = accumulate_gradients(
-            self._loss, params, nt_state, batch, key, n, merge_mean_sync(self.mean_sync)
+            self._loss, params, nt_state, batch, key, n, MeanSync(self.mean_sync)
         )
         summaries = {name: jnp.mean(v, axis=0) for name, v in outs.summaries.items()}
         return grads, merge_stacked(outs.metrics), nt_state, summaries
