@@ -88,11 +88,11 @@ def synthetic_step(exp: ExperimentConfig) -> tuple[Any, Any, dict[str, jax.Array
     """(programs, train state, global batch): the experiment's real train step, ready to run on
     synthetic tokens of its shapes. What every benchmark command times or traces."""
     from pax_eqx.programs.compiled import Programs
+    from pax_eqx.programs.runtime import build_task
     from pax_eqx.sharding.mesh import build_mesh
-    from pax_eqx.tasks.task import Task
 
     exp.validate(num_devices=jax.device_count())
-    programs = Programs(Task(exp.model, exp.learner, exp.train.fprop_dtype), build_mesh(exp.mesh), exp.mesh.rules)
+    programs = Programs(build_task(exp), build_mesh(exp.mesh), exp.mesh.rules)
     state = programs.init_state(exp.train.seed)
     local = synthetic_tokens(exp.data.train.batch_size, exp.data.seq_len, exp.model.vocab_size)
     return programs, state, programs.global_batch(local)
@@ -118,8 +118,8 @@ def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, lo
     temp_gb = memory.temp_size_in_bytes / 1024**3 if memory is not None else None
 
     def step(s):
-        s, metrics = compiled(s, data)
-        return s, metrics["total_loss"]
+        s, outputs = compiled(s, data)
+        return s, outputs.metrics["total_loss"].value
 
     times, state = time_steps(step, state, warmup, steps)
     step_time = statistics.median(times)
