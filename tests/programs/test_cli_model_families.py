@@ -1,0 +1,83 @@
+"""A second model family through the same CLI, and layer summaries end to end.
+
+digits_mlp (a classifier, not a language model) trains, checkpoints, resumes, evaluates and
+writes TensorBoard events and metrics.jsonl exactly like the LM; its eval epoch pads the 180
+held-out images to whole batches on every device, and the weighted metrics count each image
+once. `--train.layer-summaries true` on the LM puts each layer's activation RMS and attention
+logit max into TensorBoard and metrics.jsonl, also with microbatches.
+"""
+
+import json
+import struct
+from pathlib import Path
+
+from tensorboardX.proto import event_pb2
+from test_cli_end_to_end import metrics
+from tiny import tiny_args
+
+from pax_eqx import eval as eval_main
+from pax_eqx import train
+
+
+def scalar_tags(directory: Path) -> set[str]:
+    """The tags of every scalar in the TensorBoard event files of `directory`."""
+    tags = set()
+    for path in directory.glob("events.out.tfevents.*"):
+        data, offset = path.read_bytes(), 0
+        while offset < len(data):
+            (length,) = struct.unpack("<Q", data[offset : offset + 8])
+            event = event_pb2.Event()
+            event.ParseFromString(data[offset + 12 : offset + 12 + length])
+            tags |= {v.tag for v in event.summary.value}
+            offset += 16 + length
+    return tags
+
+
+DIGITS = [
+    "--exp", "digits_mlp", "--model.hidden-dims", "32", "--train.num-steps", "40",
+    "--train.summary-interval-steps", "10", "--train.eval-interval-steps", "20", "--checkpoint.every-n-steps", "20",
+    "--mesh.ici-mesh-shape", "8", "1", "1", "--data.train.batch-size", "32", "--data.eval.batch-size", "32",
+]  # fmt: skip
+
+
+def test_a_classifier_trains_resumes_and_evaluates_through_the_same_cli(tmp_path, capsys):
+    job = tmp_path / "digits"
+    args = [*DIGITS, "--job-log-dir", str(job)]
+    assert train.main([*args, "--train.num-steps", "20"]) == 0
+    assert train.main(args) == 0
+    assert "Resuming" in capsys.readouterr().out
+    config = json.loads((job / "config.json").read_text())
+    assert config["model"]["num_classes"] == 10 and config["data"]["source"] == "digits"
+    assert sorted(p.name for p in (job / "checkpoints").iterdir() if p.name.isdigit()) == ["20", "40"]
+    rows = metrics(job)
+    assert [r["step"] for r in rows if r["split"] == "train"] == [10, 20, 30, 40]
+    evals = [r for r in rows if r["split"] == "eval"]
+    # 180 held-out images, padded to 6 batches of 32: the padding weighs nothing.
+    assert [r["num_predictions"] for r in evals] == [180.0, 180.0]
+    assert evals[-1]["accuracy"] > 0.8 and "tokens_per_s" not in rows[-2] and rows[-2]["examples_per_s"] > 0
+    assert {"accuracy", "error_rate", "avg_xent", "grad_norm"} <= scalar_tags(job / "summaries" / "train")
+    assert eval_main.main(args) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert abs(result["accuracy"] - evals[-1]["accuracy"]) < 1e-6
+
+
+def test_layer_summaries_reach_tensorboard_and_metrics_jsonl(tmp_path):
+    job = tmp_path / "lm"
+    args = tiny_args(
+        job, "--train.layer-summaries", "--learner.num-microbatches", "2", "--model.num-layers", "2",
+        "--data.train.batch-size", "16",
+    )  # fmt: skip
+    assert train.main(args) == 0
+    row = [r for r in metrics(job) if r["split"] == "train"][-1]
+    per_layer = {k for k in row if "activation_rms" in k or "logit_max" in k}
+    assert len(per_layer) == 4, per_layer  # two statistics for each of the two layers
+    assert all(row[k] > 0 for k in per_layer)
+    assert per_layer <= scalar_tags(job / "summaries" / "train")
+    eval_row = [r for r in metrics(job) if r["split"] == "eval"][-1]
+    assert per_layer <= set(eval_row)
+
+
+def test_layer_summaries_are_off_by_default(tmp_path):
+    job = tmp_path / "lm"
+    assert train.main(tiny_args(job)) == 0
+    assert not any("activation_rms" in k for r in metrics(job) for k in r)
