@@ -46,6 +46,9 @@ def _fn(name: str, negative_slope: float) -> Callable[[Array], Array]:
     }[name]
 
 
+_DEFAULT_NEGATIVE_SLOPE = 0.01
+
+
 @config
 class ActivationConfig(Config):
     """name: which function; negative_slope: LeakyReLU's slope for x < 0.
@@ -55,8 +58,27 @@ class ActivationConfig(Config):
     """
 
     name: ActivationName = "relu"
-    negative_slope: float = 0.01
+    negative_slope: float = _DEFAULT_NEGATIVE_SLOPE
     gated: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field, the value and the fix."""
+        names = typing.get_args(ActivationName)
+        if self.name not in names:
+            close = difflib.get_close_matches(str(self.name), names, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"ActivationConfig.name={self.name!r} is unknown.{hint} Choose one of {', '.join(names)}."
+            )
+        if self.name != "leaky_relu" and self.negative_slope != _DEFAULT_NEGATIVE_SLOPE:
+            raise ConfigError(
+                f"ActivationConfig.negative_slope={self.negative_slope} has no effect with name={self.name!r} "
+                "(only leaky_relu has a slope); use name='leaky_relu' or leave negative_slope at its default "
+                f"{_DEFAULT_NEGATIVE_SLOPE}."
+            )
 
     def build(self, key=None) -> Activation:
         return Activation(self)
@@ -77,11 +99,6 @@ class Activation(eqx.Module):
     negative_slope: float = eqx.field(static=True)
 
     def __init__(self, cfg: ActivationConfig = ActivationConfig()):
-        names = typing.get_args(ActivationName)
-        if cfg.name not in names:
-            close = difflib.get_close_matches(cfg.name, names, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"ActivationConfig.name={cfg.name!r} is unknown.{hint} Choose one of {', '.join(names)}.")
         self.name = cfg.name
         self.negative_slope = cfg.negative_slope
 

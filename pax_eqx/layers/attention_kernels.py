@@ -57,6 +57,25 @@ def make_mask(
     return mask
 
 
+def scaled_logits(
+    q: Float[Array, "batch q heads dim"], k: Float[Array, "batch k kv_heads dim"], scale: float
+) -> Float[Array, "batch heads q k"]:
+    """q k^T * scale in float32, each query head against its group's kv head (no kv replication)."""
+    b, t, n, h = q.shape
+    kv_heads = k.shape[2]
+    qg = q.reshape(b, t, kv_heads, n // kv_heads, h)
+    logits = jnp.einsum("btkgh,bskh->bkgts", qg, k, preferred_element_type=jnp.float32) * scale
+    return logits.reshape(b, n, t, k.shape[1])
+
+
+def masked_max(logits: Float[Array, "batch heads q k"], mask: Bool[Array, "#batch 1 #q k"] | None) -> Float[Array, ""]:
+    """The largest logit attention may use (masked-out pairs excluded): the number a logit cap or
+    a softmax in low precision has to withstand, recorded as the `logit_max` summary."""
+    if mask is not None:
+        logits = jnp.where(mask, logits, -jnp.inf)
+    return jnp.max(logits)
+
+
 def xla_attention(
     q: Float[Array, "batch q heads dim"],
     k: Float[Array, "batch k kv_heads dim"],
@@ -71,11 +90,9 @@ def xla_attention(
     """softmax(q k^T * scale + bias, masked) v, with grouped kv heads."""
     b, t, n, h = q.shape
     kv_heads = k.shape[2]
-    qg = q.reshape(b, t, kv_heads, n // kv_heads, h)
-    logits = jnp.einsum("btkgh,bskh->bkgts", qg, k, preferred_element_type=jnp.float32) * scale
+    logits = scaled_logits(q, k, scale)
     if logit_cap > 0.0:
         logits = logit_cap * jnp.tanh(logits / logit_cap)
-    logits = logits.reshape(b, n, t, k.shape[1])
     if bias is not None:
         logits = logits + bias.astype(jnp.float32)
     if mask is not None:

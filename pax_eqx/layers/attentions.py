@@ -9,11 +9,15 @@ CombinedQKVProjectionLayer) one `[3, embed, heads, head_dim]` weight makes a sin
 key/value cache: prefill (many tokens at once) and `extend_step` (one token) are the same
 function, which is why extend_step agrees with the full forward pass by construction (and a
 test checks it numerically).
+
+At summary verbosity 4 (`LAYER_STATISTICS_VERBOSITY`) the forward records `logit_max`, the
+largest scaled logit q.k^T any query may use, computed from q and k whichever kernel runs.
 """
 
 from __future__ import annotations
 
 import math
+import typing
 
 import equinox as eqx
 import jax
@@ -21,55 +25,115 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import Config, config
+from pax_eqx.config import Config, ConfigError, config
 from pax_eqx.layers import attention_kernels as kernels
 from pax_eqx.layers.base import Context
 from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.position_embeddings import apply_rotary
 
+_DEFAULT_ROTARY_MAX_TIMESCALE = 10_000.0
+
+LAYER_STATISTICS_VERBOSITY = 4
+"""Summary verbosity of the per-layer statistics (attention `logit_max`, the transformer's
+`activation_rms`): above Pax's default of 3, so they are neither recorded nor even traced unless
+a run asks for them (`Context(summary_verbosity=4)`)."""
+
 
 @config
 class AttentionConfig(Config):
-    """Dot-product attention.
+    """Dot-product attention: what a user chooses about it. The sizes (input_dims, num_heads,
+    dim_per_head, num_kv_heads), the weight init and whether rotary positions are used are decided
+    by the layer that owns the attention, so they are arguments of `build`, not fields.
 
-    input_dims: model dims (set by the parent layer); num_heads: query heads;
-    dim_per_head: 0 = input_dims // num_heads; num_kv_heads: 0 = num_heads (multi-head),
-      1 = multi-query, otherwise grouped-query (must divide num_heads).
     combine_qkv: one fused QKV weight (multi-head only).
     use_bias: biases on the q/k/v and output projections.
     causal: each position attends only to itself and earlier positions.
-    use_rotary: rotary position embedding on q and k (from `segment_pos`).
+    rotary_max_timescale: the longest rotary wavelength (only with rotary positions).
     per_dim_scale: Praxis PerDimScale, a learned per-dimension query scale.
     logit_cap: 0 = off, else logits = cap * tanh(logits / cap).
     dropout_prob: dropout on attention probabilities (TRAIN mode only).
-    implementation: "auto" (cuDNN on GPU when it qualifies, else XLA), "xla" or "cudnn".
+    implementation: "auto" (cuDNN on GPU when it qualifies, else XLA), "xla" or "cudnn" (which
+      has neither a logit cap nor probability dropout).
     """
 
-    input_dims: int = 0
-    num_heads: int = 0
-    dim_per_head: int = 0
-    num_kv_heads: int = 0
     combine_qkv: bool = False
     use_bias: bool = False
     causal: bool = True
-    use_rotary: bool = False
-    rotary_max_timescale: float = 10_000.0
+    rotary_max_timescale: float = _DEFAULT_ROTARY_MAX_TIMESCALE
     per_dim_scale: bool = False
     logit_cap: float = 0.0
     dropout_prob: float = 0.0
     implementation: kernels.Implementation = "auto"
-    init: WeightInit = WeightInit()
 
-    @property
-    def head_dim(self) -> int:
-        return self.dim_per_head or self.input_dims // max(self.num_heads, 1)
+    def __post_init__(self) -> None:
+        self.validate()
 
-    @property
-    def kv_heads(self) -> int:
-        return self.num_kv_heads or self.num_heads
+    def validate(self) -> None:
+        """Raises ConfigError naming the field, the value and the fix."""
+        choices = typing.get_args(kernels.Implementation)
+        if self.implementation not in choices:
+            raise ConfigError(f"AttentionConfig.implementation={self.implementation!r} is not one of {choices}.")
+        if not self.logit_cap >= 0.0:
+            raise ConfigError(f"AttentionConfig.logit_cap must be >= 0 (0 = off), got {self.logit_cap}.")
+        if not 0.0 <= self.dropout_prob < 1.0:
+            raise ConfigError(f"AttentionConfig.dropout_prob must be in [0, 1), got {self.dropout_prob}.")
+        if not self.rotary_max_timescale > 0.0:
+            raise ConfigError(f"AttentionConfig.rotary_max_timescale must be > 0, got {self.rotary_max_timescale}.")
+        if self.implementation == "cudnn" and self.logit_cap > 0.0:
+            raise ConfigError(
+                f"AttentionConfig.logit_cap={self.logit_cap} with implementation='cudnn': cuDNN's kernel has no "
+                "logit cap; use implementation='auto' (XLA when a cap is set) or logit_cap=0."
+            )
+        if self.implementation == "cudnn" and self.dropout_prob > 0.0:
+            raise ConfigError(
+                f"AttentionConfig.dropout_prob={self.dropout_prob} with implementation='cudnn': cuDNN's kernel "
+                "here has no probability dropout; use implementation='auto' (XLA when dropout is on) or dropout_prob=0."
+            )
 
-    def build(self, key: PRNGKeyArray) -> Attention:
-        return Attention(self, key=key)
+    def build(
+        self,
+        key: PRNGKeyArray,
+        *,
+        input_dims: int,
+        num_heads: int,
+        dim_per_head: int = 0,
+        num_kv_heads: int = 0,
+        init: WeightInit = WeightInit(),
+        use_rotary: bool = False,
+    ) -> Attention:
+        """The layer for a model of width `input_dims`.
+
+        num_heads: query heads; dim_per_head: 0 = input_dims // num_heads; num_kv_heads: 0 =
+        num_heads (multi-head), 1 = multi-query, otherwise grouped-query (must divide num_heads).
+        init: the projections' init. use_rotary: rotary position embedding on q and k.
+        """
+        head_dim = dim_per_head or input_dims // max(num_heads, 1)
+        kv_heads = num_kv_heads or num_heads
+        if input_dims <= 0 or num_heads <= 0 or head_dim <= 0 or dim_per_head < 0 or num_kv_heads < 0:
+            raise ValueError(
+                f"AttentionConfig.build needs input_dims, num_heads and the head dim > 0 (dim_per_head, "
+                f"num_kv_heads >= 0); got input_dims={input_dims}, num_heads={num_heads}, "
+                f"dim_per_head={dim_per_head}, num_kv_heads={num_kv_heads}."
+            )
+        if num_heads % kv_heads:
+            raise ValueError(f"AttentionConfig.build: num_kv_heads={kv_heads} must divide num_heads={num_heads}.")
+        if self.combine_qkv and kv_heads != num_heads:
+            raise ConfigError(
+                f"AttentionConfig.combine_qkv needs num_kv_heads == num_heads (got {kv_heads} vs {num_heads}); "
+                "set combine_qkv=False for multi-query or grouped-query attention."
+            )
+        if use_rotary and head_dim % 2:
+            raise ValueError(f"AttentionConfig.build: rotary positions need an even head dim, got {head_dim}.")
+        if not use_rotary and self.rotary_max_timescale != _DEFAULT_ROTARY_MAX_TIMESCALE:
+            raise ConfigError(
+                f"AttentionConfig.rotary_max_timescale={self.rotary_max_timescale} has no effect without rotary "
+                "positions; build with use_rotary=True (a language model: position_embedding='rotary') or leave "
+                "it at its default."
+            )
+        return Attention(
+            self, key=key, input_dims=input_dims, num_heads=num_heads, head_dim=head_dim, num_kv_heads=kv_heads,
+            init=init, use_rotary=use_rotary,
+        )  # fmt: skip
 
 
 class KVCache(eqx.Module):
@@ -105,21 +169,30 @@ class Attention(eqx.Module):
     w_o: Float[Array, "heads head_dim embed"]
     b_o: Float[Array, " embed"] | None
     per_dim_scale: Float[Array, " head_dim"] | None
-    cfg: AttentionConfig = eqx.field(static=True)
+    num_heads: int = eqx.field(static=True)
+    num_kv_heads: int = eqx.field(static=True)
+    head_dim: int = eqx.field(static=True)
+    causal: bool = eqx.field(static=True)
+    rotary_max_timescale: float | None = eqx.field(static=True)  # None: no rotary positions
+    logit_cap: float = eqx.field(static=True)
+    dropout_prob: float = eqx.field(static=True)
+    implementation: str = eqx.field(static=True)
 
-    def __init__(self, cfg: AttentionConfig, *, key: PRNGKeyArray):
-        d, n, kv, h = cfg.input_dims, cfg.num_heads, cfg.kv_heads, cfg.head_dim
-        if d <= 0 or n <= 0 or h <= 0:
-            raise ValueError(f"AttentionConfig needs input_dims, num_heads > 0; got {d}, {n}.")
-        if n % kv:
-            raise ValueError(f"AttentionConfig.num_kv_heads={kv} must divide num_heads={n}.")
-        if cfg.combine_qkv and kv != n:
-            raise ValueError(
-                f"AttentionConfig.combine_qkv needs num_kv_heads == num_heads (got {kv} vs {n}); "
-                "set combine_qkv=False for multi-query or grouped-query attention."
-            )
+    def __init__(
+        self,
+        cfg: AttentionConfig,
+        *,
+        key: PRNGKeyArray,
+        input_dims: int,
+        num_heads: int,
+        head_dim: int,
+        num_kv_heads: int,
+        init: WeightInit,
+        use_rotary: bool,
+    ):
+        """Made by `AttentionConfig.build`, which checks the sizes."""
+        d, n, kv, h = input_dims, num_heads, num_kv_heads, head_dim
         kq, kk, kv_, ko = jax.random.split(key, 4)
-        init = cfg.init
         # Praxis initialises per-head weights with fan_in = embed, fan_out = heads * head_dim.
         flat = lambda k, shape: init(k, (shape[0], math.prod(shape[1:]))).reshape(shape)
         if cfg.combine_qkv:
@@ -132,7 +205,12 @@ class Attention(eqx.Module):
         zeros = lambda *s: jnp.zeros(s, jnp.float32) if cfg.use_bias else None
         self.b_q, self.b_k, self.b_v, self.b_o = zeros(n, h), zeros(kv, h), zeros(kv, h), zeros(d)
         self.per_dim_scale = jnp.zeros((h,), jnp.float32) if cfg.per_dim_scale else None
-        self.cfg = cfg
+        self.num_heads, self.num_kv_heads, self.head_dim = n, kv, h
+        self.causal = cfg.causal
+        self.rotary_max_timescale = cfg.rotary_max_timescale if use_rotary else None
+        self.logit_cap = cfg.logit_cap
+        self.dropout_prob = cfg.dropout_prob
+        self.implementation = cfg.implementation
 
     def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {
@@ -163,9 +241,9 @@ class Attention(eqx.Module):
             v = checkpoint_name(_project(x, self.w_v), "value_proj")
         if self.b_q is not None:
             q, k, v = q + self.b_q.astype(dt), k + self.b_k.astype(dt), v + self.b_v.astype(dt)
-        if self.cfg.use_rotary:
-            q = apply_rotary(q, positions, max_timescale=self.cfg.rotary_max_timescale)
-            k = apply_rotary(k, positions, max_timescale=self.cfg.rotary_max_timescale)
+        if self.rotary_max_timescale is not None:
+            q = apply_rotary(q, positions, max_timescale=self.rotary_max_timescale)
+            k = apply_rotary(k, positions, max_timescale=self.rotary_max_timescale)
         if self.per_dim_scale is not None:
             # Praxis PerDimScale: 1/softplus(0) normalises the initial scale to 1/sqrt(H).
             r_softplus_0 = 1.442695041
@@ -174,7 +252,7 @@ class Attention(eqx.Module):
         return q, k, v
 
     def _scale(self) -> float:
-        return 1.0 if self.per_dim_scale is not None else 1.0 / math.sqrt(self.cfg.head_dim)
+        return 1.0 if self.per_dim_scale is not None else 1.0 / math.sqrt(self.head_dim)
 
     def _output(self, o: Float[Array, "batch time heads head_dim"]) -> Float[Array, "batch time embed"]:
         o = checkpoint_name(o, "context")
@@ -204,29 +282,32 @@ class Attention(eqx.Module):
         q, k, v = self.project_qkv(x, positions)
         key_valid = None if paddings is None else paddings < 0.5
         mask = kernels.make_mask(
-            t, t, causal=self.cfg.causal, segment_ids_q=segment_ids, segment_ids_k=segment_ids,
-            key_valid=key_valid,
+            t, t, causal=self.causal, segment_ids_q=segment_ids, segment_ids_k=segment_ids, key_valid=key_valid,
         )  # fmt: skip
-        use_dropout = self.cfg.dropout_prob > 0.0 and ctx.is_training
-        impl = self.cfg.implementation
-        if impl == "cudnn" or (impl == "auto" and kernels.cudnn_qualifies(q, self.cfg.logit_cap, use_dropout)):
-            causal_only = self.cfg.causal and segment_ids is None and key_valid is None
+        if ctx.records(LAYER_STATISTICS_VERBOSITY):
+            # From q and k directly, so it is the same number whichever kernel runs below.
+            logits = kernels.scaled_logits(q, k, self._scale())
+            logits = logits if bias is None else logits + bias.astype(jnp.float32)
+            ctx = ctx.add_summary("logit_max", kernels.masked_max(logits, mask), LAYER_STATISTICS_VERBOSITY)
+        use_dropout = self.dropout_prob > 0.0 and ctx.is_training
+        impl = self.implementation
+        if impl == "cudnn" or (impl == "auto" and kernels.cudnn_qualifies(q, self.logit_cap, use_dropout)):
+            causal_only = self.causal and segment_ids is None and key_valid is None
             o = kernels.cudnn_attention(q, k, v, mask, scale=self._scale(), causal_only=causal_only, bias=bias)
         else:
             keep = None
             if use_dropout:
                 key, ctx = ctx.next_key()
-                p = self.cfg.dropout_prob
-                keep = jax.random.bernoulli(key, 1.0 - p, (b, self.cfg.num_heads, t, t)) / (1.0 - p)
+                p = self.dropout_prob
+                keep = jax.random.bernoulli(key, 1.0 - p, (b, self.num_heads, t, t)) / (1.0 - p)
             o = kernels.xla_attention(
-                q, k, v, mask, scale=self._scale(), logit_cap=self.cfg.logit_cap, bias=bias,
-                dropout_keep=keep,
+                q, k, v, mask, scale=self._scale(), logit_cap=self.logit_cap, bias=bias, dropout_keep=keep,
             )  # fmt: skip
         return self._output(o), ctx
 
     # Decoding against a cache ----------------------------------------------------------------
     def init_cache(self, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
-        shape = (batch, max_len, self.cfg.kv_heads, self.cfg.head_dim)
+        shape = (batch, max_len, self.num_kv_heads, self.head_dim)
         return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
 
     def decode(
@@ -249,6 +330,6 @@ class Attention(eqx.Module):
         mask = kernels.make_mask(x.shape[1], cache.k.shape[1], causal=True, q_offset=start, key_valid=key_valid)
         o = kernels.xla_attention(
             q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, scale=self._scale(),
-            logit_cap=self.cfg.logit_cap,
+            logit_cap=self.logit_cap,
         )  # fmt: skip
         return self._output(o), KVCache(k_all, v_all)

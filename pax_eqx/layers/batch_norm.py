@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from pax_eqx.config import Config, config
+from pax_eqx.config import Config, ConfigError, config
 from pax_eqx.layers.base import Context, Variable, variable
 
 
@@ -26,6 +26,17 @@ class BatchNormConfig(Config):
     decay: float = 0.999
     epsilon: float = 1e-3
     use_moving_avg_in_training: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if self.dims <= 0:
+            raise ConfigError(f"BatchNormConfig.dims must be > 0, got {self.dims}.")
+        if not 0.0 <= self.decay <= 1.0:
+            raise ConfigError(f"BatchNormConfig.decay must be in [0, 1], got {self.decay}.")
+        if not self.epsilon >= 0.0:
+            raise ConfigError(f"BatchNormConfig.epsilon must be >= 0, got {self.epsilon}.")
 
     def build(self, key: PRNGKeyArray | None = None) -> BatchNorm:
         return BatchNorm(self)

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import Config, config
+from pax_eqx.config import Config, ConfigError, config
 from pax_eqx.layers.chunked_xent import chunked_softmax_xent
 from pax_eqx.layers.initializers import WeightInit, gaussian
 
@@ -33,6 +33,15 @@ class EmbeddingConfig(Config):
     input_dims: int
     init: WeightInit = gaussian(1.0)
     scale_sqrt_depth: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field and the value."""
+        for name in ("num_classes", "input_dims"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"EmbeddingConfig.{name} must be > 0, got {getattr(self, name)}.")
 
     def build(self, key: PRNGKeyArray) -> Embedding:
         return Embedding(self, key=key)
@@ -67,6 +76,16 @@ class SoftmaxConfig(Config):
     use_bias: bool = True
     soft_cap_logits: float = 0.0
     label_smoothing_prob: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field and the value."""
+        for name in ("input_dims", "num_classes"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"SoftmaxConfig.{name} must be > 0, got {getattr(self, name)}.")
+        _check_softmax_options("SoftmaxConfig", self.soft_cap_logits, self.label_smoothing_prob)
 
     def build(self, key: PRNGKeyArray) -> FullSoftmax:
         return FullSoftmax(self, key=key)
@@ -125,6 +144,16 @@ class SharedEmbeddingSoftmaxConfig(Config):
     soft_cap_logits: float = 0.0
     label_smoothing_prob: float = 0.0
 
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field and the value."""
+        for name in ("num_classes", "input_dims"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"SharedEmbeddingSoftmaxConfig.{name} must be > 0, got {getattr(self, name)}.")
+        _check_softmax_options("SharedEmbeddingSoftmaxConfig", self.soft_cap_logits, self.label_smoothing_prob)
+
     def build(self, key: PRNGKeyArray) -> SharedEmbeddingSoftmax:
         return SharedEmbeddingSoftmax(self, key=key)
 
@@ -180,6 +209,13 @@ def _chunked_sums(softmax: FullSoftmax | SharedEmbeddingSoftmax, w_vocab_embed: 
 def _lookup(table: Array, ids: Array, scale_sqrt_depth: bool) -> Array:
     embs = jnp.take(table, ids, axis=0)
     return embs * math.sqrt(table.shape[-1]) if scale_sqrt_depth else embs
+
+
+def _check_softmax_options(owner: str, soft_cap_logits: float, label_smoothing_prob: float) -> None:
+    if not soft_cap_logits >= 0.0:
+        raise ConfigError(f"{owner}.soft_cap_logits must be >= 0 (0 = off), got {soft_cap_logits}.")
+    if not 0.0 <= label_smoothing_prob < 1.0:
+        raise ConfigError(f"{owner}.label_smoothing_prob must be in [0, 1), got {label_smoothing_prob}.")
 
 
 def soft_cap(logits: Array, cap: float) -> Array:

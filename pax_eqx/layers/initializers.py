@@ -8,13 +8,15 @@ the shape's last two dimensions, as Praxis does for a `[input, output]` weight.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, get_args
 
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
-from pax_eqx.config import Config, config
+from pax_eqx.config import Config, ConfigError, config
+
+InitMethod = Literal["xavier", "gaussian", "uniform", "constant"]
 
 
 @config
@@ -26,8 +28,17 @@ class WeightInit(Config):
     scale: the method's scale (Xavier's gain).
     """
 
-    method: Literal["xavier", "gaussian", "uniform", "constant"] = "xavier"
+    method: InitMethod = "xavier"
     scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if self.method not in get_args(InitMethod):
+            raise ConfigError(f"WeightInit.method={self.method!r} is not one of {get_args(InitMethod)}.")
+        if not math.isfinite(self.scale):
+            raise ConfigError(f"WeightInit.scale must be a finite number, got {self.scale}.")
 
     def __call__(self, key: PRNGKeyArray, shape: tuple[int, ...], dtype=jnp.float32) -> Array:
         if self.method == "constant":

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from pax_eqx.config import Config, config
+from pax_eqx.config import Config, ConfigError, config
 from pax_eqx.layers.activations import Activation, ActivationConfig
 from pax_eqx.layers.initializers import WeightInit
 
@@ -25,6 +25,15 @@ class LinearConfig(Config):
     output_dims: int
     init: WeightInit = WeightInit()
     axes: tuple[str, str] = ("embed", "mlp")
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field and the value."""
+        for name in ("input_dims", "output_dims"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"LinearConfig.{name} must be > 0, got {getattr(self, name)}.")
 
     def build(self, key: PRNGKeyArray) -> Linear:
         return Linear(self, key=key)
@@ -60,6 +69,15 @@ class BiasConfig(Config):
     dims: int
     axis: str = "mlp"
 
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field and the value."""
+        for name in ("dims",):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"BiasConfig.{name} must be > 0, got {getattr(self, name)}.")
+
     def build(self, key: PRNGKeyArray | None = None) -> Bias:
         return Bias(self)
 
@@ -94,6 +112,15 @@ class FeedForwardConfig(Config):
     activation: ActivationConfig = ActivationConfig()
     init: WeightInit = WeightInit()
     axes: tuple[str, str] = ("embed", "mlp")
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field and the value."""
+        for name in ("input_dims", "output_dims"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"FeedForwardConfig.{name} must be > 0, got {getattr(self, name)}.")
 
     def build(self, key: PRNGKeyArray) -> FeedForward:
         return FeedForward(self, key=key)
@@ -131,13 +158,41 @@ class FeedForward(eqx.Module):
 
 @config
 class MLPBlockConfig(Config):
-    """`num_layers` FeedForward layers: input_dims -> hidden_dims (x num_layers-1) -> output_dims."""
+    """`num_layers` FeedForward layers: input_dims -> hidden_dims (x num_layers-1) -> output_dims.
+
+    has_bias / activation / init / axes: every layer's, as FeedForwardConfig's (they are fields
+    here rather than a FeedForwardConfig template, whose sizes the block would overwrite).
+    hidden_dims: required with num_layers > 1; with one layer there is no hidden width (leave 0).
+    """
 
     num_layers: int = 2
     input_dims: int
-    hidden_dims: int
+    hidden_dims: int = 0
     output_dims: int
-    ff: FeedForwardConfig = FeedForwardConfig(input_dims=0, output_dims=0)
+    has_bias: bool = True
+    activation: ActivationConfig = ActivationConfig()
+    init: WeightInit = WeightInit()
+    axes: tuple[str, str] = ("embed", "mlp")
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field, the value and the fix."""
+        if self.num_layers < 1:
+            raise ConfigError(f"MLPBlockConfig.num_layers must be >= 1, got {self.num_layers}.")
+        for name in ("input_dims", "output_dims"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"MLPBlockConfig.{name} must be > 0, got {getattr(self, name)}.")
+        if self.num_layers > 1 and self.hidden_dims <= 0:
+            raise ConfigError(
+                f"MLPBlockConfig.hidden_dims must be > 0 with num_layers={self.num_layers}, got {self.hidden_dims}."
+            )
+        if self.num_layers == 1 and self.hidden_dims:
+            raise ConfigError(
+                f"MLPBlockConfig.hidden_dims={self.hidden_dims} has no effect with num_layers=1 (one layer maps "
+                "input_dims to output_dims); leave hidden_dims at 0 or use num_layers > 1."
+            )
 
     def build(self, key: PRNGKeyArray) -> MLPBlock:
         return MLPBlock(self, key=key)
@@ -147,13 +202,15 @@ class MLPBlock(eqx.Module):
     layers: tuple[FeedForward, ...]
 
     def __init__(self, cfg: MLPBlockConfig, *, key: PRNGKeyArray):
-        if cfg.num_layers < 1:
-            raise ValueError(f"MLPBlockConfig.num_layers must be >= 1, got {cfg.num_layers}.")
         dims = [cfg.input_dims] + [cfg.hidden_dims] * (cfg.num_layers - 1) + [cfg.output_dims]
         keys = jax.random.split(key, cfg.num_layers)
         self.layers = tuple(
-            cfg.ff.replace(input_dims=i, output_dims=o).build(k) for i, o, k in zip(dims[:-1], dims[1:], keys)
-        )
+            FeedForwardConfig(
+                input_dims=i, output_dims=o, has_bias=cfg.has_bias, activation=cfg.activation, init=cfg.init,
+                axes=cfg.axes,
+            ).build(k)
+            for i, o, k in zip(dims[:-1], dims[1:], keys)
+        )  # fmt: skip
 
     def __call__(self, x: Float[Array, "*batch input_dims"]) -> Float[Array, "*batch output_dims"]:
         for layer in self.layers:

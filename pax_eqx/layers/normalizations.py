@@ -8,6 +8,7 @@ input dtype (bf16 variances lose too much precision), and the result is cast bac
 
 from __future__ import annotations
 
+import difflib
 import typing
 from typing import Literal
 
@@ -23,31 +24,51 @@ NormKind = Literal["layer_norm", "rms_norm", "rms_norm_no_scale"]
 
 @config
 class NormConfig(Config):
-    """A normalisation over the last dimension.
+    """A normalisation over the last dimension; the size of that dimension is not a field, the
+    layer that owns the norm passes it to `build(dims)` (its model width decides it).
 
     kind: "layer_norm" (Praxis LayerNorm), "rms_norm" (RmsNorm, y = x/rms(x) * scale) or
       "rms_norm_no_scale" (RmsNormNoScale).
-    dims: size of the last dimension (set by the parent layer).
     epsilon: added to the variance.
-    use_scale / use_bias: LayerNorm's learnable scale and bias.
+    use_scale / use_bias: LayerNorm's learnable scale and bias (the RMS kinds have no bias, and
+      their scale is chosen by the kind, so these must stay at their defaults there).
     """
 
     kind: NormKind = "layer_norm"
-    dims: int = 0
     epsilon: float = 1e-6
     use_scale: bool = True
     use_bias: bool = True
 
-    def build(self, key: PRNGKeyArray | None = None) -> LayerNorm | RmsNorm:
-        if self.dims <= 0:
-            raise ValueError(f"NormConfig.dims must be > 0, got {self.dims}.")
-        if self.kind not in typing.get_args(NormKind):
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field, the value and the fix."""
+        kinds = typing.get_args(NormKind)
+        if self.kind not in kinds:
+            close = difflib.get_close_matches(str(self.kind), kinds, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"NormConfig.kind={self.kind!r} is unknown.{hint} Choose one of {', '.join(kinds)}.")
+        if not self.epsilon >= 0.0:
+            raise ConfigError(f"NormConfig.epsilon must be >= 0, got {self.epsilon}.")
+        if self.kind != "layer_norm" and not self.use_bias:
             raise ConfigError(
-                f"NormConfig.kind={self.kind!r} is unknown; choose one of {', '.join(typing.get_args(NormKind))}."
+                f"NormConfig.use_bias=False has no effect with kind={self.kind!r} (an RMS norm has no bias); "
+                "leave use_bias at its default True, or use kind='layer_norm'."
             )
+        if self.kind != "layer_norm" and not self.use_scale:
+            raise ConfigError(
+                f"NormConfig.use_scale=False has no effect with kind={self.kind!r} (the kind decides an RMS "
+                "norm's scale); use kind='rms_norm_no_scale' for an RMS norm without scale, or kind='layer_norm'."
+            )
+
+    def build(self, dims: int, key: PRNGKeyArray | None = None) -> LayerNorm | RmsNorm:
+        """The norm over a last dimension of size `dims` (the owning layer's width)."""
+        if dims <= 0:
+            raise ValueError(f"NormConfig.build: dims must be > 0, got {dims}.")
         if self.kind == "layer_norm":
-            return LayerNorm(self)
-        return RmsNorm(self.replace(use_scale=self.kind == "rms_norm"))
+            return LayerNorm(dims, epsilon=self.epsilon, use_scale=self.use_scale, use_bias=self.use_bias)
+        return RmsNorm(dims, epsilon=self.epsilon, use_scale=self.kind == "rms_norm")
 
 
 class LayerNorm(eqx.Module):
@@ -57,10 +78,10 @@ class LayerNorm(eqx.Module):
     bias: Float[Array, " dims"] | None
     epsilon: float = eqx.field(static=True)
 
-    def __init__(self, cfg: NormConfig):
-        self.scale = jnp.zeros((cfg.dims,), jnp.float32) if cfg.use_scale else None
-        self.bias = jnp.zeros((cfg.dims,), jnp.float32) if cfg.use_bias else None
-        self.epsilon = cfg.epsilon
+    def __init__(self, dims: int, *, epsilon: float, use_scale: bool, use_bias: bool):
+        self.scale = jnp.zeros((dims,), jnp.float32) if use_scale else None
+        self.bias = jnp.zeros((dims,), jnp.float32) if use_bias else None
+        self.epsilon = epsilon
 
     def __call__(self, x: Float[Array, "*batch dims"]) -> Float[Array, "*batch dims"]:
         xf = x.astype(jnp.float32)
@@ -83,9 +104,9 @@ class RmsNorm(eqx.Module):
     scale: Float[Array, " dims"] | None
     epsilon: float = eqx.field(static=True)
 
-    def __init__(self, cfg: NormConfig):
-        self.scale = jnp.ones((cfg.dims,), jnp.float32) if cfg.use_scale else None
-        self.epsilon = cfg.epsilon
+    def __init__(self, dims: int, *, epsilon: float, use_scale: bool):
+        self.scale = jnp.ones((dims,), jnp.float32) if use_scale else None
+        self.epsilon = epsilon
 
     def __call__(self, x: Float[Array, "*batch dims"]) -> Float[Array, "*batch dims"]:
         xf = x.astype(jnp.float32)
@@ -98,5 +119,6 @@ class RmsNorm(eqx.Module):
         return {"scale": ("embed",)}
 
 
-def rms_norm_no_scale(dims: int, epsilon: float = 1e-6) -> NormConfig:
-    return NormConfig(kind="rms_norm_no_scale", dims=dims, epsilon=epsilon)
+def rms_norm_no_scale(epsilon: float = 1e-6) -> NormConfig:
+    """Praxis' RmsNormNoScale; build it with `.build(dims)`."""
+    return NormConfig(kind="rms_norm_no_scale", epsilon=epsilon)

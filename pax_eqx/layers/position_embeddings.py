@@ -14,7 +14,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import Config, config
+from pax_eqx.config import Config, ConfigError, config
 from pax_eqx.layers.initializers import WeightInit, gaussian
 
 
@@ -25,6 +25,14 @@ class TrainablePositionalEmbeddingConfig(Config):
     max_seq_length: int
     embedding_dims: int
     init: WeightInit = gaussian(0.02)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        for name in ("max_seq_length", "embedding_dims"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"TrainablePositionalEmbeddingConfig.{name} must be > 0, got {getattr(self, name)}.")
 
     def build(self, key: PRNGKeyArray) -> TrainablePositionalEmbedding:
         return TrainablePositionalEmbedding(self, key=key)

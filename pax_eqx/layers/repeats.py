@@ -16,6 +16,7 @@ re-stacked.
 
 from __future__ import annotations
 
+import typing
 from typing import Literal
 
 import equinox as eqx
@@ -23,9 +24,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import Config, config
+from pax_eqx.config import Config, ConfigError, config
 from pax_eqx.layers.attentions import KVCache
 from pax_eqx.layers.base import Context, copy_state
+from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.transformers import Transformer, TransformerConfig
 
 RematPolicy = Literal[
@@ -74,28 +76,68 @@ _POLICIES = {
 
 @config
 class StackedTransformerConfig(Config):
-    """num_layers copies of `block`.
+    """num_layers copies of `block`, the layer template, built at the sizes given here.
 
+    A stack is built directly (by a model, or by a user composing layers), never held as another
+    config's template, so its sizes are its own fields and it passes them to `block.build`.
+
+    model_dims / hidden_dims / num_heads: each layer's width, feed-forward width and query heads.
+    dim_per_head: 0 = model_dims // num_heads. num_kv_heads: 0 = num_heads (see AttentionConfig.build).
+    use_rotary: rotary position embedding in every attention layer.
+    init: every projection's weight init.
     repeat: stack weights on a leading `layers` axis and scan (True) or keep a list (False).
     remat_policy: "none" (keep all activations) or a jax.checkpoint policy name.
-    unroll: layers per scan iteration (1 = rolled; num_layers = fully unrolled).
+    unroll: layers per scan iteration (1 = rolled; num_layers = fully unrolled); repeat=True only.
     """
 
-    num_layers: int = 0
+    num_layers: int
+    model_dims: int
+    hidden_dims: int
+    num_heads: int
+    dim_per_head: int = 0
+    num_kv_heads: int = 0
+    use_rotary: bool = False
+    init: WeightInit = WeightInit()
     block: TransformerConfig = TransformerConfig()
     repeat: bool = True
     remat_policy: RematPolicy = "none"
     unroll: int = 1
 
-    def build(self, key: PRNGKeyArray) -> StackedTransformer | StackedTransformerRepeated:
-        if self.num_layers < 1:
-            raise ValueError(f"StackedTransformerConfig.num_layers must be >= 1, got {self.num_layers}.")
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field, the value and the fix (the attention's head
+        arithmetic is checked where it is used, by AttentionConfig.build)."""
+        for name in ("num_layers", "model_dims", "hidden_dims", "num_heads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"StackedTransformerConfig.{name} must be >= 1, got {getattr(self, name)}.")
+        if self.remat_policy != "none" and self.remat_policy not in _POLICIES:
+            raise ConfigError(
+                f"StackedTransformerConfig.remat_policy={self.remat_policy!r} is not one of "
+                f"{typing.get_args(RematPolicy)}."
+            )
+        if not self.repeat and self.unroll != 1:
+            raise ConfigError(
+                f"StackedTransformerConfig.unroll={self.unroll} has no effect with repeat=False (there is no scan "
+                "to unroll: every layer is traced on its own); set repeat=True or leave unroll at 1."
+            )
         if not 1 <= self.unroll <= self.num_layers:
-            raise ValueError(
+            raise ConfigError(
                 f"StackedTransformerConfig.unroll must be in [1, num_layers={self.num_layers}], got {self.unroll}."
             )
+
+    def build(self, key: PRNGKeyArray) -> StackedTransformer | StackedTransformerRepeated:
         cls = StackedTransformerRepeated if self.repeat else StackedTransformer
         return cls(self, key=key)
+
+    def build_layer(self, key: PRNGKeyArray) -> Transformer:
+        """One layer of the stack, with the stack's sizes and init."""
+        return self.block.build(
+            key, model_dims=self.model_dims, hidden_dims=self.hidden_dims, num_heads=self.num_heads,
+            dim_per_head=self.dim_per_head, num_kv_heads=self.num_kv_heads, init=self.init,
+            use_rotary=self.use_rotary,
+        )  # fmt: skip
 
 
 def _needs_key(block: TransformerConfig) -> bool:
@@ -113,7 +155,7 @@ class StackedTransformer(eqx.Module):
     remat_policy: str = eqx.field(static=True)
 
     def __init__(self, cfg: StackedTransformerConfig, *, key: PRNGKeyArray):
-        self.layers = tuple(cfg.block.build(k) for k in jax.random.split(key, cfg.num_layers))
+        self.layers = tuple(cfg.build_layer(k) for k in jax.random.split(key, cfg.num_layers))
         self.remat_policy = cfg.remat_policy
 
     def __call__(self, x: Float[Array, "batch time embed"], ctx: Context, **kwargs) -> tuple[Array, Context]:
@@ -156,7 +198,7 @@ class StackedTransformerRepeated(eqx.Module):
 
     def __init__(self, cfg: StackedTransformerConfig, *, key: PRNGKeyArray):
         keys = jax.random.split(key, cfg.num_layers)
-        self.layers = eqx.filter_vmap(lambda k: cfg.block.build(k))(keys)
+        self.layers = eqx.filter_vmap(cfg.build_layer)(keys)
         self.num_layers = cfg.num_layers
         self.remat_policy = cfg.remat_policy
         self.unroll = cfg.unroll
@@ -196,8 +238,8 @@ class StackedTransformerRepeated(eqx.Module):
         return x, ctx.pop()
 
     def init_cache(self, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
-        cfg = self.layers.attention.cfg
-        shape = (self.num_layers, batch, max_len, cfg.kv_heads, cfg.head_dim)
+        attention = self.layers.attention
+        shape = (self.num_layers, batch, max_len, attention.num_kv_heads, attention.head_dim)
         return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
 
     def decode(

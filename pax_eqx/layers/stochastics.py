@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from pax_eqx.config import Config, config
+from pax_eqx.config import Config, ConfigError, config
 from pax_eqx.layers.base import Context
 
 
@@ -21,9 +21,14 @@ class DropoutConfig(Config):
 
     rate: float = 0.0
 
-    def build(self, key=None) -> Dropout:
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
         if not 0.0 <= self.rate < 1.0:
-            raise ValueError(f"DropoutConfig.rate must be in [0, 1), got {self.rate}.")
+            raise ConfigError(f"DropoutConfig.rate must be in [0, 1), got {self.rate}.")
+
+    def build(self, key=None) -> Dropout:
         return Dropout(self.rate)
 
 
@@ -45,9 +50,14 @@ class StochasticResidualConfig(Config):
     residual_weight: float = 1.0
     survival_prob: float = 1.0
 
-    def build(self, key=None) -> StochasticResidual:
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
         if not 0.0 < self.survival_prob <= 1.0:
-            raise ValueError(f"StochasticResidualConfig.survival_prob must be in (0, 1], got {self.survival_prob}.")
+            raise ConfigError(f"StochasticResidualConfig.survival_prob must be in (0, 1], got {self.survival_prob}.")
+
+    def build(self, key=None) -> StochasticResidual:
         return StochasticResidual(self.residual_weight, self.survival_prob)
 
 

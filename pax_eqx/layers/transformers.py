@@ -5,22 +5,29 @@
                       x + dropout(norm_post(attention(norm(x)))) ("primer_hybrid")
     feed-forward:     the same policy around  W2 dropout(act(W1 x + b1)) + b2
 
-The layer is a template for the stacks in `repeats.py`: `model_dims`, `hidden_dims` and
-`num_heads` are set by the parent, the children's configs (attention, norm, activation) are
-child templates whose dimensions this layer fills in, as Pax's `setup` does.
+The layer is a template for the stacks in `repeats.py`: its sizes and init are arguments of
+`build` given by the stack (a config holds only what its user chooses), and the children's
+configs (attention, norm, activation) are child templates this layer builds at its sizes, as
+Pax's `setup` does.
+
+At summary verbosity 4 the layer records `activation_rms`, the root-mean-square of its output
+over every element (padding included): per layer, with a leading [num_layers] axis in a scanned
+stack. At the default verbosity it is not computed at all.
 """
 
 from __future__ import annotations
 
+import typing
 from typing import Literal
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import Config, config
+from pax_eqx.config import Config, ConfigError, config
 from pax_eqx.layers.activations import ActivationConfig
-from pax_eqx.layers.attentions import Attention, AttentionConfig, KVCache
+from pax_eqx.layers.attentions import LAYER_STATISTICS_VERBOSITY, Attention, AttentionConfig, KVCache
 from pax_eqx.layers.base import Context, call
 from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.linears import Bias, BiasConfig, FeedForward, FeedForwardConfig, Linear, LinearConfig
@@ -34,19 +41,18 @@ NormPolicy = Literal["pre", "post", "primer_hybrid"]
 class TransformerConfig(Config):
     """One decoder/encoder layer: self-attention then a feed-forward block.
 
-    model_dims / hidden_dims / num_heads: sizes (hidden_dims: the feed-forward width).
+    Only what a user chooses about a layer is a field. Its sizes (model_dims, hidden_dims, heads)
+    and weight init are decided by the stack that owns it, so they are arguments of `build`.
+
     norm_policy: "pre", "post" or "primer_hybrid" (norm before and after each sub-block).
-    norm: the normalisation template (its dims are set here).
-    attention: the attention template (input_dims/num_heads set here).
+    norm: the normalisation template (built at model_dims).
+    attention: the attention template (built at model_dims with the heads given to `build`).
     activation: the feed-forward activation (gated=True gives GeGLU/SwiGLU).
     ff_has_bias: biases in the feed-forward projections.
     residual_dropout_prob / relu_dropout_prob: dropout on each sub-block's output / on the
       feed-forward hidden activations (Praxis' names).
     """
 
-    model_dims: int = 0
-    hidden_dims: int = 0
-    num_heads: int = 0
     norm_policy: NormPolicy = "pre"
     norm: NormConfig = NormConfig()
     attention: AttentionConfig = AttentionConfig()
@@ -54,10 +60,51 @@ class TransformerConfig(Config):
     ff_has_bias: bool = True
     residual_dropout_prob: float = 0.0
     relu_dropout_prob: float = 0.0
-    init: WeightInit = WeightInit()
 
-    def build(self, key: PRNGKeyArray) -> Transformer:
-        return Transformer(self, key=key)
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field, the value and the fix (children check themselves)."""
+        if self.norm_policy not in typing.get_args(NormPolicy):
+            raise ConfigError(
+                f"TransformerConfig.norm_policy={self.norm_policy!r} is not one of {typing.get_args(NormPolicy)}."
+            )
+        for name in ("residual_dropout_prob", "relu_dropout_prob"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"TransformerConfig.{name} must be in [0, 1), got {getattr(self, name)}.")
+
+    def build(
+        self,
+        key: PRNGKeyArray,
+        *,
+        model_dims: int,
+        hidden_dims: int,
+        num_heads: int,
+        dim_per_head: int = 0,
+        num_kv_heads: int = 0,
+        init: WeightInit = WeightInit(),
+        use_rotary: bool = False,
+    ) -> Transformer:
+        """The layer at width `model_dims`, feed-forward width `hidden_dims`; the attention's
+        arguments (num_heads, dim_per_head, num_kv_heads, use_rotary) are AttentionConfig.build's,
+        and `init` initialises every projection."""
+        if model_dims <= 0 or hidden_dims <= 0 or num_heads <= 0:
+            raise ValueError(
+                f"TransformerConfig.build needs model_dims, hidden_dims, num_heads > 0; got {model_dims}, "
+                f"{hidden_dims}, {num_heads}."
+            )
+        k_att, k_in, k_out = jax.random.split(key, 3)
+        attention = self.attention.build(
+            k_att, input_dims=model_dims, num_heads=num_heads, dim_per_head=dim_per_head,
+            num_kv_heads=num_kv_heads, init=init, use_rotary=use_rotary,
+        )  # fmt: skip
+        ff_in = FeedForwardConfig(
+            input_dims=model_dims, output_dims=hidden_dims, has_bias=self.ff_has_bias, activation=self.activation,
+            init=init, axes=("embed", "mlp"),
+        ).build(k_in)  # fmt: skip
+        ff_out = LinearConfig(input_dims=hidden_dims, output_dims=model_dims, init=init, axes=("mlp", "embed"))
+        return Transformer(self, model_dims=model_dims, attention=attention, ff_in=ff_in, ff_out=ff_out.build(k_out))
 
 
 class Transformer(eqx.Module):
@@ -73,26 +120,19 @@ class Transformer(eqx.Module):
     relu_dropout: Dropout
     norm_policy: str = eqx.field(static=True)
 
-    def __init__(self, cfg: TransformerConfig, *, key: PRNGKeyArray):
-        d, hdim = cfg.model_dims, cfg.hidden_dims
-        if d <= 0 or hdim <= 0 or cfg.num_heads <= 0:
-            raise ValueError(
-                f"TransformerConfig needs model_dims, hidden_dims, num_heads > 0; got {d}, {hdim}, {cfg.num_heads}."
-            )
-        k_att, k_in, k_out = jax.random.split(key, 3)
-        norm = cfg.norm.replace(dims=d)
+    def __init__(
+        self, cfg: TransformerConfig, *, model_dims: int, attention: Attention, ff_in: FeedForward, ff_out: Linear
+    ):
+        """Made by `TransformerConfig.build`, which builds the projections."""
         hybrid = cfg.norm_policy == "primer_hybrid"
-        self.attention_norm = norm.build()
-        self.attention_post_norm = norm.build() if hybrid else None
-        self.ff_norm = norm.build()
-        self.ff_post_norm = norm.build() if hybrid else None
-        self.attention = cfg.attention.replace(input_dims=d, num_heads=cfg.num_heads, init=cfg.init).build(k_att)
-        self.ff_in = FeedForwardConfig(
-            input_dims=d, output_dims=hdim, has_bias=cfg.ff_has_bias, activation=cfg.activation,
-            init=cfg.init, axes=("embed", "mlp"),
-        ).build(k_in)  # fmt: skip
-        self.ff_out = LinearConfig(input_dims=hdim, output_dims=d, init=cfg.init, axes=("mlp", "embed")).build(k_out)
-        self.ff_out_bias = BiasConfig(dims=d, axis="embed").build() if cfg.ff_has_bias else None
+        self.attention_norm = cfg.norm.build(model_dims)
+        self.attention_post_norm = cfg.norm.build(model_dims) if hybrid else None
+        self.ff_norm = cfg.norm.build(model_dims)
+        self.ff_post_norm = cfg.norm.build(model_dims) if hybrid else None
+        self.attention = attention
+        self.ff_in = ff_in
+        self.ff_out = ff_out
+        self.ff_out_bias = BiasConfig(dims=model_dims, axis="embed").build() if cfg.ff_has_bias else None
         self.residual_dropout = DropoutConfig(rate=cfg.residual_dropout_prob).build()
         self.relu_dropout = DropoutConfig(rate=cfg.relu_dropout_prob).build()
         self.norm_policy = cfg.norm_policy
@@ -114,6 +154,9 @@ class Transformer(eqx.Module):
 
         x, ctx = self._residual(x, ctx, attend, self.attention_norm, self.attention_post_norm)
         x, ctx = self._residual(x, ctx, self._feed_forward, self.ff_norm, self.ff_post_norm)
+        if ctx.records(LAYER_STATISTICS_VERBOSITY):
+            rms = jnp.sqrt(jnp.mean(jnp.square(x.astype(jnp.float32))))
+            ctx = ctx.add_summary("activation_rms", rms, LAYER_STATISTICS_VERBOSITY)
         return x, ctx
 
     def decode(

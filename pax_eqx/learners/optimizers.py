@@ -77,8 +77,10 @@ class LearnerConfig(Config):
         sequential microbatches and averages their gradients.
 
     Adafactor uses optax's defaults (factored second moments of parameters with both
-    dimensions >= 128, decay 0.8, update clipping at RMS 1, relative step size); b1, b2, eps
-    and momentum do not apply to it.
+    dimensions >= 128, decay 0.8, update clipping at RMS 1, relative step size). A field the
+    chosen optimizer does not read (b1/b2 outside adam/adamw/lion, eps/eps_root outside
+    adam/adamw, momentum/nesterov outside sgd, weight_decay_mask without weight decay) must stay
+    at its default: `validate` rejects a value that would be ignored.
     """
 
     optimizer: Optimizer = "adamw"
@@ -122,6 +124,7 @@ class LearnerConfig(Config):
             value = getattr(self, name)
             if not value >= 0.0:
                 raise ConfigError(f"learner.{name} must be >= 0 (0 = off), got {value}.")
+        self._reject_unused_fields()
         if self.optimizer == "adam" and self.weight_decay > 0:
             raise ConfigError(
                 f"learner.weight_decay={self.weight_decay} with optimizer='adam': plain Adam has no weight "
@@ -133,6 +136,40 @@ class LearnerConfig(Config):
             raise ConfigError(
                 f"learner.num_microbatches must be >= 1 (1 = no accumulation), got {self.num_microbatches}."
             )
+
+    def _reject_unused_fields(self) -> None:
+        """A field the chosen optimizer does not read must stay at its default: a value given for it
+        would be accepted and ignored."""
+        defaults = LearnerConfig.__dataclass_fields__
+        for name, readers in _OPTIMIZERS_READING.items():
+            value = getattr(self, name)
+            if self.optimizer not in readers and value != defaults[name].default:
+                raise ConfigError(
+                    f"learner.{name}={value} has no effect with learner.optimizer={self.optimizer!r} (only "
+                    f"{' / '.join(readers)} read it); choose one of those optimizers or leave {name} at its default "
+                    f"{defaults[name].default}."
+                )
+        if self.nesterov and self.momentum == 0.0:
+            raise ConfigError(
+                "learner.nesterov=True has no effect with learner.momentum=0 (plain SGD); set momentum > 0 or "
+                "nesterov=False."
+            )
+        if self.weight_decay == 0.0 and self.weight_decay_mask != defaults["weight_decay_mask"].default:
+            raise ConfigError(
+                f"learner.weight_decay_mask={self.weight_decay_mask!r} has no effect with learner.weight_decay=0; "
+                "set weight_decay > 0 or leave weight_decay_mask at its default 'matrices'."
+            )
+
+
+# Which optimizers read each optimizer-specific field (the others ignore it).
+_OPTIMIZERS_READING = {
+    "b1": ("adam", "adamw", "lion"),
+    "b2": ("adam", "adamw", "lion"),
+    "eps": ("adam", "adamw"),
+    "eps_root": ("adam", "adamw"),
+    "momentum": ("sgd",),
+    "nesterov": ("sgd",),
+}
 
 
 def learning_rate_fn(cfg: LearnerConfig) -> optax.Schedule:
@@ -242,7 +279,7 @@ def pax_adam(
         eps=epsilon,
         eps_root=epsilon_root,
         weight_decay=weight_decay,
-        weight_decay_mask="all",
+        weight_decay_mask="all" if weight_decay > 0 else "matrices",  # the mask means nothing without decay
         clip_grad_norm=clip_gradient_norm_to_value,
         clip_update_rms=max(clip_threshold, 0.0),
         skip_nonfinite=True,

@@ -40,6 +40,9 @@ from pax_eqx.config import Config, ConfigError, config
 
 ScheduleKind = Literal["constant", "cosine", "linear", "exponential", "rsqrt"]
 _DECAYING = ("cosine", "linear", "exponential")
+# The fields a kind never reads: `constant` holds at `max` (a hold before it is still `max`);
+# `rsqrt` has no end and no floor.
+_UNREAD_BY_KIND = {"constant": ("decay_start", "decay_end", "min_ratio"), "rsqrt": ("decay_end", "min_ratio")}
 
 
 @config
@@ -52,6 +55,9 @@ class ScheduleConfig(Config):
     decay_end: the step the decay reaches `max * min_ratio` (cosine, linear, exponential).
     min_ratio: the floor, as a fraction of `max` (> 0 for exponential).
     max: the peak multiplier of the base learning rate (Pax's `max`).
+
+    A field the kind never reads (decay_start, decay_end, min_ratio for constant; decay_end,
+    min_ratio for rsqrt) must stay at its default: `validate` rejects a value that would be ignored.
     """
 
     kind: ScheduleKind = "constant"
@@ -104,6 +110,14 @@ class ScheduleConfig(Config):
             )
         if not self.max > 0.0:
             raise ConfigError(f"learner.schedule.max must be > 0, got {self.max}.")
+        defaults = ScheduleConfig.__dataclass_fields__
+        for name in _UNREAD_BY_KIND.get(self.kind, ()):
+            if getattr(self, name) != defaults[name].default:
+                raise ConfigError(
+                    f"learner.schedule.{name}={getattr(self, name)} has no effect with learner.schedule.kind="
+                    f"{self.kind!r}; choose a kind that decays ({', '.join(_DECAYING)}) or leave {name} at its "
+                    f"default {defaults[name].default}."
+                )
 
 
 def linear_rampup_exponential_decay(

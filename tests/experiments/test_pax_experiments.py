@@ -45,7 +45,7 @@ def test_shape_batch_mesh_dtype_and_steps_are_paxs(row: Row):
     m = exp.model
     assert exp.name == row.name
     assert (m.num_layers, m.model_dims, m.hidden_dims) == (row.layers, row.dims, row.hidden)
-    assert (m.num_heads, m.stack_config().block.attention.head_dim) == (row.heads, row.head_dim)
+    assert (m.num_heads, m.head_dim) == (row.heads, row.head_dim)
     assert m.vocab_size == row.vocab
     assert exp.data.seq_len == row.seq
     # One process drives every device: the per-host batch is the global batch (per-core x devices).

@@ -51,8 +51,11 @@ def random_normal(shape, seed: int = 0, scale: float = 1.0, dtype=jnp.float32) -
 
 
 def random_module(cfg: Any, seed: int = 0, scale: float = 0.5) -> Any:
-    """`cfg.build(key)`'s module with every array drawn from N(0, scale^2) by numpy."""
-    abstract = eqx.filter_eval_shape(cfg.build, jax.random.key(0))
+    """`cfg.build(key)`'s module with every array drawn from N(0, scale^2) by numpy. `cfg` may
+    also be a function key -> module, e.g. `functools.partial(att_cfg.build, input_dims=8, ...)`
+    for a config whose sizes are build arguments."""
+    build = cfg.build if hasattr(cfg, "build") else cfg
+    abstract = eqx.filter_eval_shape(build, jax.random.key(0))
     rng = np.random.default_rng(seed)
 
     def fill(leaf):

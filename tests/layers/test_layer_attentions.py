@@ -1,5 +1,7 @@
 """Attention against a numpy softmax(QK^T/sqrt(d))V, and the equivalences the design promises."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -8,6 +10,7 @@ import pytest
 from jaxtyping import TypeCheckError
 from layer_reference import causal_mask, jit, random_module, random_normal, reference_attention
 
+from pax_eqx.config import ConfigError
 from pax_eqx.layers import AttentionConfig, Context, Mode, apply
 from pax_eqx.layers import attention_kernels as kernels
 
@@ -21,8 +24,13 @@ def _fwd(att, x, **kwargs):
     return att(x, EVAL, **kwargs)[0]
 
 
+_BUILD_ARGS = ("input_dims", "num_heads", "dim_per_head", "num_kv_heads", "init", "use_rotary")
+
+
 def _cfg(**kw):
-    return AttentionConfig(**{**dict(input_dims=D, num_heads=N, dim_per_head=H, implementation="xla"), **kw})
+    """A key -> Attention function: `kw` holds config fields and build arguments alike."""
+    build_args = {**dict(input_dims=D, num_heads=N, dim_per_head=H), **{k: kw.pop(k) for k in _BUILD_ARGS if k in kw}}
+    return functools.partial(AttentionConfig(**{"implementation": "xla", **kw}).build, **build_args)
 
 
 def _build(seed=0, **kw):
@@ -181,7 +189,7 @@ def test_decode_with_kv_cache_equals_full_forward(kw):
     att = _build(**kw)
     x = _x()
     cache = att.init_cache(B, T + 2)
-    assert cache.k.shape == (B, T + 2, att.cfg.kv_heads, H)
+    assert cache.k.shape == (B, T + 2, att.num_kv_heads, H)
 
     @jit
     def prefill_then_step(att, x, cache):
@@ -250,7 +258,30 @@ def test_config_errors_name_the_fix():
     with pytest.raises(ValueError, match="combine_qkv=False"):
         _build(combine_qkv=True, num_kv_heads=1)
     with pytest.raises(ValueError, match="input_dims, num_heads"):
-        AttentionConfig().build(jax.random.key(0))
+        AttentionConfig().build(jax.random.key(0), input_dims=0, num_heads=2)
+    with pytest.raises(ValueError, match="even head dim"):
+        _build(dim_per_head=3, use_rotary=True)
+
+
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        (dict(implementation="cudnn", logit_cap=30.0), "logit_cap"),
+        (dict(implementation="cudnn", dropout_prob=0.1), "dropout_prob"),
+        (dict(dropout_prob=1.0), "dropout_prob"),
+        (dict(logit_cap=-1.0), "logit_cap"),
+        (dict(implementation="flash"), "implementation"),
+    ],
+)
+def test_fields_that_would_do_nothing_are_rejected(fields, named):
+    with pytest.raises(ConfigError, match=named):
+        AttentionConfig(**fields)
+
+
+def test_rotary_timescale_without_rotary_is_rejected_at_build():
+    with pytest.raises(ConfigError, match="rotary_max_timescale"):
+        _build(rotary_max_timescale=500.0)
+    _build(rotary_max_timescale=500.0, use_rotary=True)
 
 
 def test_xla_is_what_auto_means_on_cpu():

@@ -10,6 +10,7 @@ import pytest
 from jaxtyping import TypeCheckError
 from layer_reference import key, random_normal
 
+from pax_eqx.config import ConfigError
 from pax_eqx.layers import (
     ActivationConfig,
     BiasConfig,
@@ -120,8 +121,11 @@ def test_feedforward_grad_reaches_every_weight():
 
 @pytest.mark.parametrize("num_layers", [1, 3])
 def test_mlp_block_formula(num_layers):
-    ff = FeedForwardConfig(input_dims=0, output_dims=0, activation=ActivationConfig(name="tanh"))
-    mlp = MLPBlockConfig(num_layers=num_layers, input_dims=3, hidden_dims=6, output_dims=2, ff=ff).build(key(0))
+    hidden = 6 if num_layers > 1 else 0
+    cfg = MLPBlockConfig(
+        num_layers=num_layers, input_dims=3, hidden_dims=hidden, output_dims=2, activation=ActivationConfig(name="tanh")
+    )
+    mlp = cfg.build(key(0))
     dims = [3] + [6] * (num_layers - 1) + [2]
     assert [(layer.linear.w.shape) for layer in mlp.layers] == list(zip(dims[:-1], dims[1:]))
     mlp = _with_random(mlp, *[lambda m, i=i: m.layers[i].bias.b for i in range(num_layers)])
@@ -132,6 +136,21 @@ def test_mlp_block_formula(num_layers):
     np.testing.assert_allclose(mlp(jnp.asarray(x, jnp.float32)), h, rtol=1e-5, atol=1e-6)
 
 
-def test_mlp_block_rejects_zero_layers():
-    with pytest.raises(ValueError, match="num_layers"):
-        MLPBlockConfig(num_layers=0, input_dims=3, hidden_dims=6, output_dims=2).build(key(0))
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        (dict(num_layers=0, hidden_dims=6), "num_layers"),
+        (dict(num_layers=1, hidden_dims=6), "hidden_dims=6 has no effect"),
+        (dict(num_layers=2, hidden_dims=0), "hidden_dims must be > 0"),
+    ],
+)
+def test_mlp_block_config_errors(fields, named):
+    with pytest.raises(ConfigError, match=named):
+        MLPBlockConfig(input_dims=3, output_dims=2, **fields)
+
+
+def test_sizes_must_be_positive():
+    with pytest.raises(ConfigError, match="output_dims"):
+        LinearConfig(input_dims=3, output_dims=0)
+    with pytest.raises(ConfigError, match="dims"):
+        BiasConfig(dims=0)

@@ -1,5 +1,7 @@
 """Every weight of every layer has logical axis names; a stack prepends "layers"."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -21,13 +23,15 @@ from pax_eqx.layers import (
     TrainablePositionalEmbeddingConfig,
     TransformerConfig,
     init,
+    split_state,
     swiglu,
 )
 from pax_eqx.sharding.logical import LogicalAxes, logical_axes
 
 VOCABULARY = {"batch", "seq", "embed", "mlp", "heads", "kv_heads", "kv", "vocab", "layers", None}
 
-BLOCK = TransformerConfig(model_dims=8, hidden_dims=16, num_heads=2, norm_policy="primer_hybrid", activation=swiglu())
+BLOCK = TransformerConfig(norm_policy="primer_hybrid", activation=swiglu())
+BLOCK_SIZES = dict(model_dims=8, hidden_dims=16, num_heads=2)
 
 CONFIGS = {
     "linear": LinearConfig(input_dims=3, output_dims=4),
@@ -38,19 +42,25 @@ CONFIGS = {
     "full_softmax": SoftmaxConfig(input_dims=4, num_classes=7),
     "shared_softmax": SharedEmbeddingSoftmaxConfig(num_classes=7, input_dims=4),
     "position_embedding": TrainablePositionalEmbeddingConfig(max_seq_length=9, embedding_dims=4),
-    "layer_norm": NormConfig(dims=4),
-    "rms_norm": NormConfig(kind="rms_norm", dims=4),
+    "layer_norm": functools.partial(NormConfig().build, 4),
+    "rms_norm": functools.partial(NormConfig(kind="rms_norm").build, 4),
     "batch_norm": BatchNormConfig(dims=4),
-    "attention_all_options": AttentionConfig(input_dims=8, num_heads=2, use_bias=True, per_dim_scale=True),
-    "attention_combined": AttentionConfig(input_dims=8, num_heads=2, combine_qkv=True, use_bias=True),
-    "attention_gqa": AttentionConfig(input_dims=8, num_heads=4, num_kv_heads=2),
-    "transformer": BLOCK,
+    "attention_all_options": functools.partial(
+        AttentionConfig(use_bias=True, per_dim_scale=True).build, input_dims=8, num_heads=2
+    ),
+    "attention_combined": functools.partial(
+        AttentionConfig(combine_qkv=True, use_bias=True).build, input_dims=8, num_heads=2
+    ),
+    "attention_gqa": functools.partial(AttentionConfig().build, input_dims=8, num_heads=4, num_kv_heads=2),
+    "transformer": functools.partial(BLOCK.build, **BLOCK_SIZES),
 }
 
 
 def _abstract_init(cfg):
-    """`init(cfg, key)`'s model as shapes only (what the sharding code sees; nothing is computed)."""
-    return eqx.filter_eval_shape(init, cfg, jax.random.key(0))[0]
+    """`init(cfg, key)`'s model as shapes only (what the sharding code sees; nothing is computed).
+    `cfg` may also be a function key -> module (a config whose sizes are build arguments)."""
+    build = cfg.build if hasattr(cfg, "build") else cfg
+    return eqx.filter_eval_shape(lambda key: split_state(build(key)), jax.random.key(0))[0]
 
 
 def _is_weight(x):
@@ -79,7 +89,7 @@ def test_named_examples():
     # Real (computed) models, as the sharding rules also see them after a restore.
     lin, _ = init(LinearConfig(input_dims=3, output_dims=4, axes=("mlp", "embed")), key(0))
     assert logical_axes(lin).w == ("mlp", "embed")
-    att = _abstract_init(AttentionConfig(input_dims=8, num_heads=4, num_kv_heads=2))
+    att = _abstract_init(CONFIGS["attention_gqa"])
     axes = logical_axes(att)
     assert axes.w_q == ("embed", "heads", "kv") and axes.w_k == ("embed", "kv_heads", "kv")
     assert axes.w_o == ("heads", "kv", "embed")
@@ -88,10 +98,10 @@ def test_named_examples():
 
 @pytest.mark.parametrize("repeat", [True, False])
 def test_stacks_name_every_weight_and_prepend_layers_when_repeated(repeat):
-    cfg = StackedTransformerConfig(num_layers=3, block=BLOCK, repeat=repeat)
+    cfg = StackedTransformerConfig(num_layers=3, block=BLOCK, repeat=repeat, **BLOCK_SIZES)
     stack = _abstract_init(cfg)
     arrays, axes = _arrays_and_axes(stack)
-    single, single_axes = _arrays_and_axes(_abstract_init(BLOCK))
+    single, single_axes = _arrays_and_axes(_abstract_init(CONFIGS["transformer"]))
     assert len(arrays) == len(single) * (1 if repeat else 3)
     for array, names in zip(arrays, axes):
         assert len(names) == array.ndim and set(names) <= VOCABULARY
@@ -104,7 +114,7 @@ def test_stacks_name_every_weight_and_prepend_layers_when_repeated(repeat):
 
 
 def test_logical_axes_of_a_stack_by_path():
-    cfg = StackedTransformerConfig(num_layers=2, block=BLOCK)
+    cfg = StackedTransformerConfig(num_layers=2, block=BLOCK, **BLOCK_SIZES)
     axes = logical_axes(_abstract_init(cfg))
     assert axes.layers.attention.w_q == ("layers", "embed", "heads", "kv")
 

@@ -24,7 +24,7 @@ def _randomize(norm, seed=5):
 
 
 def test_layer_norm_praxis_formula():
-    norm = NormConfig(kind="layer_norm", dims=8).build()
+    norm = NormConfig(kind="layer_norm").build(8)
     assert isinstance(norm, LayerNorm) and norm.epsilon == 1e-6
     np.testing.assert_array_equal(norm.scale, np.zeros(8))  # stored as an offset from one
     norm = _randomize(norm)
@@ -37,20 +37,20 @@ def test_layer_norm_praxis_formula():
 
 def test_layer_norm_at_init_is_a_plain_standardisation():
     x = _x()
-    y = np.asarray(NormConfig(dims=8).build()(x))
+    y = np.asarray(NormConfig().build(8)(x))
     np.testing.assert_allclose(y.mean(-1), 0.0, atol=1e-5)
     np.testing.assert_allclose(y.var(-1), 1.0, rtol=1e-4)
 
 
 def test_layer_norm_epsilon_matters_for_a_constant_row():
     x = jnp.full((1, 8), 2.0).at[0, 0].set(2.001)
-    a = NormConfig(dims=8, epsilon=1e-6).build()(x)
-    b = NormConfig(dims=8, epsilon=1.0).build()(x)
+    a = NormConfig(epsilon=1e-6).build(8)(x)
+    b = NormConfig(epsilon=1.0).build(8)(x)
     assert float(jnp.max(jnp.abs(a))) > 100 * float(jnp.max(jnp.abs(b)))
 
 
 def test_layer_norm_without_scale_or_bias():
-    norm = NormConfig(dims=8, use_scale=False, use_bias=False).build()
+    norm = NormConfig(use_scale=False, use_bias=False).build(8)
     assert norm.scale is None and norm.bias is None
     x = np.asarray(_x(), np.float64)
     expected = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-6)
@@ -58,7 +58,7 @@ def test_layer_norm_without_scale_or_bias():
 
 
 def test_rms_norm_formula():
-    norm = NormConfig(kind="rms_norm", dims=8).build()
+    norm = NormConfig(kind="rms_norm").build(8)
     assert isinstance(norm, RmsNorm)
     np.testing.assert_array_equal(norm.scale, np.ones(8))
     norm = _randomize(norm)
@@ -68,9 +68,9 @@ def test_rms_norm_formula():
 
 
 def test_rms_norm_no_scale_formula():
-    cfg = rms_norm_no_scale(8, epsilon=1e-3)
+    cfg = rms_norm_no_scale(epsilon=1e-3)
     assert cfg.kind == "rms_norm_no_scale"
-    norm = cfg.build()
+    norm = cfg.build(8)
     assert isinstance(norm, RmsNorm) and norm.scale is None
     x = np.asarray(_x(), np.float64)
     expected = x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-3)
@@ -79,7 +79,7 @@ def test_rms_norm_no_scale_formula():
 
 @pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
 def test_bf16_input_uses_float32_statistics(kind):
-    norm = _randomize(NormConfig(kind=kind, dims=8).build())
+    norm = _randomize(NormConfig(kind=kind).build(8))
     x = _x().astype(jnp.bfloat16)
     y = norm(x)
     assert y.dtype == jnp.bfloat16
@@ -88,7 +88,7 @@ def test_bf16_input_uses_float32_statistics(kind):
 
 @pytest.mark.parametrize("kind", ["layer_norm", "rms_norm", "rms_norm_no_scale"])
 def test_norms_jit_and_grad(kind):
-    norm = NormConfig(kind=kind, dims=8).build()
+    norm = NormConfig(kind=kind).build(8)
     x = _x()
     np.testing.assert_allclose(eqx.filter_jit(lambda m, x: m(x))(norm, x), norm(x), rtol=1e-6)
     g = jax.grad(lambda x: jnp.sum(norm(x) * jnp.arange(8.0)))(x)
@@ -99,6 +99,20 @@ def test_norms_jit_and_grad(kind):
 
 def test_norm_config_errors():
     with pytest.raises(ValueError, match="dims"):
-        NormConfig(dims=0).build()
+        NormConfig().build(0)
     with pytest.raises(ConfigError, match="'rms_norm_noscale'.*rms_norm_no_scale"):
-        NormConfig(kind="rms_norm_noscale", dims=8).build()
+        NormConfig(kind="rms_norm_noscale")
+
+
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        (dict(kind="rms_norm", use_bias=False), "use_bias"),
+        (dict(kind="rms_norm_no_scale", use_bias=False), "use_bias"),
+        (dict(kind="rms_norm", use_scale=False), "rms_norm_no_scale"),
+        (dict(epsilon=-1.0), "epsilon"),
+    ],
+)
+def test_fields_an_rms_norm_ignores_are_rejected(fields, named):
+    with pytest.raises(ConfigError, match=named):
+        NormConfig(**fields)

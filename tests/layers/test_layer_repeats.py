@@ -10,6 +10,7 @@ import pytest
 from jaxtyping import Array, Float
 from layer_reference import jit, key, random_module, random_normal
 
+from pax_eqx.config import ConfigError
 from pax_eqx.layers import (
     AttentionConfig,
     Context,
@@ -29,10 +30,9 @@ B, T, D, L = 2, 5, 8, 2
 
 
 def _cfg(**kw):
-    block = TransformerConfig(
-        model_dims=D, hidden_dims=16, num_heads=2, attention=AttentionConfig(implementation="xla", num_kv_heads=1)
-    )
-    return StackedTransformerConfig(**{**dict(num_layers=L, block=block), **kw})
+    block = TransformerConfig(attention=AttentionConfig(implementation="xla"))
+    base = dict(num_layers=L, model_dims=D, hidden_dims=16, num_heads=2, num_kv_heads=1, block=block)
+    return StackedTransformerConfig(**{**base, **kw})
 
 
 def _x(seed=1):
@@ -149,10 +149,9 @@ def test_which_policies_run_the_fused_attention_kernel_again_in_the_backward(cud
     """cuDNN's backward reads its forward's output *and* softmax statistics. Saving only the dots
     runs the forward kernel a second time in the backward (the scan body's recompute); the
     `_and_context` policy keeps what the kernel returned, so it runs once."""
-    block = TransformerConfig(
-        model_dims=16, hidden_dims=32, num_heads=2, attention=AttentionConfig(implementation="cudnn")
-    )
-    stack = _cfg(block=block, remat_policy=policy).build(jax.random.key(0))
+    block = TransformerConfig(attention=AttentionConfig(implementation="cudnn"))
+    cfg = _cfg(block=block, model_dims=16, hidden_dims=32, num_kv_heads=0, remat_policy=policy)
+    stack = cfg.build(jax.random.key(0))
     x = jnp.ones((B, 8, 16), jnp.bfloat16)
     loss = lambda m, x: jnp.sum(apply(m, x, mode=Mode.EVAL).astype(jnp.float32))
     assert cudnn_tracing(jax.make_jaxpr(jax.grad(loss))(stack, x)) == forward_kernels
@@ -204,10 +203,19 @@ def test_cache_shapes():
 
 
 @pytest.mark.parametrize("kw, match", [({"num_layers": 0}, "num_layers"), ({"unroll": 0}, "unroll"),
-                                       ({"unroll": L + 1}, "unroll")])  # fmt: skip
+                                       ({"unroll": L + 1}, "unroll"), ({"model_dims": 0}, "model_dims"),
+                                       ({"repeat": False, "unroll": 2}, "unroll.*no effect with repeat=False"),
+                                       ({"remat_policy": "dots"}, "remat_policy")])  # fmt: skip
 def test_config_errors(kw, match):
-    with pytest.raises(ValueError, match=match):
-        _cfg(**kw).build(jax.random.key(0))
+    with pytest.raises(ConfigError, match=match):
+        _cfg(**kw)
+
+
+def test_stack_sizes_reach_every_layer():
+    stack = eqx.filter_eval_shape(_cfg(dim_per_head=3, hidden_dims=12).build, jax.random.key(0))
+    attention = stack.layers.attention
+    assert attention.w_q.shape == (L, D, 2, 3) and attention.w_k.shape == (L, D, 1, 3)
+    assert stack.layers.ff_in.linear.w.shape == (L, D, 12)
 
 
 # Side outputs through a scanned stack --------------------------------------------------------

@@ -1,5 +1,7 @@
 """The Transformer layer against a numpy composition of its parts, for every norm policy."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -7,6 +9,7 @@ import numpy as np
 import pytest
 from layer_reference import causal_mask, jit, key, random_module, random_normal, reference_attention
 
+from pax_eqx.config import ConfigError
 from pax_eqx.layers import (
     ActivationConfig,
     AttentionConfig,
@@ -14,6 +17,7 @@ from pax_eqx.layers import (
     Mode,
     NormConfig,
     TransformerConfig,
+    WeightInit,
     apply,
     swiglu,
 )
@@ -22,9 +26,14 @@ B, T, D, F, N = 2, 5, 8, 16, 2
 EVAL = Context(mode=Mode.EVAL)
 
 
+_BUILD_ARGS = ("model_dims", "hidden_dims", "num_heads", "dim_per_head", "num_kv_heads", "init", "use_rotary")
+
+
 def _cfg(**kw):
-    base = dict(model_dims=D, hidden_dims=F, num_heads=N, attention=AttentionConfig(implementation="xla"))
-    return TransformerConfig(**{**base, **kw})
+    """A key -> Transformer function: `kw` holds config fields and build arguments alike."""
+    build_args = {**dict(model_dims=D, hidden_dims=F, num_heads=N), **{k: kw.pop(k) for k in _BUILD_ARGS if k in kw}}
+    cfg = TransformerConfig(**{"attention": AttentionConfig(implementation="xla"), **kw})
+    return functools.partial(cfg.build, **build_args)
 
 
 def _randomized(cfg, seed=0):
@@ -97,7 +106,7 @@ def test_swiglu_and_rms_norm():
 
 
 def test_segment_ids_keep_packed_documents_apart():
-    layer = _randomized(_cfg(attention=AttentionConfig(implementation="xla", use_rotary=True)))
+    layer = _randomized(_cfg(use_rotary=True))
     x = _x()[:1]
     seg = jnp.asarray([[1, 1, 1, 2, 2]])
     pos = jnp.asarray([[0, 1, 2, 0, 1]])
@@ -108,7 +117,7 @@ def test_segment_ids_keep_packed_documents_apart():
 
 @pytest.mark.parametrize("policy", ["post", "primer_hybrid"])  # "pre": tests/models decode the LM
 def test_decode_equals_full_forward(policy):
-    layer = _randomized(_cfg(norm_policy=policy, attention=AttentionConfig(implementation="xla", num_kv_heads=1)))
+    layer = _randomized(_cfg(norm_policy=policy, num_kv_heads=1))
 
     @jit
     def prefill_then_step(layer, x):
@@ -148,14 +157,28 @@ def test_grad_reaches_every_weight():
 
 
 def test_build_gives_children_the_parent_dims():
-    cfg = _cfg(attention=AttentionConfig(num_kv_heads=1, implementation="xla"))
-    layer = eqx.filter_eval_shape(cfg.build, jax.random.key(0))
-    assert layer.attention.cfg.input_dims == D and layer.attention.cfg.num_heads == N
-    assert layer.attention.w_k.shape == (D, 1, D // N)
+    layer = eqx.filter_eval_shape(_cfg(num_kv_heads=1), jax.random.key(0))
+    assert (layer.attention.num_heads, layer.attention.num_kv_heads, layer.attention.head_dim) == (N, 1, D // N)
+    assert layer.attention.w_q.shape == (D, N, D // N) and layer.attention.w_k.shape == (D, 1, D // N)
     assert layer.ff_in.linear.w.shape == (D, F) and layer.ff_out.w.shape == (F, D)
     assert layer.attention_norm.scale.shape == (D,)
 
 
+def test_init_reaches_every_projection():
+    layer = _cfg(init=WeightInit(method="constant", scale=0.5))(jax.random.key(0))
+    for w in (layer.attention.w_q, layer.attention.w_o, layer.ff_in.linear.w, layer.ff_out.w):
+        np.testing.assert_array_equal(w, 0.5)
+
+
 def test_missing_dims_fail_clearly():
     with pytest.raises(ValueError, match="model_dims, hidden_dims, num_heads"):
-        TransformerConfig(model_dims=D).build(jax.random.key(0))
+        TransformerConfig().build(jax.random.key(0), model_dims=D, hidden_dims=0, num_heads=N)
+
+
+@pytest.mark.parametrize(
+    "fields, named",
+    [(dict(norm_policy="pree"), "norm_policy"), (dict(residual_dropout_prob=1.0), "residual_dropout_prob")],
+)
+def test_config_errors_name_the_field(fields, named):
+    with pytest.raises(ConfigError, match=named):
+        TransformerConfig(**fields)
