@@ -117,6 +117,12 @@ def load_experiment(name: str) -> ExperimentConfig:
         return exp if exp.name else exp.replace(name=key)
     if "." in name:
         return _load_dotted(name)
+    if not _REGISTRY:
+        raise UnknownExperimentError(
+            f"--exp {name!r}: no experiments are registered: no installed distribution declares the "
+            f"{ENTRY_POINT_GROUP!r} entry point (an install older than it?); reinstall pax_eqx (pip install -e .), "
+            "or pass a dotted path package.module.name to your own experiment."
+        )
     choices = sorted(_REGISTRY) + sorted(_ALIASES)
     close = difflib.get_close_matches(name, choices, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""

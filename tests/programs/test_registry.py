@@ -98,3 +98,13 @@ def test_experiments_registry_is_the_librarys_registry():
     assert experiments.registry.register is registry.register
     assert experiments.registry.load_experiment is registry.load_experiment
     assert experiments.registry.UnknownExperimentError is registry.UnknownExperimentError
+
+
+def test_an_install_without_the_entry_point_says_so(monkeypatch):
+    """A stale install (from before the entry point) finds no experiments: the error says why
+    and how to fix it, instead of listing an empty registry."""
+    monkeypatch.setattr(registry, "_REGISTRY", {})
+    monkeypatch.setattr(registry, "_ALIASES", {})
+    monkeypatch.setattr(registry, "_loaded", True)
+    with pytest.raises(registry.UnknownExperimentError, match="no experiments are registered.*pip install -e"):
+        registry.load_experiment("shakespeare_char")
