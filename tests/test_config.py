@@ -23,17 +23,16 @@ from pax_eqx.layers import (
 
 def _stack() -> StackedTransformerConfig:
     block = TransformerConfig(
-        model_dims=16,
-        hidden_dims=64,
-        num_heads=4,
         norm_policy="primer_hybrid",
         norm=NormConfig(kind="rms_norm", epsilon=1e-5),
-        attention=AttentionConfig(num_kv_heads=2, use_rotary=True, logit_cap=30.0, implementation="xla"),
+        attention=AttentionConfig(logit_cap=30.0, implementation="xla"),
         activation=swiglu(),
         residual_dropout_prob=0.1,
-        init=gaussian(0.02),
     )
-    return StackedTransformerConfig(num_layers=3, block=block, repeat=False, remat_policy="full", unroll=1)
+    return StackedTransformerConfig(
+        num_layers=3, model_dims=16, hidden_dims=64, num_heads=4, num_kv_heads=2, use_rotary=True,
+        init=gaussian(0.02), block=block, repeat=False, remat_policy="full", unroll=1,
+    )  # fmt: skip
 
 
 # Typos --------------------------------------------------------------------------------------
@@ -54,14 +53,25 @@ def test_positional_arguments_are_refused():
 
 def test_replace_typo():
     with pytest.raises(ConfigError, match="'hiden_dims'.*'hidden_dims'"):
-        TransformerConfig().replace(hiden_dims=8)
+        _stack().replace(hiden_dims=8)
 
 
 def test_override_typo_at_any_depth():
     with pytest.raises(ConfigError, match="StackedTransformerConfig has no field 'blok'.*'block'"):
-        _stack().override("blok.model_dims", 8)
-    with pytest.raises(ConfigError, match="AttentionConfig has no field 'num_kv_head'.*'num_kv_heads'"):
-        _stack().override("block.attention.num_kv_head", 1)
+        _stack().override("blok.norm_policy", "pre")
+    with pytest.raises(ConfigError, match="AttentionConfig has no field 'logit_cp'.*'logit_cap'"):
+        _stack().override("block.attention.logit_cp", 1.0)
+
+
+def test_a_size_the_parent_decides_is_not_a_child_field():
+    """A layer's sizes come from its parent at build time: the child config has no field for them,
+    so a value given there fails at once instead of being overwritten."""
+    with pytest.raises(ConfigError, match="TransformerConfig has no field 'model_dims'"):
+        _stack().override("block.model_dims", 8)
+    with pytest.raises(ConfigError, match="AttentionConfig has no field 'num_kv_heads'"):
+        _stack().override("block.attention.num_kv_heads", 1)
+    with pytest.raises(ConfigError, match="NormConfig has no field 'dims'"):
+        NormConfig(dims=8)
 
 
 def test_override_into_a_non_config_fails():
@@ -71,15 +81,15 @@ def test_override_into_a_non_config_fails():
 
 def test_override_sets_a_nested_field_and_leaves_the_original():
     cfg = _stack()
-    new = cfg.override("block.attention.num_kv_heads", 1)
-    assert new.block.attention.num_kv_heads == 1 and cfg.block.attention.num_kv_heads == 2
-    assert new.block.model_dims == 16
+    new = cfg.override("block.attention.logit_cap", 1.0)
+    assert new.block.attention.logit_cap == 1.0 and cfg.block.attention.logit_cap == 30.0
+    assert new.model_dims == 16 and new.block.norm == cfg.block.norm
 
 
 def test_from_json_typo_names_the_path():
     data = json.loads(_stack().to_json())
-    data["block"]["attention"]["use_rotery"] = True
-    with pytest.raises(ConfigError, match="AttentionConfig has no field 'use_rotery'.*'use_rotary'"):
+    data["block"]["attention"]["use_bais"] = True
+    with pytest.raises(ConfigError, match="AttentionConfig has no field 'use_bais'.*'use_bias'"):
         StackedTransformerConfig.from_json(json.dumps(data))
 
 
@@ -101,7 +111,7 @@ def test_configs_are_frozen():
     [
         _stack(),
         _stack().block,
-        StackedTransformerConfig(),
+        StackedTransformerConfig(num_layers=1, model_dims=8, hidden_dims=8, num_heads=2),
         MLPBlockConfig(input_dims=3, hidden_dims=5, output_dims=2),
         LinearConfig(input_dims=3, output_dims=4, axes=("mlp", "embed"), init=WeightInit(method="uniform", scale=0.1)),
     ],
@@ -122,7 +132,7 @@ def test_json_round_trip_keeps_tuple_types():
 
 def test_json_of_a_nested_config_is_readable():
     data = json.loads(_stack().to_json())
-    assert data["block"]["attention"]["num_kv_heads"] == 2
+    assert data["num_kv_heads"] == 2 and data["block"]["attention"]["logit_cap"] == 30.0
     assert data["block"]["activation"] == {"gated": True, "name": "silu", "negative_slope": 0.01}
 
 
@@ -144,30 +154,33 @@ def test_tyro_parses_a_nested_config():
         "--num-layers", "4",
         "--no-repeat",  # booleans are flags
         "--remat-policy", "dots_with_no_batch_dims_saveable",
-        "--block.model-dims", "32",
-        "--block.hidden-dims", "128",
-        "--block.num-heads", "8",
+        "--model-dims", "32",
+        "--hidden-dims", "128",
+        "--num-heads", "8",
+        "--num-kv-heads", "1",
+        "--use-rotary",
+        "--init.method", "gaussian",
+        "--init.scale", "0.02",
         "--block.norm.kind", "rms_norm",
-        "--block.attention.num-kv-heads", "1",
-        "--block.attention.use-rotary",
+        "--block.attention.no-causal",
         "--block.activation.name", "gelu",
         "--block.activation.gated",
-        "--block.init.method", "gaussian",
-        "--block.init.scale", "0.02",
     ]  # fmt: skip
     cfg = tyro.cli(StackedTransformerConfig, args=args)
     expected = StackedTransformerConfig(
         num_layers=4,
+        model_dims=32,
+        hidden_dims=128,
+        num_heads=8,
+        num_kv_heads=1,
+        use_rotary=True,
+        init=gaussian(0.02),
         repeat=False,
         remat_policy="dots_with_no_batch_dims_saveable",
         block=TransformerConfig(
-            model_dims=32,
-            hidden_dims=128,
-            num_heads=8,
             norm=NormConfig(kind="rms_norm"),
-            attention=AttentionConfig(num_kv_heads=1, use_rotary=True),
+            attention=AttentionConfig(causal=False),
             activation=ActivationConfig(name="gelu", gated=True),
-            init=gaussian(0.02),
         ),
     )
     assert cfg == expected
@@ -180,5 +193,5 @@ def test_tyro_overrides_a_default_instance():
 
 def test_tyro_rejects_a_bad_choice(capsys):
     with pytest.raises(SystemExit):
-        tyro.cli(StackedTransformerConfig, args=["--remat-policy", "dots"])
+        tyro.cli(StackedTransformerConfig, default=_stack(), args=["--remat-policy", "dots"])
     assert "remat-policy" in capsys.readouterr().err
