@@ -25,7 +25,14 @@ T = TypeVar("T")
 
 
 class ConfigError(ValueError):
-    """A config was given a field, value or combination it cannot take."""
+    """A config was given a field, value or combination it cannot take: a user error, reported
+    in one line (exit 2) by the entry points. Raise it (or a subclass) for anything the user can
+    fix; a plain ValueError means a bug in pax_eqx and keeps its traceback."""
+
+
+class MissingFileError(ConfigError, FileNotFoundError):
+    """A file or directory the user named (a data path, a tokenizer model, a job dir's
+    checkpoint) does not exist or holds nothing usable."""
 
 
 def _suggest(name: str, choices: typing.Iterable[str]) -> str:
@@ -112,12 +119,29 @@ def _to_jsonable(value: Any) -> Any:
     return value
 
 
+def _subclasses(cls: type) -> list[type]:
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found
+
+
+def _concrete_config(tp: type, value: dict[str, Any]) -> type:
+    """The class a JSON object of a polymorphic field (`model: ModelConfig`) was written from:
+    `tp` itself or the (imported) subclass whose fields are exactly the object's keys."""
+    if set(value) <= set(field_names(tp)):
+        return tp
+    matches = [sub for sub in _subclasses(tp) if dataclasses.is_dataclass(sub) and set(field_names(sub)) == set(value)]
+    return matches[0] if len(matches) == 1 else tp
+
+
 def _from_jsonable(tp: Any, value: Any, where: str) -> Any:
     """Rebuilds a value of (annotated) type `tp` from its JSON form."""
     origin = get_origin(tp)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected an object for {tp.__name__}, got {value!r}.")
+        tp = _concrete_config(tp, value)
         check_fields(tp, value)
         hints = typing.get_type_hints(tp)
         return tp(**{k: _from_jsonable(hints[k], v, f"{where}.{k}") for k, v in value.items()})

@@ -21,7 +21,7 @@ from pax_eqx.models.decoding import SampleConfig
 from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.models.model import ModelConfig
 from pax_eqx.sharding.mesh import MeshConfig
-from pax_eqx.tasks.task_config import TaskConfig
+from pax_eqx.task_config import TaskConfig
 
 
 @config
@@ -81,21 +81,21 @@ class ExperimentConfig(Config):
         """Every constraint that can be checked before the run starts; ValueError names the field.
         data_files=False leaves the data files unread (the --dry-run planner)."""
         if self.train.num_steps <= 0:
-            raise ValueError(
+            raise ConfigError(
                 f"train.num_steps must be > 0 (the step a run trains up to), got {self.train.num_steps}; "
                 "pass e.g. --train.num-steps 1000."
             )
         for name in ("eval_interval_steps", "summary_interval_steps"):
             if getattr(self.train, name) < 0:
                 flag = "--train." + name.replace("_", "-")
-                raise ValueError(
+                raise ConfigError(
                     f"train.{name} must be >= 0 (0 = only at the end), got {getattr(self.train, name)}; "
                     f"pass e.g. {flag} 100."
                 )
         self.model.validate()
         self.mesh.validate(num_devices)
         if isinstance(self.model, LanguageModelConfig) and self.data.seq_len > self.model.max_seq_len:
-            raise ValueError(
+            raise ConfigError(
                 f"data.seq_len={self.data.seq_len} is longer than model.max_seq_len={self.model.max_seq_len}; "
                 "lower data.seq_len or raise model.max_seq_len."
             )
@@ -106,12 +106,12 @@ class ExperimentConfig(Config):
             )
         micro = self.learner.num_microbatches
         if self.data.train.batch_size % micro:
-            raise ValueError(
+            raise ConfigError(
                 f"data.train.batch_size={self.data.train.batch_size} is not divisible by "
                 f"learner.num_microbatches={micro}."
             )
         if self.profile.steps and (len(self.profile.steps) != 2 or self.profile.steps[0] > self.profile.steps[1]):
-            raise ValueError(f"profile.steps must be (first, last) with first <= last, got {self.profile.steps}.")
+            raise ConfigError(f"profile.steps must be (first, last) with first <= last, got {self.profile.steps}.")
         self.data.validate(files=data_files)
 
 
@@ -122,7 +122,7 @@ def check_batch_divisible(exp: ExperimentConfig, num_hosts: int, divisor: int) -
         micro = exp.learner.num_microbatches if split == "train" else 1
         global_batch = per_host * num_hosts // micro
         if global_batch % divisor:
-            raise ValueError(
+            raise ConfigError(
                 f"data.{split}.batch_size={per_host} x {num_hosts} host(s)"
                 + (f" / learner.num_microbatches={micro}" if micro > 1 else "")
                 + f" = {global_batch} is not divisible by the mesh's data x fsdp = {divisor}; "

@@ -64,14 +64,14 @@ def shard_examples(examples: grain.MapDataset, cfg: InputConfig, shard: HostShar
     """This host's examples: shuffled per epoch (if cfg.shuffle), sliced [index::count], repeated
     forever if cfg.repeat. Not yet padded or batched."""
     if len(examples) == 0:
-        raise ValueError("the input has no examples; check the data source (data.source, data.path).")
+        raise ConfigError("the input has no examples; check the data source (data.source, data.path).")
     ds = examples
     if cfg.shuffle:
         ds = ds.seed(cfg.input_random_seed).shuffle()
     ds = ds[shard.index :: shard.count]
     if cfg.repeat:
         if len(ds) == 0:  # fewer examples than hosts: this host's shard is empty
-            raise ValueError(
+            raise ConfigError(
                 f"{len(examples)} example(s) cannot be shared by {shard.count} infeed hosts for a repeating "
                 "input; use more data or fewer hosts."
             )

@@ -34,6 +34,7 @@ import grain
 import numpy as np
 from jaxtyping import Int
 
+from pax_eqx.config import ConfigError
 from pax_eqx.data.tokenizers import Tokenizer
 
 FIELDS = ("ids", "labels", "weights", "segment_ids", "segment_pos")
@@ -61,7 +62,7 @@ def tokenize_stream(docs: Iterable[str], tokenizer: Tokenizer) -> Int[np.ndarray
         ids = encode(doc) if encode is not None else np.asarray(tokenizer.encode(doc), np.int32)
         parts += [ids.astype(np.int32), eos]
     if not parts:
-        raise ValueError("the text split is empty: no documents to tokenize.")
+        raise ConfigError("the text split is empty: no documents to tokenize.")
     return np.concatenate(parts)
 
 
@@ -92,7 +93,7 @@ class StreamWindows(grain.MapDataset):
         else:  # train: leave room for a shift of up to seq_len - 1
             self._num_windows = max(n // seq_len - 1, 0)
         if self._num_windows == 0:
-            raise ValueError(
+            raise ConfigError(
                 f"the text has {n} tokens, too few for one training window of data.seq_len={seq_len} + 1; "
                 "use more text or a shorter data.seq_len."
             )
@@ -190,7 +191,7 @@ class RandomTokens(grain.MapDataset):
     def __init__(self, num_examples: int, seq_len: int, vocab_size: int, seed: int):
         super().__init__()
         if vocab_size <= 4:
-            raise ValueError(f"random tokens need a vocabulary larger than the 4 specials, got {vocab_size}.")
+            raise ConfigError(f"random tokens need a vocabulary larger than the 4 specials, got {vocab_size}.")
         self._n, self._seq_len, self._vocab, self._seed = num_examples, seq_len, vocab_size, seed
 
     def __len__(self) -> int:

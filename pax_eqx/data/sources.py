@@ -28,13 +28,15 @@ from typing import Any
 import grain
 import numpy as np
 
+from pax_eqx.config import ConfigError, MissingFileError
+
 _JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 
 
 def resolve_paths(spec: str, field: str, *, suffixes: Sequence[str] = ()) -> list[Path]:
     """Files named by `spec` (files, directories, globs; comma-separated); errors name `field`."""
     if not spec.strip():
-        raise ValueError(
+        raise ConfigError(
             f"{field} is empty; set it to a local file, directory or glob of the training text "
             f"(e.g. --{field} /path/to/corpus), or train without files: --data.source synthetic."
         )
@@ -44,7 +46,7 @@ def resolve_paths(spec: str, field: str, *, suffixes: Sequence[str] = ()) -> lis
             continue
         matches = sorted(glob.glob(os.path.expanduser(part), recursive=True)) if glob.has_magic(part) else [part]
         if not matches:
-            raise FileNotFoundError(f"{field}={spec!r}: the pattern {part!r} matches no files.")
+            raise MissingFileError(f"{field}={spec!r}: the pattern {part!r} matches no files.")
         for match in matches:
             path = Path(os.path.expanduser(match))
             if path.is_dir():
@@ -53,17 +55,17 @@ def resolve_paths(spec: str, field: str, *, suffixes: Sequence[str] = ()) -> lis
                     found = [p for p in found if p.name.endswith(tuple(suffixes))]
                 if not found:
                     kinds = f" ({', '.join(suffixes)})" if suffixes else ""
-                    raise FileNotFoundError(f"{field}={spec!r}: the directory {str(path)!r} has no data files{kinds}.")
+                    raise MissingFileError(f"{field}={spec!r}: the directory {str(path)!r} has no data files{kinds}.")
                 files.extend(found)
             elif path.is_file():
                 files.append(path)
             else:
-                raise FileNotFoundError(
+                raise MissingFileError(
                     f"{field}={spec!r}: {str(path)!r} does not exist; give an existing local file, directory or glob "
                     "(nothing is downloaded at run time)."
                 )
     if not files:
-        raise ValueError(f"{field}={spec!r} names no files.")
+        raise ConfigError(f"{field}={spec!r} names no files.")
     return files
 
 
@@ -91,10 +93,10 @@ def text_file_documents(spec: str, field: str, split: str | None, eval_fraction:
             docs.append(text)
     if not docs:
         if split == "eval":
-            raise ValueError(
+            raise ConfigError(
                 f"{field}={spec!r}: the held-out eval part is empty; set data.eval_path or raise data.eval_fraction."
             )
-        raise ValueError(f"{field}={spec!r}: the files are empty; point {field} at files that hold text.")
+        raise ConfigError(f"{field}={spec!r}: the files are empty; point {field} at files that hold text.")
     return docs
 
 
@@ -113,7 +115,7 @@ class JsonlSource(grain.sources.RandomAccessDataSource):
         self._file_ids = np.concatenate(file_ids) if file_ids else np.zeros(0, np.int32)
         self._offsets = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
         if len(self._offsets) == 0:
-            raise ValueError(f"{field}: the JSON-lines files {self._paths} have no records.")
+            raise ConfigError(f"{field}: the JSON-lines files {self._paths} have no records.")
 
     def __len__(self) -> int:
         return len(self._offsets)
@@ -126,12 +128,12 @@ class JsonlSource(grain.sources.RandomAccessDataSource):
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(
+            raise ConfigError(
                 f"{self._field}: {path!r} record at byte {self._offsets[index]} is not JSON ({e})."
             ) from None
         if not isinstance(record, dict) or self._text_key not in record:
             keys = sorted(record) if isinstance(record, dict) else type(record).__name__
-            raise ValueError(
+            raise ConfigError(
                 f"{self._field}: {path!r} record at byte {self._offsets[index]} has no {self._text_key!r} field "
                 f"(it has {keys}); set data.jsonl_text_key."
             )
@@ -163,7 +165,7 @@ def jsonl_documents(spec: str, field: str, text_key: str, split: str | None, eva
         return ds
     k = max(2, round(1.0 / eval_fraction))
     if len(source) < k:
-        raise ValueError(
+        raise ConfigError(
             f"{field}={spec!r} has {len(source)} record(s), too few to hold out 1 in {k} for eval; "
             "add records or set data.eval_path."
         )

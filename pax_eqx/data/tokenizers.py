@@ -26,7 +26,7 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 from jaxtyping import ArrayLike, Int
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, MissingFileError, config
 
 # Special ids shared by both tokenizers. pad = 0 so that an all-zero row is a padding row.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -135,7 +135,7 @@ class SentencePieceTokenizer:
     def load(cls, path: str | os.PathLike) -> SentencePieceTokenizer:
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"data.tokenizer.model_path={str(path)!r} does not exist; give an existing SentencePiece "
                 ".model file, or leave it empty to train one from the training text."
             )
@@ -177,7 +177,7 @@ def train_sentencepiece(lines: Iterable[str], cfg: TokenizerConfig) -> bytes:
             sentences.append(line[:budget])
             budget -= len(line)
     if not sentences:
-        raise ValueError("cannot train a SentencePiece tokenizer: the training text is empty.")
+        raise ConfigError("cannot train a SentencePiece tokenizer: the training text is empty.")
     out = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
@@ -203,7 +203,7 @@ def train_sentencepiece(lines: Iterable[str], cfg: TokenizerConfig) -> bytes:
             minloglevel=2,
         )
     except RuntimeError as e:
-        raise ValueError(
+        raise ConfigError(
             f"SentencePiece training failed with data.tokenizer.vocab_size={cfg.vocab_size}: {e}. "
             "A small corpus supports only a small vocabulary; lower data.tokenizer.vocab_size."
         ) from None
@@ -247,7 +247,7 @@ def check_same_tokenizer(tokenizers: dict[str, Tokenizer]) -> None:
     prints = {name: tok.fingerprint for name, tok in tokenizers.items() if tok is not None}
     if len(set(prints.values())) > 1:
         listed = ", ".join(f"{name}: {fp}" for name, fp in prints.items())
-        raise ValueError(
+        raise ConfigError(
             f"the inputs of this experiment use different tokenizers ({listed}); train, eval and decode "
             "must share one vocabulary. Build every input with the tokenizer from build_tokenizer()."
         )

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import Config, config
+from pax_eqx.config import Config, ConfigError, config
 from pax_eqx.models.language_model import LanguageModel
 
 
@@ -32,13 +32,13 @@ class SampleConfig(Config):
 
     def validate(self) -> None:
         if self.max_new_tokens <= 0:
-            raise ValueError(f"decode.max_new_tokens must be > 0, got {self.max_new_tokens}.")
+            raise ConfigError(f"decode.max_new_tokens must be > 0, got {self.max_new_tokens}.")
         if self.temperature < 0:
-            raise ValueError(f"decode.temperature must be >= 0, got {self.temperature}.")
+            raise ConfigError(f"decode.temperature must be >= 0, got {self.temperature}.")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"decode.top_p must be in (0, 1], got {self.top_p}.")
+            raise ConfigError(f"decode.top_p must be in (0, 1], got {self.top_p}.")
         if self.top_k < 0:
-            raise ValueError(f"decode.top_k must be >= 0, got {self.top_k}.")
+            raise ConfigError(f"decode.top_k must be >= 0, got {self.top_k}.")
 
 
 def filter_logits(logits: Float[Array, "batch vocab"], top_k: int, top_p: float) -> Float[Array, "batch vocab"]:
@@ -118,7 +118,7 @@ def generate(
     """
     cfg.validate()
     if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("every prompt needs at least one token.")
+        raise ConfigError("every prompt needs at least one token.")
     longest = max(len(p) for p in prompts)
     if longest + cfg.max_new_tokens <= model.max_seq_len:
         return _cut_at_eos(_run(model, prompts, longest, cfg, key, pad_id), cfg.eos_id)

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import jax
 
+from pax_eqx.config import MissingFileError
+
 
 def enable_auto_pgle(profiling_runs: int = 3) -> None:
     jax.config.update("jax_enable_pgle", True)
@@ -29,7 +31,7 @@ def newest_trace_dir(trace_root: Path) -> Path:
     """`<trace_root>/plugins/profile/<run>/`, the newest run the profiler wrote."""
     runs = sorted((trace_root / "plugins" / "profile").glob("*"), key=lambda p: p.stat().st_mtime)
     if not runs:
-        raise FileNotFoundError(f"no profiler trace under {trace_root}; run steps under jax.profiler first.")
+        raise MissingFileError(f"no profiler trace under {trace_root}; run steps under jax.profiler first.")
     return runs[-1]
 
 

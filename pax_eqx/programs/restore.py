@@ -14,6 +14,7 @@ from typing import Any
 import jax
 
 from pax_eqx.checkpoint import Checkpointer
+from pax_eqx.config import MissingFileError
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.programs.job_dir import check_config, prepare
 from pax_eqx.programs.runtime import Runtime
@@ -36,7 +37,7 @@ def restore_for_inference(
         check_prompt(rt.tokenizer, prompt)
     ckpt = Checkpointer(path / "checkpoints", exp.checkpoint)
     if ckpt.latest_step() is None:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"no checkpoint in {path / 'checkpoints'}; train first: python -m pax_eqx.train --exp {exp.name} "
             f"--job-log-dir {path}"
         )

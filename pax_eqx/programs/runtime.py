@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 
+from pax_eqx.config import ConfigError
 from pax_eqx.data import build_input, build_tokenizer
 from pax_eqx.experiment import ExperimentConfig, check_batch_divisible
 from pax_eqx.layers.base import DEFAULT_SUMMARY_VERBOSITY
@@ -49,7 +50,7 @@ class Runtime:
         check_batch_divisible(exp, jax.process_count(), batch_divisor(mesh, exp.mesh.rules))
         tokenizer = build_tokenizer(exp.data, job_dir)
         if isinstance(exp.model, LanguageModelConfig) and tokenizer.vocab_size > exp.model.vocab_size:
-            raise ValueError(
+            raise ConfigError(
                 f"the tokenizer has {tokenizer.vocab_size} tokens but model.vocab_size={exp.model.vocab_size}; "
                 f"set model.vocab_size >= {tokenizer.vocab_size}."
             )

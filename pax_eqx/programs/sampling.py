@@ -7,6 +7,7 @@ from typing import Any
 
 import jax
 
+from pax_eqx.config import ConfigError
 from pax_eqx.models.decoding import generate
 
 
@@ -15,7 +16,7 @@ def check_prompt(tokenizer: Any, prompt: str) -> None:
     a run or a restore starts, not after it)."""
     bad = tokenizer.unknown_characters(prompt)
     if bad:
-        raise ValueError(
+        raise ConfigError(
             f"decode.prompt (--prompt) {prompt!r} has characters outside the vocabulary: {bad!r}; "
             "remove them, or use a tokenizer that covers them (data.tokenizer.byte_fallback, or the byte tokenizer)."
         )

@@ -20,7 +20,7 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh
 
-from pax_eqx.config import Config, config
+from pax_eqx.config import Config, ConfigError, config
 
 AXES = ("data", "fsdp", "tensor")
 
@@ -49,9 +49,9 @@ class MeshConfig(Config):
         for name in ("ici_mesh_shape", "dcn_mesh_shape"):
             shape = getattr(self, name)
             if len(shape) != 3 or any(s < 1 for s in shape):
-                raise ValueError(f"mesh.{name} must be 3 positive sizes (data, fsdp, tensor), got {shape}.")
+                raise ConfigError(f"mesh.{name} must be 3 positive sizes (data, fsdp, tensor), got {shape}.")
         if num_devices is not None and self.num_devices != num_devices:
-            raise ValueError(
+            raise ConfigError(
                 f"mesh.ici_mesh_shape {self.ici_mesh_shape} x mesh.dcn_mesh_shape {self.dcn_mesh_shape} = "
                 f"{self.num_devices} devices, but {num_devices} are available; choose shapes whose "
                 f"product is {num_devices}."

@@ -23,6 +23,7 @@ import jax.tree_util as jtu
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from pax_eqx.config import ConfigError
 from pax_eqx.sharding.logical import LogicalAxes, logical_axes
 
 DEFAULT_RULES: tuple[str, ...] = (
@@ -44,12 +45,12 @@ def parse_rules(rules: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
     for rule in DEFAULT_RULES + tuple(rules):
         name, sep, axes = rule.partition("=")
         if not sep or not name:
-            raise ValueError(f"mesh.rules entry {rule!r} must look like 'embed=fsdp' or 'kv=' (replicated).")
+            raise ConfigError(f"mesh.rules entry {rule!r} must look like 'embed=fsdp' or 'kv=' (replicated).")
         table[name.strip()] = tuple(a.strip() for a in axes.split("+") if a.strip())
     for name, axes in table.items():
         bad = [a for a in axes if a not in ("data", "fsdp", "tensor")]
         if bad:
-            raise ValueError(f"mesh.rules maps {name!r} to unknown mesh axes {bad}; use data, fsdp, tensor.")
+            raise ConfigError(f"mesh.rules maps {name!r} to unknown mesh axes {bad}; use data, fsdp, tensor.")
     return table
 
 

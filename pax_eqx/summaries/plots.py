@@ -14,6 +14,7 @@ import math
 import os
 from pathlib import Path
 
+from pax_eqx.config import MissingFileError
 from pax_eqx.summaries.writer import read_metrics
 
 # file name -> (metric names to look for, in order of preference; y-axis label)
@@ -50,7 +51,7 @@ def write_plots(job_dir: str | os.PathLike) -> list[Path]:
 
     job_dir = Path(job_dir)
     if not (job_dir / "metrics.jsonl").exists():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{job_dir / 'metrics.jsonl'} does not exist: nothing to plot (train first, or check the job dir)."
         )
     records = read_metrics(job_dir)

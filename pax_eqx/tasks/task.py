@@ -37,8 +37,8 @@ from pax_eqx.layers.base import DEFAULT_SUMMARY_VERBOSITY, Context, Mode, mean_s
 from pax_eqx.learners import LearnerConfig, build_optimizer, ema_update, learning_rate_fn, skipped_steps
 from pax_eqx.metrics import Metrics, Weighted, merge_stacked, weighted
 from pax_eqx.models.model import Model, ModelConfig
+from pax_eqx.task_config import TaskConfig
 from pax_eqx.tasks.microbatching import MeanSync, accumulate_gradients, objective
-from pax_eqx.tasks.task_config import TaskConfig
 from pax_eqx.tasks.train_state import TrainState
 from pax_eqx.tasks.variational_noise import add_variational_noise
 

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Int, PRNGKeyArray, PyTree
 
-from pax_eqx.tasks.task_config import VariationalNoiseConfig
+from pax_eqx.task_config import VariationalNoiseConfig
 
 
 def add_variational_noise(

@@ -17,8 +17,8 @@ from pax_eqx.layers import Context, Mode
 from pax_eqx.learners import LearnerConfig
 from pax_eqx.metrics import HostAccumulator, Weighted, merge_stacked, weighted_mean
 from pax_eqx.models import ClassificationModelConfig, LanguageModelConfig, Model, ModelConfig
+from pax_eqx.task_config import TaskConfig, VariationalNoiseConfig
 from pax_eqx.tasks.task import Task
-from pax_eqx.tasks.task_config import TaskConfig, VariationalNoiseConfig
 from pax_eqx.tasks.variational_noise import add_variational_noise
 
 SGD = LearnerConfig(optimizer="sgd", learning_rate=1.0, momentum=0.0)
