@@ -132,6 +132,7 @@ def _train(exp: ExperimentConfig, job_dir: Path, log, stop: _StopFlag) -> TrainR
     # write, not at the first eval.
     train_input = rt.input("train")
     rt.input("eval")
+    _check_step_traces(rt, train_input)
     ckpt = Checkpointer(job_dir / "checkpoints", exp.checkpoint)
     try:
         return _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed)
@@ -226,6 +227,20 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
         if exp.train.sample_at_end:
             print_samples(rt, state, exp.decode, log=log)
     return TrainResult(step, train_metrics, eval_metrics, preempted, tokens_per_s, wall)
+
+
+def _check_step_traces(rt: Runtime, train_input: Any) -> None:
+    """Traces the train step abstractly on the first batch's shapes, so a batch without the
+    model's keys or a task loss the model does not report fails before anything is written.
+    The batch is read and the input put back where it was: the run still starts with it."""
+    position = train_input.get_state()
+    try:
+        first = train_input.get_next()
+    except Exception:  # the loop reports a failing input with the step it failed at
+        return
+    finally:
+        train_input.set_state(position)
+    rt.programs.check_batch(first)
 
 
 # ------------------------------------------------------------------- data iterator positions

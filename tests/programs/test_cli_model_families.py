@@ -11,12 +11,14 @@ import json
 import struct
 from pathlib import Path
 
+import pytest
 from tensorboardX.proto import event_pb2
 from test_cli_end_to_end import metrics
 from tiny import tiny_args
 
 from pax_eqx import eval as eval_main
 from pax_eqx import train
+from pax_eqx.config import ConfigError
 
 
 def scalar_tags(directory: Path) -> set[str]:
@@ -81,3 +83,12 @@ def test_layer_summaries_are_off_by_default(tmp_path):
     job = tmp_path / "lm"
     assert train.main(tiny_args(job)) == 0
     assert not any("activation_rms" in k for r in metrics(job) for k in r)
+
+
+def test_a_task_loss_the_model_does_not_report_fails_before_anything_is_written(tmp_path):
+    """The train step is traced on the first batch's shapes before the job dir is touched (the
+    entry point turns the ConfigError into one line and exit 2)."""
+    job = tmp_path / "bad"
+    with pytest.raises(ConfigError, match=r"task.losses names \['avg_xnet'\].*avg_xent"):
+        train.main([*DIGITS, "--job-log-dir", str(job), "--task.losses", "avg_xnet"])
+    assert not job.exists() or not any(job.iterdir())
