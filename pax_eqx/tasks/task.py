@@ -164,9 +164,11 @@ class Task:
     # Steps ------------------------------------------------------------------------------------
     def train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, StepOutputs]:
         key, step_key = jax.random.split(state.key)
-        noise_key, forward_key = jax.random.split(step_key)
+        # The noise's key is folded out of the step's, so the forward's randomness (dropout) is
+        # the same with and without variational noise.
+        noise_key = jax.random.fold_in(step_key, 1)
         params = add_variational_noise(state.params, noise_key, state.step, self.task_cfg.variational_noise)
-        grads, metrics, nt_state, summaries = self._gradients(params, state.nt_state, batch, forward_key)
+        grads, metrics, nt_state, summaries = self._gradients(params, state.nt_state, batch, step_key)
         updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
         new_params = optax.apply_updates(state.params, updates)
         ema = None if state.ema is None else ema_update(state.ema, new_params, self.learner_cfg.ema_decay)
