@@ -96,11 +96,11 @@ class Activation(eqx.Module):
     """y = f(x), elementwise; no parameters."""
 
     name: str = eqx.field(static=True)
-    negative_slope: float = eqx.field(static=True)
+    negative_slope: float | None = eqx.field(static=True)  # leaky_relu's only: a module holds what it uses
 
     def __init__(self, cfg: ActivationConfig = ActivationConfig()):
         self.name = cfg.name
-        self.negative_slope = cfg.negative_slope
+        self.negative_slope = cfg.negative_slope if cfg.name == "leaky_relu" else None
 
     def __call__(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
         return _fn(self.name, self.negative_slope)(x)

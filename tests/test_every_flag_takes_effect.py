@@ -1,0 +1,277 @@
+"""Every flag takes effect: a model or learner field the CLI accepts changes what gets built, or
+is rejected with an error naming it.
+
+A config field that is parsed, validated and then silently overwritten or ignored (a child's
+size its parent decides, Adam's betas under SGD, a decay end for a constant schedule) is worse
+than no flag at all: the run says it used a value it did not. So for every leaf field of the
+model and learner configs of every registered experiment, this test changes the field and
+compares fingerprints of what is built:
+
+- the model: its tree structure and static fields, the shapes and a hash of its parameter values
+  (fixed key), and the jaxpr of a training forward + loss on a tiny batch;
+- the optimizer: the jaxpr and values of a few `update` steps, and the jaxpr and values of the
+  learning-rate schedule over a range of steps.
+
+A change must alter the fingerprint, or be rejected (ValueError / ConfigError) by a message that
+names the field. Each field is tried with a few new values in turn: the first value accepted
+must take effect; if every value is rejected, the field is one that does nothing in this
+combination and says so.
+
+To stay fast, each experiment is first shrunk to tiny sizes (vocabulary, sequence, layers,
+widths, heads; kv-head sharing kept), and experiments whose shrunk configs are equal are tested
+once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import math
+import re
+import typing
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments import registry
+from pax_eqx.config import Config
+from pax_eqx.layers import Context, Mode, split_state
+from pax_eqx.learners import LearnerConfig, build_optimizer, learning_rate_fn
+from pax_eqx.models import ClassificationModelConfig, LanguageModelConfig
+
+BATCH, SEQ = 2, 8
+
+# Learner fields the optimizer does not read: the train step does, and its own tests check them.
+READ_BY_THE_TRAIN_STEP = {
+    "ema_decay": "the parameter EMA the train state carries (tests/tasks/test_task.py)",
+    "num_microbatches": "gradient accumulation in the train step (tests/tasks, tests/sharding)",
+}
+
+
+def run_forward_and_loss(model: Any, batch: dict, ctx: Context) -> tuple[Any, Context]:
+    """How a model is run, forward then loss: the one place to change if the model API changes."""
+    predictions, ctx = model.compute_predictions(batch, ctx)
+    return model.compute_loss(predictions, batch), ctx
+
+
+# Model families: how to shrink a config and what a tiny batch for it looks like ----------------
+def _shrink_language_model(m: LanguageModelConfig) -> LanguageModelConfig:
+    heads, dims = 4, 16
+    kv = {0: 0, 1: 1, m.num_heads: heads}.get(m.num_kv_heads, 2)  # keep MHA / MQA / GQA
+    embedding_init = m.embedding_init
+    if embedding_init.scale == 1.0 / math.sqrt(m.model_dims):  # Pax's 1/sqrt(MODEL_DIMS): a size
+        embedding_init = embedding_init.replace(scale=1.0 / math.sqrt(dims))
+    return m.replace(
+        vocab_size=32, max_seq_len=SEQ, num_layers=2, model_dims=dims, hidden_dims=32, num_heads=heads,
+        dim_per_head=dims // heads if m.dim_per_head else 0, num_kv_heads=kv, unroll=min(m.unroll, 2),
+        loss_chunk_size=4 if m.loss_chunk_size else 0, embedding_init=embedding_init,
+    )  # fmt: skip
+
+
+def _language_model_batch(m: LanguageModelConfig) -> dict:
+    ids = jnp.arange(BATCH * SEQ).reshape(BATCH, SEQ) % m.vocab_size
+    return {"ids": ids, "labels": (ids + 1) % m.vocab_size, "weights": jnp.ones((BATCH, SEQ))}
+
+
+def _shrink_classifier(m: ClassificationModelConfig) -> ClassificationModelConfig:
+    return m.replace(input_dims=8, num_classes=4, hidden_dims=tuple(8 for _ in m.hidden_dims))
+
+
+def _classifier_batch(m: ClassificationModelConfig) -> dict:
+    inputs = jnp.linspace(-1.0, 1.0, BATCH * m.input_dims).reshape(BATCH, m.input_dims)
+    return {"inputs": inputs, "labels": jnp.arange(BATCH) % m.num_classes, "weights": jnp.ones((BATCH,))}
+
+
+FAMILIES = {
+    LanguageModelConfig: (_shrink_language_model, _language_model_batch),
+    ClassificationModelConfig: (_shrink_classifier, _classifier_batch),
+}
+
+
+# Fingerprints ---------------------------------------------------------------------------------
+def _digest(*parts: Any) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else str(part).encode())
+    return h.hexdigest()
+
+
+def _jaxpr_text(fn, *args) -> str:
+    """The jaxpr as text, without the object addresses jax prints for some callables."""
+    return re.sub(r" at 0x[0-9a-f]+", "", str(jax.make_jaxpr(fn)(*args)))
+
+
+def _arrays_digest(tree: Any) -> str:
+    leaves, treedef = jax.tree.flatten(tree)
+    arrays = [np.asarray(leaf) for leaf in leaves if eqx.is_array(leaf)]
+    return _digest(treedef, [(a.shape, a.dtype) for a in arrays], *(a.tobytes() for a in arrays))
+
+
+def model_fingerprint(cfg: Any) -> Iterator[str]:
+    """Digests of the built model, cheapest first, so a comparison can stop at the first that
+    differs: structure, static fields and shapes (traced, nothing computed), then the training
+    forward + loss (traced on those shapes), then the parameter values (built, fixed key)."""
+    cfg.validate()
+    build = lambda key: split_state(cfg.build(key))
+    model, state = eqx.filter_eval_shape(build, jax.random.key(0))
+    yield _digest(jax.tree.structure((model, state)), [(a.shape, a.dtype) for a in jax.tree.leaves((model, state))])
+    batch = FAMILIES[type(cfg)][1](cfg)
+
+    def train_forward(model, state, batch, key):
+        return run_forward_and_loss(model, batch, Context(key=key, state=state, mode=Mode.TRAIN))
+
+    yield _jaxpr_text(train_forward, model, state, batch, jax.random.key(1))
+    yield _arrays_digest(build(jax.random.key(0)))
+
+
+_PARAMS = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "b": jnp.linspace(0.5, -0.5, 4)}
+_STEPS = jnp.asarray([0, 1, 2, 3, 5, 10, 50, 100, 266, 300, 1000, 2000, 4001, 10**4, 10**5, 108_600, 3 * 10**5, 10**6])
+
+
+def learner_fingerprint(cfg: LearnerConfig) -> Iterator[str]:
+    """Digests of the optimizer, cheapest first: the computation of `update` and of the schedule,
+    then their values (three update steps; the schedule over a range of steps)."""
+    tx = build_optimizer(cfg, _PARAMS)
+    schedule = learning_rate_fn(cfg)
+    opt_state, params, values = tx.init(_PARAMS), _PARAMS, []
+    grads = [jax.tree.map(lambda p, s=s: jnp.sin(p * (s + 2.0)), _PARAMS) for s in range(3)]
+    yield _jaxpr_text(tx.update, grads[0], opt_state, params) + _jaxpr_text(schedule, _STEPS[0])
+    for g in grads:
+        updates, opt_state = tx.update(g, opt_state, params)
+        params = jax.tree.map(jnp.add, params, updates)
+        values.append(_arrays_digest(updates))
+    yield _digest(values, np.asarray(jax.vmap(schedule)(_STEPS)))
+
+
+@functools.cache
+def _baseline(fingerprint: Callable, cfg: Any) -> tuple[str, ...]:
+    return tuple(fingerprint(cfg))
+
+
+def _differs(fingerprint: Callable, baseline: tuple[str, ...], cfg: Any) -> bool:
+    """Whether `cfg` builds something else than the baseline, computing only as far as needed."""
+    return any(digest != base for digest, base in zip(fingerprint(cfg), baseline))
+
+
+# The cases: every leaf of every distinct (shrunk) model and learner -----------------------------
+def _leaf_paths(cfg: Config, prefix: str = "") -> list[str]:
+    paths = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if isinstance(value, Config):
+            paths += _leaf_paths(value, f"{prefix}{f.name}.")
+        else:
+            paths.append(prefix + f.name)
+    return paths
+
+
+def _field_type(cfg: Config, path: str) -> Any:
+    *parents, name = path.split(".")
+    for parent in parents:
+        cfg = getattr(cfg, parent)
+    return typing.get_type_hints(type(cfg))[name], getattr(cfg, name)
+
+
+def _new_values(tp: Any, value: Any) -> list[Any]:
+    """Values to try instead of `value`, the likeliest valid first."""
+    if typing.get_origin(tp) is Literal:
+        candidates = list(typing.get_args(tp))
+    elif isinstance(value, bool):
+        candidates = [not value]
+    elif isinstance(value, int):
+        candidates = [value + 1, value * 2, value + 2]
+    elif isinstance(value, float):
+        candidates = [value / 2, value * 2, 0.5, 0.1]
+    elif isinstance(value, tuple) and all(isinstance(v, int) for v in value):
+        candidates = [(value[0] * 2,) + value[1:], value + value[-1:]] if value else [(4,)]
+    elif isinstance(value, str):
+        candidates = [value + "_changed"]
+    else:
+        raise TypeError(f"no perturbation for {tp} (value {value!r}); teach _new_values this type.")
+    return list(dict.fromkeys(c for c in candidates if c != value))
+
+
+def _which_flags_matter(cfg: Config) -> tuple:
+    """What decides whether a field can take effect: every choice, flag and size, and of each float
+    only whether it is 0 (off) or its default (the rejections compare against defaults). Configs
+    equal in this are tested once: 1e-5 or 1e-6 as an epsilon, 0.02 or 0.006 as an init scale
+    do not change which fields matter."""
+    key = []
+    for path in _leaf_paths(cfg):
+        _, value = _field_type(cfg, path)
+        if isinstance(value, float):
+            *parents, name = path.split(".")
+            owner = functools.reduce(getattr, parents, cfg)
+            value = ("float", value == 0.0, value == type(owner).__dataclass_fields__[name].default)
+        key.append((path, value))
+    return type(cfg), tuple(key)
+
+
+def _cases() -> list:
+    models, learners = {}, {}
+    for name in registry.names():
+        exp = registry.load_experiment(name)
+        if type(exp.model) in FAMILIES:
+            model = FAMILIES[type(exp.model)][0](exp.model)
+            models.setdefault(_which_flags_matter(model), (model, name))
+        learners.setdefault(_which_flags_matter(exp.learner), (exp.learner, name))
+    cases = []
+    for cfg, name in models.values():
+        cases += [pytest.param("model", cfg, path, id=f"{name}-model.{path}") for path in _leaf_paths(cfg)]
+    for cfg, name in learners.values():
+        paths = [p for p in _leaf_paths(cfg) if p not in READ_BY_THE_TRAIN_STEP]
+        cases += [pytest.param("learner", cfg, path, id=f"{name}-learner.{path}") for path in paths]
+    return cases
+
+
+@pytest.mark.parametrize("root, cfg, path", _cases())
+def test_changing_a_field_changes_what_is_built_or_is_rejected(root, cfg, path):
+    fingerprint = model_fingerprint if root == "model" else learner_fingerprint
+    baseline = _baseline(fingerprint, cfg)
+    tp, value = _field_type(cfg, path)
+    field = path.rsplit(".", 1)[-1]
+    rejections = []
+    for new in _new_values(tp, value):
+        try:
+            changed = _differs(fingerprint, baseline, cfg.override(path, new))
+        except ValueError as error:  # ConfigError is one
+            assert re.search(rf"\b{field}\b", str(error)), (
+                f"{root}.{path}={new!r} was rejected by an error that does not name {field!r}: {error}"
+            )
+            rejections.append(new)
+            continue
+        assert changed, (
+            f"{root}.{path}={new!r} (was {value!r}) was accepted but built the same {root}: the flag does "
+            "nothing here. Make it a build argument if a parent decides it, or reject it in validate."
+        )
+        return
+    assert rejections, f"no value to try for {root}.{path}"
+
+
+def test_every_experiment_has_a_model_family_here():
+    """A new model family needs a shrink and a batch above, or its flags go untested."""
+    for name in registry.names():
+        model = registry.load_experiment(name).model
+        assert type(model) in FAMILIES, f"{name}: add {type(model).__name__} to FAMILIES in this test."
+
+
+def test_fields_left_to_the_train_step_exist():
+    assert set(READ_BY_THE_TRAIN_STEP) <= {f.name for f in dataclasses.fields(LearnerConfig)}
+
+
+def test_a_size_the_model_decides_is_not_a_block_flag():
+    """The issue's examples: these parsed, validated and were silently replaced; now the block has
+    no such fields, so the CLI rejects them by name."""
+    block = registry.load_experiment("shakespeare_char").model.block
+    for path, named in [
+        ("model_dims", "model_dims"), ("attention.num_kv_heads", "num_kv_heads"), ("init.scale", "init"),
+        ("norm.dims", "dims"),
+    ]:  # fmt: skip
+        with pytest.raises(ValueError, match=f"has no field '{named}'"):
+            block.override(path, 7)
