@@ -35,6 +35,9 @@ from pax_eqx.config import Config, ConfigError, config
 #
 # - hyperparameters and templates are fields of the layer's *config* (a frozen, keyword-only
 #   dataclass made by `@config`; a typo in a field name fails at once, with a suggestion);
+# - what the *parent* decides (a child's sizes, say) is not a field of the child's config but
+#   an argument of its `build`: a config holds only what its user chooses, so no value can be
+#   set on a template and then silently overwritten;
 # - `setup` is the module's `__init__(cfg, *, key)`: it creates the weights (Pax:
 #   `create_variable`) and builds children from templates (Pax: `create_child`);
 # - `__call__` is the forward pass.
@@ -46,14 +49,13 @@ from pax_eqx.config import Config, ConfigError, config
 
 @config
 class LinearConfig(Config):
-    """Hyperparameters of Linear; `params_init` is Pax's `params_init` (Xavier uniform)."""
+    """Hyperparameters of Linear; `params_init` is Pax's `params_init` (Xavier uniform). Its sizes
+    are `build` arguments: as a template, they are whatever the owning layer needs."""
 
-    input_dims: int = 0
-    output_dims: int = 0
     params_init: layers.WeightInit = layers.WeightInit()
 
-    def build(self, key: PRNGKeyArray) -> "Linear":
-        return Linear(self, key=key)
+    def build(self, key: PRNGKeyArray, *, input_dims: int, output_dims: int) -> "Linear":
+        return Linear(self, key=key, input_dims=input_dims, output_dims=output_dims)
 
 
 class Linear(eqx.Module):
@@ -61,9 +63,9 @@ class Linear(eqx.Module):
 
     w: Float[Array, "input_dims output_dims"]
 
-    def __init__(self, cfg: LinearConfig, *, key: PRNGKeyArray):
+    def __init__(self, cfg: LinearConfig, *, key: PRNGKeyArray, input_dims: int, output_dims: int):
         # Pax: self.create_variable('w', WeightHParams(shape=[in, out], init=self.params_init))
-        self.w = cfg.params_init(key, (cfg.input_dims, cfg.output_dims))
+        self.w = cfg.params_init(key, (input_dims, output_dims))
 
     def __call__(self, inputs: Float[Array, "*batch input_dims"]) -> Float[Array, "*batch output_dims"]:
         return jnp.matmul(inputs, self.w)  # Pax: self.theta.w
@@ -119,7 +121,7 @@ class FeedForwardConfig(Config):
     input_dims: int = 0
     output_dims: int = 0
     has_bias: bool = True
-    linear_tpl: LinearConfig = LinearConfig()  # a template: the child's config
+    linear_tpl: LinearConfig = LinearConfig()  # a template: the child's config, less its sizes
     activation_tpl: layers.ActivationConfig = layers.ActivationConfig(name="relu")
 
     def build(self, key: PRNGKeyArray) -> "FeedForward":
@@ -133,8 +135,8 @@ class FeedForward(eqx.Module):
     moving_mean: layers.Variable
 
     def __init__(self, cfg: FeedForwardConfig, *, key: PRNGKeyArray):
-        linear_tpl = cfg.linear_tpl.replace(input_dims=cfg.input_dims, output_dims=cfg.output_dims)
-        self.linear = linear_tpl.build(key)  # Pax: self.create_child('linear', linear_tpl)
+        # Pax: self.create_child('linear', linear_tpl), after setting the template's dims.
+        self.linear = cfg.linear_tpl.build(key, input_dims=cfg.input_dims, output_dims=cfg.output_dims)
         self.bias = BiasConfig(dims=cfg.output_dims).build() if cfg.has_bias else None
         self.activation = cfg.activation_tpl.build()
         self.moving_mean = layers.variable(jnp.zeros((cfg.output_dims,)), mean_sync=True)

@@ -27,7 +27,7 @@ ActivationName = Literal[
 ]  # fmt: skip
 
 
-def _fn(name: str, negative_slope: float) -> Callable[[Array], Array]:
+def _fn(name: str, negative_slope: float | None) -> Callable[[Array], Array]:
     return {
         "relu": jax.nn.relu,
         "relu6": jax.nn.relu6,
