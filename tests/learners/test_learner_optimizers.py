@@ -1,5 +1,7 @@
 """build_optimizer against optax's own aliases, clipping, weight decay, the non-finite guard, errors."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,7 +10,7 @@ import pytest
 import tyro
 
 from pax_eqx.config import ConfigError
-from pax_eqx.learners import LearnerConfig, ScheduleConfig, build_optimizer, learning_rate_fn, skipped_steps
+from pax_eqx.learners import LearnerConfig, ScheduleConfig, build_optimizer, learning_rate_fn, pax_adam, skipped_steps
 
 KEY = jax.random.PRNGKey(0)
 PARAMS = {
@@ -220,3 +222,24 @@ def test_json_round_trip_and_cli_parsing():
         args=["--optimizer", "sgd", "--schedule.kind", "rsqrt", "--schedule.warmup-steps", "100"],
     )
     assert parsed.optimizer == "sgd" and parsed.schedule == ScheduleConfig(kind="rsqrt", warmup_steps=100)
+
+
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        (dict(optimizer="sgd", b2=0.95), "learner.b2=0.95 has no effect with learner.optimizer='sgd'"),
+        (dict(optimizer="adafactor", b1=0.8), "learner.b1=0.8 has no effect"),
+        (dict(optimizer="lion", eps=1e-6), "learner.eps=1e-06 has no effect"),
+        (dict(optimizer="adamw", momentum=0.5), "learner.momentum=0.5 has no effect"),
+        (dict(optimizer="sgd", momentum=0.0, nesterov=True), "learner.nesterov=True has no effect"),
+        (dict(weight_decay_mask="all"), "learner.weight_decay_mask='all' has no effect"),
+    ],
+)
+def test_a_field_the_optimizer_would_ignore_is_rejected(fields, named):
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        LearnerConfig(**fields)
+
+
+def test_pax_adam_without_weight_decay_leaves_the_mask_alone():
+    assert pax_adam(learning_rate=1e-3).weight_decay_mask == "matrices"
+    assert pax_adam(learning_rate=1e-3, weight_decay=0.1).weight_decay_mask == "all"

@@ -143,3 +143,18 @@ def test_bad_schedules_name_the_field(fields, match):
 def test_unknown_kind_from_json_is_rejected():
     with pytest.raises(ConfigError, match="warmup_cosine"):
         ScheduleConfig.from_dict({"kind": "warmup_cosine"})
+
+
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        (dict(kind="constant", decay_end=100), "decay_end"),
+        (dict(kind="constant", min_ratio=0.1), "min_ratio"),
+        (dict(kind="constant", warmup_steps=5, decay_start=10), "decay_start"),
+        (dict(kind="rsqrt", warmup_steps=10, decay_end=100), "decay_end"),
+        (dict(kind="rsqrt", warmup_steps=10, min_ratio=0.5), "min_ratio"),
+    ],
+)
+def test_a_field_the_kind_never_reads_is_rejected(fields, named):
+    with pytest.raises(ConfigError, match=f"learner.schedule.{named}=.* has no effect with learner.schedule.kind"):
+        ScheduleConfig(**fields)
