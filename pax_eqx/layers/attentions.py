@@ -27,13 +27,12 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from pax_eqx.config import Config, ConfigError, config
 from pax_eqx.layers import attention_kernels as kernels
-from pax_eqx.layers.base import Context
+from pax_eqx.layers.base import LAYER_STATISTICS_VERBOSITY, Context
 from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.position_embeddings import apply_rotary
 
 _DEFAULT_ROTARY_MAX_TIMESCALE = 10_000.0
 
-LAYER_STATISTICS_VERBOSITY = 4
 """Summary verbosity of the per-layer statistics (attention `logit_max`, the transformer's
 `activation_rms`): above Pax's default of 3, so they are neither recorded nor even traced unless
 a run asks for them (`Context(summary_verbosity=4)`)."""
@@ -110,20 +109,20 @@ class AttentionConfig(Config):
         head_dim = dim_per_head or input_dims // max(num_heads, 1)
         kv_heads = num_kv_heads or num_heads
         if input_dims <= 0 or num_heads <= 0 or head_dim <= 0 or dim_per_head < 0 or num_kv_heads < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"AttentionConfig.build needs input_dims, num_heads and the head dim > 0 (dim_per_head, "
                 f"num_kv_heads >= 0); got input_dims={input_dims}, num_heads={num_heads}, "
                 f"dim_per_head={dim_per_head}, num_kv_heads={num_kv_heads}."
             )
         if num_heads % kv_heads:
-            raise ValueError(f"AttentionConfig.build: num_kv_heads={kv_heads} must divide num_heads={num_heads}.")
+            raise ConfigError(f"AttentionConfig.build: num_kv_heads={kv_heads} must divide num_heads={num_heads}.")
         if self.combine_qkv and kv_heads != num_heads:
             raise ConfigError(
                 f"AttentionConfig.combine_qkv needs num_kv_heads == num_heads (got {kv_heads} vs {num_heads}); "
                 "set combine_qkv=False for multi-query or grouped-query attention."
             )
         if use_rotary and head_dim % 2:
-            raise ValueError(f"AttentionConfig.build: rotary positions need an even head dim, got {head_dim}.")
+            raise ConfigError(f"AttentionConfig.build: rotary positions need an even head dim, got {head_dim}.")
         if not use_rotary and self.rotary_max_timescale != _DEFAULT_ROTARY_MAX_TIMESCALE:
             raise ConfigError(
                 f"AttentionConfig.rotary_max_timescale={self.rotary_max_timescale} has no effect without rotary "

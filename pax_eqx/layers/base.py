@@ -53,7 +53,11 @@ Variable = eqx.nn.StateIndex
 _MEAN_SYNC = "#mean_sync"
 
 DEFAULT_SUMMARY_VERBOSITY = 3
-"""Pax's default: summaries added with verbosity <= 3 are kept; layer statistics use 4."""
+"""Pax's default: summaries added with verbosity <= 3 are kept."""
+
+LAYER_STATISTICS_VERBOSITY = DEFAULT_SUMMARY_VERBOSITY + 1
+"""The layers' own statistics (activation RMS, attention logit max): off by default, on with
+`train.layer_summaries`."""
 
 
 class _MeanSyncMarker:

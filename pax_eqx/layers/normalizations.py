@@ -65,7 +65,7 @@ class NormConfig(Config):
     def build(self, dims: int, key: PRNGKeyArray | None = None) -> LayerNorm | RmsNorm:
         """The norm over a last dimension of size `dims` (the owning layer's width)."""
         if dims <= 0:
-            raise ValueError(f"NormConfig.build: dims must be > 0, got {dims}.")
+            raise ConfigError(f"NormConfig.build: dims must be > 0, got {dims}.")
         if self.kind == "layer_norm":
             return LayerNorm(dims, epsilon=self.epsilon, use_scale=self.use_scale, use_bias=self.use_bias)
         return RmsNorm(dims, epsilon=self.epsilon, use_scale=self.kind == "rms_norm")

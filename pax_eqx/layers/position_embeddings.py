@@ -88,7 +88,7 @@ def apply_rotary(
     """
     dim = x.shape[-1]
     if dim % 2:
-        raise ValueError(f"rotary embedding needs an even head dimension, got {dim}.")
+        raise ConfigError(f"rotary embedding needs an even head dimension, got {dim}.")
     fraction = 2.0 * jnp.arange(dim // 2, dtype=jnp.float32) / dim
     timescale = min_timescale * (max_timescale / min_timescale) ** fraction
     angle = positions.astype(jnp.float32)[..., None, None] / timescale  # [..., seq, 1, dim/2]

@@ -27,8 +27,8 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from pax_eqx.config import Config, ConfigError, config
 from pax_eqx.layers.activations import ActivationConfig
-from pax_eqx.layers.attentions import LAYER_STATISTICS_VERBOSITY, Attention, AttentionConfig, KVCache
-from pax_eqx.layers.base import Context, call
+from pax_eqx.layers.attentions import Attention, AttentionConfig, KVCache
+from pax_eqx.layers.base import LAYER_STATISTICS_VERBOSITY, Context, call
 from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.linears import Bias, BiasConfig, FeedForward, FeedForwardConfig, Linear, LinearConfig
 from pax_eqx.layers.normalizations import NormConfig
@@ -90,7 +90,7 @@ class TransformerConfig(Config):
         arguments (num_heads, dim_per_head, num_kv_heads, use_rotary) are AttentionConfig.build's,
         and `init` initialises every projection."""
         if model_dims <= 0 or hidden_dims <= 0 or num_heads <= 0:
-            raise ValueError(
+            raise ConfigError(
                 f"TransformerConfig.build needs model_dims, hidden_dims, num_heads > 0; got {model_dims}, "
                 f"{hidden_dims}, {num_heads}."
             )

@@ -272,7 +272,7 @@ class LanguageModel(Model):
         """The last layer's output, before the final norm, in `ctx.dtype` when it is set."""
         b, t = ids.shape
         if t > self.max_seq_len:
-            raise ValueError(
+            raise ConfigError(
                 f"sequence length {t} is longer than model.max_seq_len={self.max_seq_len}; "
                 "raise model.max_seq_len or shorten data.seq_len."
             )

@@ -17,21 +17,18 @@ import jax
 from pax_eqx.config import ConfigError
 from pax_eqx.data import build_input, build_tokenizer
 from pax_eqx.experiment import ExperimentConfig, check_batch_divisible
-from pax_eqx.layers.base import DEFAULT_SUMMARY_VERBOSITY
+from pax_eqx.layers.base import DEFAULT_SUMMARY_VERBOSITY, LAYER_STATISTICS_VERBOSITY
 from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.programs.compiled import Programs
 from pax_eqx.sharding.mesh import build_mesh
 from pax_eqx.sharding.rules import batch_divisor
 from pax_eqx.tasks.task import Task
 
-LAYER_SUMMARY_VERBOSITY = DEFAULT_SUMMARY_VERBOSITY + 1
-"""train.layer_summaries: the verbosity at which layers record their statistics."""
-
 
 def build_task(exp: ExperimentConfig) -> Task:
     """The experiment's Task: its model, learner and task configs, activation dtype and
     summary verbosity. The one place an experiment becomes a Task."""
-    verbosity = LAYER_SUMMARY_VERBOSITY if exp.train.layer_summaries else DEFAULT_SUMMARY_VERBOSITY
+    verbosity = LAYER_STATISTICS_VERBOSITY if exp.train.layer_summaries else DEFAULT_SUMMARY_VERBOSITY
     return Task(exp.model, exp.learner, exp.task, exp.train.fprop_dtype, verbosity)
 
 

@@ -11,7 +11,7 @@ import pytest
 from layer_reference import random_module, random_normal
 
 from pax_eqx.layers import AttentionConfig, Context, Mode, StackedTransformerConfig, TransformerConfig
-from pax_eqx.layers.attentions import LAYER_STATISTICS_VERBOSITY
+from pax_eqx.layers.base import LAYER_STATISTICS_VERBOSITY
 
 B, T, D, F, N, L = 2, 5, 8, 16, 4, 3
 
