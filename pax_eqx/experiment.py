@@ -102,7 +102,7 @@ class ExperimentConfig(Config):
         if self.train.sample_at_end and not self.model.decodes:
             raise ConfigError(
                 f"train.sample_at_end=True, but the model ({type(self.model).__name__}) does not decode; "
-                "pass --train.sample-at-end false."
+                "pass --train.no-sample-at-end."
             )
         micro = self.learner.num_microbatches
         if self.data.train.batch_size % micro:

@@ -72,7 +72,7 @@ class ClassificationModelConfig(ModelConfig):
         if not self.batch_norm and self.batch_norm_decay != 0.999:
             raise ConfigError(
                 f"model.batch_norm_decay={self.batch_norm_decay} has no effect with model.batch_norm=False; "
-                "pass --model.batch-norm true, or leave the decay at its default."
+                "pass --model.batch-norm, or leave the decay at its default."
             )
         if not 0.0 <= self.dropout_prob < 1.0:
             raise ConfigError(f"model.dropout_prob must be in [0, 1), got {self.dropout_prob}.")

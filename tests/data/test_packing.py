@@ -5,7 +5,6 @@ import json
 import equinox as eqx
 import grain
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
