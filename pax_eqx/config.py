@@ -54,6 +54,16 @@ def check_fields(cls: type, names: typing.Iterable[str]) -> None:
             raise ConfigError(f"{cls.__name__} has no field {name!r}.{_suggest(name, valid)}")
 
 
+def require_positive(cfg: Any, names: typing.Iterable[str], prefix: str | None = None) -> None:
+    """ConfigError naming the first of `names` whose value in `cfg` is not > 0. `prefix` is how
+    the error names the config ("model", "SoftmaxConfig"); its class name by default."""
+    prefix = type(cfg).__name__ if prefix is None else prefix
+    for name in names:
+        value = getattr(cfg, name)
+        if not value > 0:
+            raise ConfigError(f"{prefix}.{name} must be > 0, got {value}.")
+
+
 def config(cls: type[T]) -> type[T]:
     """Makes `cls` a frozen, keyword-only dataclass whose constructor names unknown fields."""
     cls = dataclasses.dataclass(frozen=True, kw_only=True)(cls)

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, config, require_positive
 from pax_eqx.layers.chunked_xent import chunked_softmax_xent
 from pax_eqx.layers.initializers import WeightInit, gaussian
 
@@ -39,9 +39,7 @@ class EmbeddingConfig(Config):
 
     def validate(self) -> None:
         """Raises ConfigError naming the field and the value."""
-        for name in ("num_classes", "input_dims"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"EmbeddingConfig.{name} must be > 0, got {getattr(self, name)}.")
+        require_positive(self, ("num_classes", "input_dims"))
 
     def build(self, key: PRNGKeyArray) -> Embedding:
         return Embedding(self, key=key)
@@ -82,9 +80,7 @@ class SoftmaxConfig(Config):
 
     def validate(self) -> None:
         """Raises ConfigError naming the field and the value."""
-        for name in ("input_dims", "num_classes"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"SoftmaxConfig.{name} must be > 0, got {getattr(self, name)}.")
+        require_positive(self, ("input_dims", "num_classes"))
         _check_softmax_options("SoftmaxConfig", self.soft_cap_logits, self.label_smoothing_prob)
 
     def build(self, key: PRNGKeyArray) -> FullSoftmax:
@@ -149,9 +145,7 @@ class SharedEmbeddingSoftmaxConfig(Config):
 
     def validate(self) -> None:
         """Raises ConfigError naming the field and the value."""
-        for name in ("num_classes", "input_dims"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"SharedEmbeddingSoftmaxConfig.{name} must be > 0, got {getattr(self, name)}.")
+        require_positive(self, ("num_classes", "input_dims"))
         _check_softmax_options("SharedEmbeddingSoftmaxConfig", self.soft_cap_logits, self.label_smoothing_prob)
 
     def build(self, key: PRNGKeyArray) -> SharedEmbeddingSoftmax:

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, config, require_positive
 from pax_eqx.layers.activations import Activation, ActivationConfig
 from pax_eqx.layers.initializers import WeightInit
 
@@ -31,9 +31,7 @@ class LinearConfig(Config):
 
     def validate(self) -> None:
         """Raises ConfigError naming the field and the value."""
-        for name in ("input_dims", "output_dims"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"LinearConfig.{name} must be > 0, got {getattr(self, name)}.")
+        require_positive(self, ("input_dims", "output_dims"))
 
     def build(self, key: PRNGKeyArray) -> Linear:
         return Linear(self, key=key)
@@ -74,9 +72,7 @@ class BiasConfig(Config):
 
     def validate(self) -> None:
         """Raises ConfigError naming the field and the value."""
-        for name in ("dims",):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"BiasConfig.{name} must be > 0, got {getattr(self, name)}.")
+        require_positive(self, ("dims",))
 
     def build(self, key: PRNGKeyArray | None = None) -> Bias:
         return Bias(self)
@@ -118,9 +114,7 @@ class FeedForwardConfig(Config):
 
     def validate(self) -> None:
         """Raises ConfigError naming the field and the value."""
-        for name in ("input_dims", "output_dims"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"FeedForwardConfig.{name} must be > 0, got {getattr(self, name)}.")
+        require_positive(self, ("input_dims", "output_dims"))
 
     def build(self, key: PRNGKeyArray) -> FeedForward:
         return FeedForward(self, key=key)
@@ -181,9 +175,7 @@ class MLPBlockConfig(Config):
         """Raises ConfigError naming the field, the value and the fix."""
         if self.num_layers < 1:
             raise ConfigError(f"MLPBlockConfig.num_layers must be >= 1, got {self.num_layers}.")
-        for name in ("input_dims", "output_dims"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"MLPBlockConfig.{name} must be > 0, got {getattr(self, name)}.")
+        require_positive(self, ("input_dims", "output_dims"))
         if self.num_layers > 1 and self.hidden_dims <= 0:
             raise ConfigError(
                 f"MLPBlockConfig.hidden_dims must be > 0 with num_layers={self.num_layers}, got {self.hidden_dims}."

@@ -14,7 +14,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, config, require_positive
 from pax_eqx.layers.initializers import WeightInit, gaussian
 
 
@@ -30,9 +30,7 @@ class TrainablePositionalEmbeddingConfig(Config):
         self.validate()
 
     def validate(self) -> None:
-        for name in ("max_seq_length", "embedding_dims"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"TrainablePositionalEmbeddingConfig.{name} must be > 0, got {getattr(self, name)}.")
+        require_positive(self, ("max_seq_length", "embedding_dims"))
 
     def build(self, key: PRNGKeyArray) -> TrainablePositionalEmbedding:
         return TrainablePositionalEmbedding(self, key=key)

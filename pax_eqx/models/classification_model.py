@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import ConfigError, config
+from pax_eqx.config import ConfigError, config, require_positive
 from pax_eqx.layers.activations import ActivationConfig
 from pax_eqx.layers.base import Context, call
 from pax_eqx.layers.batch_norm import BatchNormConfig
@@ -57,9 +57,7 @@ class ClassificationModelConfig(ModelConfig):
     init: WeightInit = WeightInit()
 
     def validate(self) -> None:
-        for name in ("input_dims", "num_classes"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"model.{name} must be > 0, got {getattr(self, name)}.")
+        require_positive(self, ("input_dims", "num_classes"), "model")
         if any(h <= 0 for h in self.hidden_dims):
             raise ConfigError(f"model.hidden_dims must all be > 0, got {list(self.hidden_dims)}.")
         if self.batch_norm and self.activation.gated:

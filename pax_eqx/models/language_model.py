@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import ConfigError, config
+from pax_eqx.config import ConfigError, config, require_positive
 from pax_eqx.layers.attentions import AttentionConfig, KVCache
 from pax_eqx.layers.base import Context, call
 from pax_eqx.layers.embedding_softmax import (
@@ -106,9 +106,9 @@ class LanguageModelConfig(ModelConfig):
         """Every check of the model's own fields and of combinations where one makes another do
         nothing; ConfigError names the field, the value and the fix. The children (block,
         final_norm, inits) check their own fields when they are made."""
-        for name in ("vocab_size", "max_seq_len", "num_layers", "model_dims", "hidden_dims", "num_heads"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"model.{name} must be > 0, got {getattr(self, name)}.")
+        require_positive(
+            self, ("vocab_size", "max_seq_len", "num_layers", "model_dims", "hidden_dims", "num_heads"), "model"
+        )
         for name in ("dim_per_head", "num_kv_heads", "loss_chunk_size"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"model.{name} must be >= 0 (0 = its default), got {getattr(self, name)}.")
