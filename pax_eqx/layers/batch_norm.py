@@ -9,6 +9,8 @@ moving statistics are used and the state is untouched.
 
 from __future__ import annotations
 
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -20,12 +22,18 @@ from pax_eqx.layers.base import Context, Variable, variable
 
 @config
 class BatchNormConfig(Config):
-    """dims: channels (last dimension); decay: moving-average decay; epsilon: added to var."""
+    """dims: channels (last dimension); decay: moving-average decay; epsilon: added to var.
+
+    scale_init: the initial scale. The scale is applied as `(1 + gamma)` (Praxis), so gamma
+      starts at `scale_init - 1`; 0.0 makes the layer output `beta` at first, which a ResNet
+      block's last BatchNorm uses so that the block starts as its shortcut (Goyal et al. 2017).
+    """
 
     dims: int
     decay: float = 0.999
     epsilon: float = 1e-3
     use_moving_avg_in_training: bool = False
+    scale_init: float = 1.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -37,6 +45,8 @@ class BatchNormConfig(Config):
             raise ConfigError(f"BatchNormConfig.decay must be in [0, 1], got {self.decay}.")
         if not self.epsilon >= 0.0:
             raise ConfigError(f"BatchNormConfig.epsilon must be >= 0, got {self.epsilon}.")
+        if not math.isfinite(self.scale_init):
+            raise ConfigError(f"BatchNormConfig.scale_init must be a finite number, got {self.scale_init}.")
 
     def build(self, key: PRNGKeyArray | None = None) -> BatchNorm:
         return BatchNorm(self)
@@ -53,7 +63,8 @@ class BatchNorm(eqx.Module):
 
     def __init__(self, cfg: BatchNormConfig):
         self.beta = jnp.zeros((cfg.dims,), jnp.float32)
-        self.gamma = jnp.zeros((cfg.dims,), jnp.float32)  # applied as (1 + gamma), as Praxis
+        # applied as (1 + gamma), as Praxis
+        self.gamma = jnp.full((cfg.dims,), cfg.scale_init - 1.0, jnp.float32)
         self.moving_mean = variable(jnp.zeros((cfg.dims,), jnp.float32), mean_sync=True)
         self.moving_variance = variable(jnp.ones((cfg.dims,), jnp.float32), mean_sync=True)
         self.decay = cfg.decay

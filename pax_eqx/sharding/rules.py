@@ -7,6 +7,8 @@ parallelism on a (N, 1, 1) mesh:
     embed    -> fsdp           weights are sharded along the model dimension (ZeRO-3 style)
     mlp, heads, kv_heads, vocab -> tensor   column/row parallel attention and MLP
     kv, layers, seq -> replicated
+    conv_out -> fsdp, conv_in -> replicated   a convolution's HWIO kernel, like embed x mlp
+                                              (the spatial dims are never sharded)
 
 A dimension whose size is not divisible by its mesh axes is left replicated rather than
 failing (e.g. 4 kv heads on an 8-way tensor axis); the dry-run planner reports these.
@@ -36,6 +38,8 @@ DEFAULT_RULES: tuple[str, ...] = (
     "kv=",
     "layers=",
     "seq=",
+    "conv_in=",
+    "conv_out=fsdp",
 )
 
 
