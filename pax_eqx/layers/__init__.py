@@ -21,6 +21,7 @@ from pax_eqx.layers.base import (
     variable,
 )
 from pax_eqx.layers.batch_norm import BatchNorm, BatchNormConfig
+from pax_eqx.layers.convolutions import Conv2D, Conv2DConfig
 from pax_eqx.layers.embedding_softmax import (
     Embedding,
     EmbeddingConfig,
@@ -43,6 +44,7 @@ from pax_eqx.layers.linears import (
     MLPBlockConfig,
 )
 from pax_eqx.layers.normalizations import LayerNorm, NormConfig, RmsNorm, rms_norm_no_scale
+from pax_eqx.layers.poolings import GlobalPooling, GlobalPoolingConfig, Pooling, PoolingConfig, global_average_pool
 from pax_eqx.layers.position_embeddings import (
     TrainablePositionalEmbedding,
     TrainablePositionalEmbeddingConfig,
@@ -50,6 +52,18 @@ from pax_eqx.layers.position_embeddings import (
     sinusoidal_position_embedding,
 )
 from pax_eqx.layers.repeats import StackedTransformer, StackedTransformerConfig, StackedTransformerRepeated
+from pax_eqx.layers.resnets import (
+    ConvBN,
+    ResNet,
+    ResNetBlock,
+    ResNetBlockConfig,
+    ResNetConfig,
+    resnet18,
+    resnet34,
+    resnet50,
+    resnet101,
+    resnet152,
+)
 from pax_eqx.layers.stochastics import Dropout, DropoutConfig, StochasticResidual, StochasticResidualConfig
 from pax_eqx.layers.transformers import Transformer, TransformerConfig
 
