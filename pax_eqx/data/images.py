@@ -1,0 +1,317 @@
+"""Image classification examples: in-memory arrays, a `.npz` file, a folder of image files, and
+scikit-learn's digits as 8x8x1 images.
+
+    {"inputs": float32[H, W, C], "labels": int32 (class id), "weights": float32 (1 real, 0 padding)}
+
+Pixel values: uint8 images are scaled to 0..1 (x / 255), uint16 to 0..1 (x / 65535), float
+images are kept as they are; digits are 0..16 scaled to 0..1. Normalisation to a mean and std
+is the augment config's job (augment.py), so one place decides what the model sees.
+
+Sources (`data.source`):
+
+- `images_npz`: one `.npz` file at `data.path` with `images` [N, H, W] or [N, H, W, C] and
+  `labels` [N] (integers). [N, H, W] becomes [N, H, W, 1].
+- `image_folder`: `data.path` is a folder `root/<class_name>/*.png|jpg|jpeg`, decoded lazily
+  with Pillow. Classes sorted by name are label ids 0, 1, ...; an eval folder at
+  `data.eval_path` must use (a subset of) the same class names, which keep their train ids.
+  Every image must have the same size (checked from the headers when the input is built).
+  All-grayscale folders give C = 1; any colour image makes every image RGB (C = 3; alpha
+  dropped).
+- `digits_images`: scikit-learn's 1,797 digits (digits.py, the same split) as [8, 8, 1]. A
+  separate source name rather than a layout field on `digits`: the flat `digits` source
+  (inputs [64], the `digits_mlp` experiment) stays as it is, the name in config.json says which
+  shape a model gets, and no DataConfig field exists that only one source reads.
+- in memory: `array_image_examples(images, labels)` and `held_out_indices` for a
+  `data.custom_input` function; `image_input` batches them like the sources above.
+
+Eval split: `data.eval_path` (npz and folder), else a fixed seeded held-out fraction: the last
+`eval_fraction` of a permutation seeded with 0, the same on every host and in every run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grain
+import numpy as np
+
+from pax_eqx.config import ConfigError, MissingFileError
+from pax_eqx.data import augment, digits
+from pax_eqx.data.host_sharding import HostShard, batch_host_examples, zeros_like_example
+from pax_eqx.data.input import Input
+from pax_eqx.data.input_config import InputConfig, Split
+from pax_eqx.data.sources import array_examples
+
+if TYPE_CHECKING:
+    from pax_eqx.data.data_config import DataConfig
+
+IMAGE_SOURCES = ("images_npz", "image_folder", "digits_images")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+DIGITS_SHAPE = (8, 8, 1)
+_SPLIT_SEED = 0
+_GRAY_MODES = ("1", "L", "I", "I;16", "F")
+
+
+def to_float_images(images: Any, where: str) -> np.ndarray:
+    """[N, H, W] or [N, H, W, C] of uint8 / uint16 / float -> float32 [N, H, W, C] (module doc)."""
+    images = np.asarray(images)
+    if images.ndim not in (3, 4):
+        raise ConfigError(f"{where}: images must be [N, H, W] or [N, H, W, C], got shape {images.shape}.")
+    if images.ndim == 3:
+        images = images[..., None]
+    if images.dtype == np.uint8:
+        return images.astype(np.float32) / 255.0
+    if images.dtype == np.uint16:
+        return images.astype(np.float32) / 65535.0
+    if np.issubdtype(images.dtype, np.floating):
+        return images.astype(np.float32)
+    raise ConfigError(f"{where}: images of dtype {images.dtype} are not supported; use uint8, uint16 or float.")
+
+
+def _check_labels(labels: Any, num_images: int, where: str) -> np.ndarray:
+    labels = np.asarray(labels)
+    if labels.shape != (num_images,) or not np.issubdtype(labels.dtype, np.integer):
+        raise ConfigError(
+            f"{where}: labels must be integers of shape [{num_images}] (one per image), got {labels.dtype} "
+            f"{labels.shape}."
+        )
+    if num_images and labels.min() < 0:
+        raise ConfigError(f"{where}: labels must be class ids >= 0, got {labels.min()}.")
+    return labels.astype(np.int32)
+
+
+def array_image_examples(images: Any, labels: Any, where: str = "images") -> grain.MapDataset:
+    """Examples from in-memory arrays: images [N, H, W(, C)], labels [N]."""
+    x = to_float_images(images, where)
+    y = _check_labels(labels, len(x), where)
+    return array_examples({"inputs": x, "labels": y, "weights": np.ones(len(x), np.float32)})
+
+
+def held_out_indices(num: int, split: Split, eval_fraction: float, where: str) -> np.ndarray:
+    """The split's indices of `num` examples: the last `eval_fraction` of a seeded permutation is eval."""
+    num_eval = max(1, round(num * eval_fraction))
+    if num_eval >= num:
+        raise ConfigError(
+            f"{where}: {num} image(s) are too few to hold out {eval_fraction:.0%} for eval and train on the rest; "
+            "add images or set data.eval_path."
+        )
+    order = np.random.default_rng(_SPLIT_SEED).permutation(num)
+    return np.sort(order[-num_eval:] if split == "eval" else order[:-num_eval])
+
+
+# --- .npz ---------------------------------------------------------------------------------------
+
+
+def npz_file(spec: str, field: str) -> Path:
+    """The one .npz file `spec` names, with `images` and `labels` in it; errors name `field`."""
+    if not spec.strip():
+        raise ConfigError(f"{field} is empty; set it to a .npz file holding `images` and `labels`.")
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise MissingFileError(f"{field}={spec!r} does not exist; give a local .npz file with `images` and `labels`.")
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            keys = list(f.files)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{field}={spec!r} is not a readable .npz file ({e}).") from None
+    missing = [k for k in ("images", "labels") if k not in keys]
+    if missing:
+        raise ConfigError(
+            f"{field}={spec!r} has no {' or '.join(repr(k) for k in missing)} array (it has {keys}); save it with "
+            "np.savez(path, images=[N, H, W(, C)], labels=[N])."
+        )
+    return path
+
+
+def npz_examples(spec: str, field: str, split: Split | None, eval_fraction: float) -> grain.MapDataset:
+    """The file's examples; `split` "train"/"eval" keeps that held-out part, None all of them."""
+    path = npz_file(spec, field)
+    with np.load(path, allow_pickle=False) as f:
+        x = to_float_images(f["images"], f"{field}={spec!r}")
+        y = _check_labels(f["labels"], len(x), f"{field}={spec!r}")
+    if split is not None:
+        keep = held_out_indices(len(x), split, eval_fraction, f"{field}={spec!r}")
+        x, y = x[keep], y[keep]
+    return array_examples({"inputs": x, "labels": y, "weights": np.ones(len(x), np.float32)})
+
+
+# --- folder of image files ----------------------------------------------------------------------
+
+
+def folder_files(spec: str, field: str) -> dict[str, list[Path]]:
+    """{class_name: sorted image files} of `root/<class_name>/...`, classes sorted by name."""
+    if not spec.strip():
+        raise ConfigError(f"{field} is empty; set it to a folder laid out as root/<class_name>/*.png|jpg|jpeg.")
+    root = Path(spec).expanduser()
+    if not root.is_dir():
+        raise MissingFileError(
+            f"{field}={spec!r} is not an existing folder; give a local folder laid out as "
+            "root/<class_name>/*.png|jpg|jpeg."
+        )
+    classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not classes:
+        raise MissingFileError(
+            f"{field}={spec!r} has no class folders; lay the images out as root/<class_name>/*.png|jpg|jpeg."
+        )
+    found = {}
+    for c in classes:
+        files = sorted(
+            p for p in c.rglob("*") if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES
+        )
+        if not files:
+            raise MissingFileError(f"{field}={spec!r}: the class folder {c.name!r} has no .png/.jpg/.jpeg files.")
+        found[c.name] = files
+    return found
+
+
+class ImageFolderSource(grain.sources.RandomAccessDataSource):
+    """source[i] = example of image file i, decoded with Pillow when read (picklable for workers)."""
+
+    def __init__(self, files: list[Path], labels: np.ndarray, channels: int):
+        self._files = [str(f) for f in files]
+        self._labels = labels
+        self._mode = "L" if channels == 1 else "RGB"
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        from PIL import Image
+
+        with Image.open(self._files[index]) as img:
+            pixels = np.asarray(img.convert(self._mode), np.uint8)
+        if pixels.ndim == 2:
+            pixels = pixels[..., None]
+        return {
+            "inputs": pixels.astype(np.float32) / 255.0,
+            "labels": self._labels[index],
+            "weights": np.float32(1.0),
+        }
+
+    def __repr__(self) -> str:
+        return f"ImageFolderSource({len(self)} images, mode {self._mode})"
+
+
+def _scan_headers(files: list[Path], spec: str, field: str) -> int:
+    """Checks every image has the first one's size (from the headers); returns the channel count."""
+    from PIL import Image, UnidentifiedImageError
+
+    size = None
+    gray = True
+    for f in files:
+        try:
+            with Image.open(f) as img:
+                this_size, mode = img.size, img.mode
+        except (OSError, UnidentifiedImageError) as e:
+            raise ConfigError(f"{field}={spec!r}: {str(f)!r} is not a readable image ({e}).") from None
+        if size is None:
+            size, first = this_size, f
+        elif this_size != size:
+            raise ConfigError(
+                f"{field}={spec!r}: {str(f)!r} is {this_size[0]}x{this_size[1]} (width x height) but {str(first)!r} "
+                f"is {size[0]}x{size[1]}; every image must have the same size (resize them first)."
+            )
+        gray = gray and mode in _GRAY_MODES
+    return 1 if gray else 3
+
+
+def image_folder_examples(
+    spec: str,
+    field: str,
+    split: Split | None,
+    eval_fraction: float,
+    class_names: list[str] | None = None,
+) -> grain.MapDataset:
+    """The folder's examples; `split` keeps a held-out part, None all. `class_names` (the train
+    folder's) fixes the label ids; by default the folder's own sorted class names."""
+    by_class = folder_files(spec, field)
+    names = list(by_class) if class_names is None else class_names
+    unknown = [c for c in by_class if c not in names]
+    if unknown:
+        raise ConfigError(
+            f"{field}={spec!r} has class folder(s) {unknown} that the training folder (data.path) lacks; "
+            f"the classes are {names}."
+        )
+    files = [f for c in by_class for f in by_class[c]]
+    labels = np.array([names.index(c) for c in by_class for _ in by_class[c]], np.int32)
+    if split is not None:
+        keep = held_out_indices(len(files), split, eval_fraction, f"{field}={spec!r}")
+        files, labels = [files[i] for i in keep], labels[keep]
+    channels = _scan_headers(files, spec, field)
+    return grain.MapDataset.source(ImageFolderSource(files, labels, channels))
+
+
+# --- digits -------------------------------------------------------------------------------------
+
+
+def _digit_image(example: dict[str, Any]) -> dict[str, Any]:
+    return {**example, "inputs": example["inputs"].reshape(DIGITS_SHAPE)}
+
+
+def digits_image_examples(split: Split, eval_fraction: float) -> grain.MapDataset:
+    """scikit-learn's digits as [8, 8, 1] images (values 0..1), digits.py's split."""
+    return digits.digits_examples(split, eval_fraction).map(_digit_image)
+
+
+# --- DataConfig wiring --------------------------------------------------------------------------
+
+
+def check_paths(data: DataConfig) -> None:
+    """The file checks DataConfig.validate(files=True) runs for an image source (no decoding)."""
+    if data.source == "digits_images":
+        digits.check_available()
+    elif data.source == "images_npz":
+        npz_file(data.path, "data.path")
+        if data.eval_path:
+            npz_file(data.eval_path, "data.eval_path")
+    elif data.source == "image_folder":
+        train_classes = list(folder_files(data.path, "data.path"))
+        if data.eval_path:
+            unknown = [c for c in folder_files(data.eval_path, "data.eval_path") if c not in train_classes]
+            if unknown:
+                raise ConfigError(
+                    f"data.eval_path={data.eval_path!r} has class folder(s) {unknown} that data.path lacks; the "
+                    f"classes are {train_classes}."
+                )
+
+
+def split_examples(data: DataConfig, split: Split) -> grain.MapDataset:
+    """The split's examples for an image source (before normalisation, sharding and batching)."""
+    if data.source == "digits_images":
+        return digits_image_examples(split, data.eval_fraction)
+    use_eval_path = split == "eval" and bool(data.eval_path)
+    spec, field = (data.eval_path, "data.eval_path") if use_eval_path else (data.path, "data.path")
+    held_out_split = None if data.eval_path else split
+    if data.source == "images_npz":
+        return npz_examples(spec, field, held_out_split, data.eval_fraction)
+    if data.source == "image_folder":
+        names = list(folder_files(data.path, "data.path")) if use_eval_path else None
+        return image_folder_examples(spec, field, held_out_split, data.eval_fraction, names)
+    raise ConfigError(f"data.source={data.source!r} is not an image source; use one of {IMAGE_SOURCES}.")
+
+
+def image_input(
+    examples: grain.MapDataset,
+    cfg: InputConfig,
+    augment_cfg: augment.AugmentConfig,
+    split: Split,
+    shard: HostShard,
+    source: str = "images",
+) -> Input:
+    """This host's Input over image `examples`: normalised (both splits), sharded, shuffled and
+    padded like every source (`batch_host_examples`), batched, then randomly cropped / flipped
+    (train only). Batches: inputs [B, H, W, C] float32, labels [B] int32, weights [B] float32."""
+    augment_cfg.validate()
+    if len(examples) == 0:
+        raise ConfigError(f"data.source={source!r}: the {split} split has no images.")
+    first = examples[0]
+    shape = tuple(np.shape(first["inputs"]))
+    if len(shape) != 3:
+        raise ConfigError(f"data.source={source!r}: image inputs must be [H, W, C], got {shape}.")
+    augment_cfg.check_image_shape(shape, source)
+    examples = augment.normalize_examples(examples, augment_cfg)
+    batches, per_epoch = batch_host_examples(examples, cfg, shard, zeros_like_example(first))
+    if split == "train":
+        batches = augment.augment_batches(batches, augment_cfg, cfg.input_random_seed, shard.index)
+    return Input(batches, cfg, split=split, shard=shard, num_batches_per_epoch=per_epoch)
