@@ -8,8 +8,10 @@
 `ResNetConfig(...).build(key, *, input_channels)` returns a `ResNet`; calling it on
 `x: [batch, height, width, input_channels]` with a `Context` returns `(features [batch, F], ctx)`
 where `F = resnet.output_dims = channels[-1]`. The classifier head is the model's, not the
-trunk's. Every BatchNorm reads and updates its moving statistics through `ctx` (so TRAIN needs
-`ctx.state`; EVAL leaves it unchanged) under Pax-like scopes `stage_{i}_block_{j}/conv_in/...`.
+trunk's, and so is casting the images to `ctx.dtype`: the trunk computes in its input's dtype
+(float32 weights cast per layer; BatchNorm statistics in float32). Every BatchNorm reads and
+updates its moving statistics through `ctx` (so TRAIN needs `ctx.state`; EVAL leaves it
+unchanged) under Pax-like scopes `stage_{i}_block_{j}/conv_in/...`.
 
 Layout (He et al. 2015, with the stride on the 3x3 convolution as Praxis and torchvision, a.k.a.
 "v1.5"): a stem, then stages of blocks, then global average pooling.
