@@ -13,6 +13,7 @@ from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.data import DataConfig, InputConfig
 from pax_eqx.experiment import ExperimentConfig, TrainConfig
+from pax_eqx.layers import MLPConfig
 from pax_eqx.learners import LearnerConfig, ScheduleConfig
 from pax_eqx.models import ClassificationModelConfig
 
@@ -23,7 +24,9 @@ def digits_mlp() -> ExperimentConfig:
     return ExperimentConfig(
         name="digits_mlp",
         model=ClassificationModelConfig(
-            input_dims=64, num_classes=10, hidden_dims=(128, 128), batch_norm=True, batch_norm_decay=0.95
+            input_shape=(64,),
+            num_classes=10,
+            network=MLPConfig(hidden_dims=(128, 128), batch_norm=True, batch_norm_decay=0.95),
         ),
         learner=LearnerConfig(
             optimizer="adamw",

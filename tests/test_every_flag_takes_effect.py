@@ -80,11 +80,13 @@ def _language_model_batch(m: LanguageModelConfig) -> dict:
 
 
 def _shrink_classifier(m: ClassificationModelConfig) -> ClassificationModelConfig:
-    return m.replace(input_dims=8, num_classes=4, hidden_dims=tuple(8 for _ in m.hidden_dims))
+    network = m.network.replace(hidden_dims=tuple(8 for _ in m.network.hidden_dims))
+    return m.replace(input_shape=(8,), num_classes=4, network=network)
 
 
 def _classifier_batch(m: ClassificationModelConfig) -> dict:
-    inputs = jnp.linspace(-1.0, 1.0, BATCH * m.input_dims).reshape(BATCH, m.input_dims)
+    size = math.prod(m.input_shape)
+    inputs = jnp.linspace(-1.0, 1.0, BATCH * size).reshape(BATCH, *m.input_shape)
     return {"inputs": inputs, "labels": jnp.arange(BATCH) % m.num_classes, "weights": jnp.ones((BATCH,))}
 
 

@@ -43,6 +43,7 @@ from pax_eqx.layers.linears import (
     MLPBlock,
     MLPBlockConfig,
 )
+from pax_eqx.layers.mlps import MLP, HiddenLayer, MLPConfig
 from pax_eqx.layers.normalizations import LayerNorm, NormConfig, RmsNorm, rms_norm_no_scale
 from pax_eqx.layers.poolings import GlobalPooling, GlobalPoolingConfig, Pooling, PoolingConfig, global_average_pool
 from pax_eqx.layers.position_embeddings import (

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pax_eqx.config import ConfigError, config
-from pax_eqx.layers import Context, Mode
+from pax_eqx.layers import Context, MLPConfig, Mode
 from pax_eqx.learners import LearnerConfig
 from pax_eqx.metrics import HostAccumulator, Weighted, merge_stacked, weighted_mean
 from pax_eqx.models import ClassificationModelConfig, LanguageModelConfig, Model, ModelConfig
@@ -149,7 +149,7 @@ def test_microbatch_gradient_equals_full_batch_gradient_under_uneven_padding():
     """Microbatches of 2 rows holding 2, 1, 1 and 0 real examples: the accumulated gradient is
     the full-batch one (the mean over the 4 real examples), which averaging the microbatches'
     mean-loss gradients with equal weights is not."""
-    cfg = ClassificationModelConfig(input_dims=5, num_classes=3, hidden_dims=(4,))
+    cfg = ClassificationModelConfig(input_shape=(5,), num_classes=3, network=MLPConfig(hidden_dims=(4,)))
     batch = _classifier_batch([1, 1, 1, 0, 0, 1, 0, 0])
     whole = Task(cfg, SGD)
     micro = Task(cfg, SGD.replace(num_microbatches=4))
@@ -204,7 +204,9 @@ def test_lm_microbatch_metrics_and_gradient_equal_the_whole_batch():
 def test_mean_sync_state_is_averaged_over_microbatches():
     """BatchNorm's moving mean (mean_sync) after a 2-microbatch step is the mean of the values
     each microbatch computes from the same starting state."""
-    cfg = ClassificationModelConfig(input_dims=5, num_classes=3, hidden_dims=(4,), batch_norm=True)
+    cfg = ClassificationModelConfig(
+        input_shape=(5,), num_classes=3, network=MLPConfig(hidden_dims=(4,), batch_norm=True)
+    )
     batch = _classifier_batch([1] * 8)
     micro = Task(cfg, SGD.replace(num_microbatches=2))
     state = micro.init_state(jax.random.PRNGKey(0))
