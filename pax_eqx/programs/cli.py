@@ -24,6 +24,7 @@ import dataclasses
 import io
 import re
 import sys
+import types
 import typing
 from collections.abc import Sequence
 from typing import Any
@@ -93,15 +94,18 @@ def specialise(cls: type, value: Any) -> type:
     """`cls`, or a dataclass subclass of it whose config-typed fields are annotated with the
     concrete types of `value`'s fields (recursively), so tyro parses and builds those types.
 
-    Only a field annotated with a plain class is re-annotated (a union is left to tyro), and
-    only when `value` holds a strict subclass of it, or a value whose own fields need it.
+    A field is re-annotated when `value` holds a strict subclass of its class, one member of its
+    union of configs (`network: MLPConfig | ResNetConfig`: the experiment chose, so the CLI shows
+    that member's fields rather than asking for a subcommand), or a value whose own fields need it.
     """
     hints = typing.get_type_hints(cls)
     fields = []
     for f in dataclasses.fields(cls):
         child = getattr(value, f.name)
         hint = hints[f.name]
-        if not (dataclasses.is_dataclass(child) and isinstance(hint, type) and isinstance(child, hint)):
+        is_union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        options = typing.get_args(hint) if is_union else (hint,)
+        if not (dataclasses.is_dataclass(child) and any(isinstance(o, type) and isinstance(child, o) for o in options)):
             continue
         concrete = specialise(type(child), child)
         if concrete is not hint:
@@ -120,7 +124,7 @@ def specialise(cls: type, value: Any) -> type:
     )
 
 
-def _as(cls: type, value: Any) -> Any:
+def _as(cls: Any, value: Any) -> Any:
     """`value` rebuilt as an instance of `cls`, the class `specialise` made for it (tyro wants
     a default of the type it parses)."""
     if type(value) is cls or not dataclasses.is_dataclass(cls):
