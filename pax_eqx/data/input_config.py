@@ -24,6 +24,8 @@ from pax_eqx.config import Config, ConfigError, config
 
 Split = Literal["train", "eval"]
 
+EvalMetric = Literal["confusion_matrix", "balanced_accuracy"]
+
 
 @config
 class InputConfig(Config):
@@ -38,6 +40,10 @@ class InputConfig(Config):
     eval_loop_num_batches: N batches per eval run; 0 or -1 = until StopIteration (one epoch).
     num_workers: grain worker processes producing batches (0 = in this process; workers help
         only when preprocessing is heavy, and need the data source to be picklable).
+    metrics: what the eval split is also scored with on the host, from the model's per-example
+      outputs (SeqIO's metric_fns: the input names how it is judged): "confusion_matrix" (writes
+      DIR/plots/confusion.png and confusion.json), "balanced_accuracy" (the mean per-class
+      recall). Eval only; the model must give per-example `predicted` and `label` outputs.
     read_threads: threads reading and transforming examples ahead (grain ReadOptions; 0 = in the
         calling thread, best for in-memory data).
     """
@@ -52,10 +58,17 @@ class InputConfig(Config):
     eval_loop_num_batches: int = 0
     num_workers: int = 0
     read_threads: int = 0
+    metrics: tuple[EvalMetric, ...] = ()
 
     def validate(self, split: Split, where: str = "") -> None:
         """Raises ConfigError for bad values and for the table's unsupported cells."""
         at = where or f"data.{split}"
+        if self.metrics and split != "eval":
+            raise ConfigError(
+                f"{at}.metrics={list(self.metrics)}: only the eval split is scored; set data.eval.metrics instead."
+            )
+        if len(set(self.metrics)) != len(self.metrics):
+            raise ConfigError(f"{at}.metrics={list(self.metrics)} names a metric twice.")
         if self.batch_size <= 0:
             raise ConfigError(f"{at}.batch_size must be > 0, got {self.batch_size}.")
         if self.num_infeed_hosts < 0:

@@ -121,6 +121,14 @@ class ClassificationModel(Model):
             metrics[f"accuracy/class_{c}"] = weighted_mean(hits[c], counts[c])
         return metrics
 
+    def per_example_outputs(self, predictions: Float[Array, "batch classes"], batch: Batch) -> dict[str, Array]:
+        """The predicted class, the label and the row's weight: what a confusion matrix needs."""
+        return {
+            "predicted": jnp.argmax(predictions, axis=-1).astype(jnp.int32),
+            "label": jnp.asarray(batch["labels"], jnp.int32),
+            "weight": jnp.asarray(batch["weights"], jnp.float32),
+        }
+
     def predict(
         self, batch: Batch, ctx: Context | None = None
     ) -> tuple[Int[Array, " batch"], Float[Array, "batch classes"]]:

@@ -15,6 +15,8 @@
   weight, padded rows weighing 0, so averages over microbatches, eval batches and hosts are
   exact. `loss_name` names the metric training minimises by default; a TaskConfig may name
   several, with weights (Pax's LossAggregator).
+- `per_example_outputs(predictions, batch)` (optional, Pax's per_example_out) gives host-side
+  eval metrics (`data.eval.metrics`: a confusion matrix, ...) what they read.
 - Decoding is optional (`decodes = True` on the config when the model has the decoding calls
   `pax_eqx.models.decoding` uses: `init_cache`, `extend_step`).
 
@@ -28,7 +30,7 @@ import abc
 from typing import Any, ClassVar
 
 import equinox as eqx
-from jaxtyping import ArrayLike, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, PRNGKeyArray
 
 from pax_eqx.config import Config, config
 from pax_eqx.layers.base import Context
@@ -53,6 +55,11 @@ class Model(eqx.Module):
     @abc.abstractmethod
     def compute_loss(self, predictions: Any, batch: Batch) -> Metrics:
         """Weighted metrics of the predictions against the batch, including `loss_name`."""
+
+    def per_example_outputs(self, predictions: Any, batch: Batch) -> dict[str, Array]:
+        """Pax's per_example_out: arrays with a leading batch axis that host-side eval metrics
+        (`data.eval.metrics`) read, with `weight` marking real rows. None by default."""
+        return {}
 
 
 @config

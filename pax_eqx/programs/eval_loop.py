@@ -18,6 +18,7 @@ import numpy as np
 from pax_eqx.config import ConfigError
 from pax_eqx.data import eval_num_batches
 from pax_eqx.metrics import HostAccumulator
+from pax_eqx.programs import eval_metrics
 from pax_eqx.programs.errors import DataPipelineError, raised_at
 from pax_eqx.summaries import mean_summaries, step_scalars
 
@@ -30,6 +31,7 @@ def evaluate(rt: Any, state: Any, log: Callable = print) -> dict[str, float]:
         source.reset()
     metrics = HostAccumulator()
     summaries = []
+    per_example = []
     count = 0
     while num_batches is None or count < num_batches:
         try:
@@ -45,6 +47,8 @@ def evaluate(rt: Any, state: Any, log: Callable = print) -> dict[str, float]:
         outputs = jax.device_get(rt.programs.eval_step(state, rt.programs.global_batch(local)))
         metrics.add(outputs.metrics)
         summaries.append(outputs.summaries)
+        if cfg.metrics:
+            per_example.append(outputs.per_example)
         count += 1
     if count == 0:
         raise ConfigError("the eval input produced no batches; check data.eval (path, split, batch_size).")
@@ -52,6 +56,11 @@ def evaluate(rt: Any, state: Any, log: Callable = print) -> dict[str, float]:
     result = step_scalars(merged, mean_summaries(summaries))
     result["num_predictions"] = float(merged["total_loss"].weight)
     result["num_batches"] = float(count)
+    if cfg.metrics:
+        rows = eval_metrics.real_rows(per_example)
+        num_classes = max(int(rows["label"].max(initial=0)), int(rows["predicted"].max(initial=0))) + 1
+        job_dir = rt.job_dir if jax.process_index() == 0 else None
+        result.update(eval_metrics.score(cfg.metrics, rows, num_classes, job_dir, int(jax.device_get(state.step))))
     if "log_pplx" in result:  # Pax reports a language model's perplexity beside its log
         result["pplx"] = float(np.exp(min(result["log_pplx"], 50.0)))
     shown = "".join(f", {k} {result[k]:.4f}" for k in ("accuracy",) if k in result)

@@ -46,11 +46,13 @@ _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 class StepOutputs(NamedTuple):
-    """What a train or eval step reports: weighted metrics, and the layers' summaries (each a
-    scalar, or one value per layer of a scanned stack)."""
+    """What a train or eval step reports: weighted metrics, the layers' summaries (each a
+    scalar, or one value per layer of a scanned stack) and, from an eval step of a Task built
+    with `per_example=True`, the model's per-example outputs."""
 
     metrics: Metrics
     summaries: dict[str, Array]
+    per_example: dict[str, Array] = {}
 
 
 class _Forward(NamedTuple):
@@ -58,6 +60,7 @@ class _Forward(NamedTuple):
     nt_state: Any
     summaries: dict[str, Array]
     aux: Array | None  # the weighted sum of the layers' aux losses; None when no layer adds one
+    per_example: dict[str, Array]
 
 
 def is_param(x: Any) -> bool:
@@ -72,6 +75,7 @@ class Task:
     task_cfg: the loss aggregator, aux-loss weight and variational noise.
     fprop_dtype: "float32" or "bfloat16", the activation dtype.
     summary_verbosity: Pax's; 4 records the layers' statistics (train.layer_summaries).
+    per_example: eval steps also return the model's per-example outputs (data.eval.metrics).
     """
 
     def __init__(
@@ -81,12 +85,14 @@ class Task:
         task_cfg: TaskConfig = TaskConfig(),
         fprop_dtype: str = "float32",
         summary_verbosity: int = DEFAULT_SUMMARY_VERBOSITY,
+        per_example: bool = False,
     ):
         self.model_cfg = model_cfg
         self.learner_cfg = learner_cfg
         self.task_cfg = task_cfg
         self.dtype = _DTYPES[fprop_dtype]
         self.summary_verbosity = summary_verbosity
+        self.per_example = per_example
         model, _ = jax.eval_shape(lambda: split_state(model_cfg.build(jax.random.PRNGKey(0))))
         if not isinstance(model, Model):
             raise ConfigError(
@@ -132,7 +138,10 @@ class Task:
         total = objective(terms, aux)
         metrics["total_loss"] = weighted(total, terms[0].weight)
         metrics["aux_loss"] = weighted(jnp.zeros((), jnp.float32) if aux is None else aux)
-        return _Forward(metrics, ctx.state, ctx.summaries, aux)
+        per_example = {}
+        if self.per_example and mode is Mode.EVAL:
+            per_example = model.per_example_outputs(predictions, batch)
+        return _Forward(metrics, ctx.state, ctx.summaries, aux, per_example)
 
     def _terms(self, metrics: Metrics) -> tuple[Weighted, ...]:
         missing = [name for name, _ in self.loss_terms if name not in metrics]
@@ -181,7 +190,7 @@ class Task:
     def eval_step(self, state: TrainState, batch: dict) -> StepOutputs:
         params = state.params if state.ema is None else state.ema
         fwd = self.forward(params, state.nt_state, batch, None, Mode.EVAL)
-        return StepOutputs(fwd.metrics, fwd.summaries)
+        return StepOutputs(fwd.metrics, fwd.summaries, fwd.per_example)
 
     def _gradients(self, params, nt_state, batch: dict, key):
         n = self.learner_cfg.num_microbatches

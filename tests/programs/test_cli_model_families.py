@@ -11,6 +11,7 @@ import json
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tensorboardX.proto import event_pb2
 from test_cli_end_to_end import metrics
@@ -44,7 +45,7 @@ DIGITS = [
 
 def test_a_classifier_trains_resumes_and_evaluates_through_the_same_cli(tmp_path, capsys):
     job = tmp_path / "digits"
-    args = [*DIGITS, "--job-log-dir", str(job)]
+    args = [*DIGITS, "--job-log-dir", str(job), "--data.eval.metrics", "confusion_matrix", "balanced_accuracy"]
     assert train.main([*args, "--train.num-steps", "20"]) == 0
     assert train.main(args) == 0
     assert "Resuming" in capsys.readouterr().out
@@ -58,6 +59,13 @@ def test_a_classifier_trains_resumes_and_evaluates_through_the_same_cli(tmp_path
     assert [r["num_predictions"] for r in evals] == [180.0, 180.0]
     assert evals[-1]["accuracy"] > 0.6 and "tokens_per_s" not in rows[-2] and rows[-2]["examples_per_s"] > 0
     assert {"accuracy", "error_rate", "avg_xent", "grad_norm"} <= scalar_tags(job / "summaries" / "train")
+    # The input's own eval metrics: a confusion matrix of the 180 real rows that agrees with the
+    # weighted accuracy, and the mean per-class recall.
+    counts = np.array(json.loads((job / "plots" / "confusion.json").read_text())["counts"])
+    assert counts.sum() == 180 and abs(np.trace(counts) / 180 - evals[-1]["accuracy"]) < 1e-6
+    recall = np.diag(counts) / counts.sum(axis=1)
+    assert abs(evals[-1]["balanced_accuracy"] - recall.mean()) < 1e-9
+    assert (job / "plots" / "confusion.png").read_bytes()[:4] == b"\x89PNG"
     assert eval_main.main(args) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert abs(result["accuracy"] - evals[-1]["accuracy"]) < 1e-6
