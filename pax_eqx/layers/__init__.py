@@ -67,5 +67,6 @@ from pax_eqx.layers.resnets import (
 )
 from pax_eqx.layers.stochastics import Dropout, DropoutConfig, StochasticResidual, StochasticResidualConfig
 from pax_eqx.layers.transformers import Transformer, TransformerConfig
+from pax_eqx.layers.vits import ViT, ViTConfig, patchify
 
 __all__ = [name for name in dir() if not name.startswith("_")]

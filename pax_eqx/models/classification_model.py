@@ -1,6 +1,6 @@
 """ClassificationModel: a network of features, then a softmax over classes (Praxis' ClassificationModel).
 
-    inputs [B, *input_shape] -> network (an MLP or a ResNet) -> features [B, F] -> Softmax -> logits [B, C]
+    inputs [B, *input_shape] -> network (an MLP, a ResNet or a ViT) -> features [B, F] -> Softmax -> logits [B, C]
 
 Batch: `inputs` [batch, *input_shape] (float), `labels` [batch] (int), `weights` [batch] (0 for
 padded rows). Metrics, each a mean over the weighted examples with their count as its weight:
@@ -29,6 +29,7 @@ from pax_eqx.layers.embedding_softmax import FullSoftmax, SoftmaxConfig
 from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.mlps import MLPConfig
 from pax_eqx.layers.resnets import ResNetConfig
+from pax_eqx.layers.vits import ViTConfig
 from pax_eqx.metrics import Metrics, weighted_mean
 from pax_eqx.models.model import Batch, Model, ModelConfig
 
@@ -45,7 +46,7 @@ class ClassificationModelConfig(ModelConfig):
 
     input_shape: tuple[int, ...] = ()
     num_classes: int = 0
-    network: MLPConfig | ResNetConfig = MLPConfig()
+    network: MLPConfig | ResNetConfig | ViTConfig = MLPConfig()
     label_smoothing_prob: float = 0.0
     head_init: WeightInit = WeightInit()
 
@@ -64,15 +65,20 @@ class ClassificationModelConfig(ModelConfig):
         return ClassificationModel(self, key=key)
 
 
-def _build_network(network: MLPConfig | ResNetConfig, key: PRNGKeyArray, input_shape: tuple[int, ...]) -> eqx.Module:
+def _build_network(
+    network: MLPConfig | ResNetConfig | ViTConfig, key: PRNGKeyArray, input_shape: tuple[int, ...]
+) -> eqx.Module:
     """The network for one example shape: an MLP takes the flattened size, a ResNet the images'
-    channels (input_shape = (height, width, channels))."""
-    if isinstance(network, ResNetConfig):
+    channels, a ViT the images' shape (input_shape = (height, width, channels))."""
+    if isinstance(network, (ResNetConfig, ViTConfig)):
         if len(input_shape) != 3:
+            kind = "ResNet" if isinstance(network, ResNetConfig) else "ViT"
             raise ConfigError(
-                f"model.input_shape={input_shape}: a ResNet network takes images (height, width, channels); "
+                f"model.input_shape={input_shape}: a {kind} network takes images (height, width, channels); "
                 "use an image data source (e.g. data.source='digits_images') and input_shape (H, W, C)."
             )
+        if isinstance(network, ViTConfig):
+            return network.build(key, image_shape=input_shape)
         return network.build(key, input_channels=input_shape[-1])
     return network.build(key, input_dims=math.prod(input_shape))
 
