@@ -176,3 +176,81 @@ def mfu(tokens_per_s: float, flops_per_token: float, peak: float, num_devices: i
     if peak <= 0 or num_devices <= 0:
         raise ValueError(f"mfu needs peak > 0 and num_devices > 0, got {peak=}, {num_devices=}.")
     return tokens_per_s * flops_per_token / (peak * 1e12 * num_devices)
+
+
+# --- Convolutional networks -------------------------------------------------------------------
+
+
+def conv_taps(size: int, kernel: int, stride: int, count_padding: bool = True) -> tuple[int, int]:
+    """(output size, window taps summed over the output positions) of one spatial dimension of a
+    "SAME"-padded convolution (or pooling) of `size` pixels.
+
+    With count_padding (the usual convention) every output position sees all `kernel` taps:
+    out * kernel. Without it only taps on real pixels count, not the zero padding, which is what
+    XLA's cost analysis and `benchmarks.hlo_ops` count.
+    """
+    out = -(-size // stride)
+    if count_padding:
+        return out, out * kernel
+    lo = max((out - 1) * stride + kernel - size, 0) // 2
+    taps = sum(1 for o in range(out) for k in range(kernel) if 0 <= o * stride + k - lo < size)
+    return out, taps
+
+
+def resnet_flops_per_image(cfg, input_shape: tuple[int, int, int], num_classes: int = 0, count_padding: bool = True):
+    """Forward FLOPs of one image through a ResNet (`pax_eqx.layers.resnets.ResNetConfig`) and a
+    `num_classes` linear head, counting each multiply-add as 2 FLOPs.
+
+    Counted: every convolution, 2 * H_out * W_out * kh * kw * C_in * C_out (the stem, the blocks'
+    convolutions and their 1x1 projection shortcuts; no grouped convolutions in a ResNet), and
+    the head's matmul, 2 * F * num_classes. Not counted: BatchNorm, ReLU, the stem's max pool,
+    the global average pool, the residual adds, the head's bias and the softmax (elementwise or
+    reduction work, well under 1% of ResNet-50's). `count_padding=False` counts only the taps
+    that land on real pixels, XLA's convention (see `conv_taps`).
+
+    input_shape: (height, width, channels). A training step is about 3x this (forward, and the
+    backward's input- and weight-gradient convolutions), less the first convolution's input
+    gradient, which nothing needs.
+    """
+    height, width, channels = input_shape
+    total = 0
+
+    def conv(h: int, w: int, c_in: int, c_out: int, kernel: int, stride: int) -> tuple[int, int]:
+        nonlocal total
+        h_out, taps_h = conv_taps(h, kernel, stride, count_padding)
+        w_out, taps_w = conv_taps(w, kernel, stride, count_padding)
+        total += 2 * taps_h * taps_w * c_in * c_out
+        return h_out, w_out
+
+    imagenet = cfg.stem == "imagenet"
+    h, w = conv(height, width, channels, cfg.stem_channels, 7 if imagenet else 3, 2 if imagenet else 1)
+    if imagenet:  # the 3x3 stride-2 "SAME" max pool
+        h, w = -(-h // 2), -(-w // 2)
+    c = cfg.stem_channels
+    k = cfg.block.kernel_size
+    for num_blocks, c_out, stage_stride in zip(cfg.blocks, cfg.channels, cfg.strides):
+        for j in range(num_blocks):
+            stride = stage_stride if j == 0 else 1
+            if cfg.block.bottleneck:
+                width_ = c_out // 4
+                conv(h, w, c, width_, 1, 1)
+                h2, w2 = conv(h, w, width_, width_, k, stride)
+                conv(h2, w2, width_, c_out, 1, 1)
+            else:
+                h2, w2 = conv(h, w, c, c_out, k, stride)
+                conv(h2, w2, c_out, c_out, k, 1)
+            if stride != 1 or c != c_out:
+                conv(h, w, c, c_out, 1, stride)  # projection shortcut
+            h, w, c = h2, w2, c_out
+    return total + 2 * c * num_classes
+
+
+def resnet_first_conv_flops(cfg, input_shape: tuple[int, int, int], count_padding: bool = True) -> int:
+    """Forward FLOPs of the stem convolution alone: what a training step does not repeat for the
+    images' gradient (the images are not differentiated, so that input-gradient conv never runs)."""
+    height, width, channels = input_shape
+    imagenet = cfg.stem == "imagenet"
+    kernel, stride = (7, 2) if imagenet else (3, 1)
+    taps_h = conv_taps(height, kernel, stride, count_padding)[1]
+    taps_w = conv_taps(width, kernel, stride, count_padding)[1]
+    return 2 * taps_h * taps_w * channels * cfg.stem_channels

@@ -9,12 +9,17 @@ each matmul's achieved TFLOP/s computed:
     ops["gemm_fusion_dot.3"]  # Op(category="matmul", flops=2.1e11, executions=24, ...)
 
 - category: "matmul" (a dot, a cuBLAS custom call, or a fusion with a dot inside: Triton
-  GEMMs, cuDNN GEMM fusions, XLA:CPU's library fusions), "attention" (cuDNN's fused
+  GEMMs, cuDNN GEMM fusions, XLA:CPU's library fusions), "convolution" (a `convolution`, a
+  fusion holding one, or a cuDNN convolution custom call), "attention" (cuDNN's fused
   attention), "collective", "copy/transpose", "reduction fusion" (kInput), "elementwise
   fusion" (kLoop / kOutput), "other", or CONTROL_FLOW (a while loop, conditional or call: its
   trace events enclose its contents' and must not be added to them).
-- flops: 2 x (output elements) x (contracted size), summed over the dots of a fusion; 0 for
-  everything that is not a matmul (attention's FLOPs depend on masking the HLO does not show).
+- flops: 2 x (output elements) x (contracted size), summed over the dots of a fusion; for a
+  convolution 2 x (output elements) x (window taps on real input elements, averaged over the
+  output positions) x (input features per group): taps that fall on the zero padding or on the
+  holes of a dilated input (`lhs_dilate`, the input gradient of a strided convolution) are not
+  multiply-adds of the data and are not counted, as in XLA's own cost analysis. 0 for
+  everything else (attention's FLOPs depend on masking the HLO does not show).
 - executions: runs per call of the module; an instruction inside a while loop's body runs
   its `known_trip_count` times (a `lax.scan` over layers: once per layer). A loop XLA gives no
   trip count counts once (`Op.counted` is False inside it); every branch of a conditional
@@ -173,6 +178,99 @@ def _matmul_flops(instr: _Instr, instrs: dict[str, _Instr]) -> float:
     return 2.0 * math.prod(dims(instr.shape)) * math.prod(lhs_dims[d] for d in contracting)
 
 
+def _window(attrs: str) -> dict[str, list]:
+    """`window={size=3x3 stride=2x2 pad=0_1x0_1 lhs_dilate=1x2 rhs_dilate=2x2}` -> lists per spatial dim."""
+    m = re.search(r"window=\{([^}]*)\}", attrs)
+    fields = dict(item.split("=", 1) for item in m.group(1).split()) if m else {}
+    out: dict[str, list] = {}
+    for key in ("size", "stride", "lhs_dilate", "rhs_dilate"):
+        if key in fields:
+            out[key] = [int(v) for v in fields[key].split("x")]
+    if "pad" in fields:
+        out["pad"] = [
+            tuple(int(v) for v in re.fullmatch(r"(-?\d+)_(-?\d+)", p).groups()) for p in fields["pad"].split("x")
+        ]
+    return out
+
+
+def _valid_taps(size: int, out: int, window: int, stride: int, pad_lo: int, lhs_dilate: int, rhs_dilate: int) -> int:
+    """(output position, window tap) pairs of one spatial dimension that land on a real element of
+    the input: not on padding, not on a hole of the dilated input."""
+    last = (size - 1) * lhs_dilate  # the dilated input spans positions 0..last
+    taps = 0
+    for o in range(out):
+        for k in range(window):
+            p = o * stride + k * rhs_dilate - pad_lo
+            taps += 0 <= p <= last and p % lhs_dilate == 0
+    return taps
+
+
+def conv_flops(lhs_shape: str, rhs_shape: str, out_shape: str, attrs: str) -> float:
+    """Multiply-add FLOPs (x2) of a convolution whose operands and result have these HLO types and
+    whose `window=` / `dim_labels=` are in `attrs`: 2 x batch x output features x (valid taps,
+    the product over spatial dims of `_valid_taps`) x input features per group (the kernel's `i`)."""
+    labels = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", attrs)
+    if labels is None:
+        return 0.0
+    lhs_l, rhs_l, out_l = labels.groups()
+    lhs, rhs, out = dims(lhs_shape), dims(rhs_shape), dims(out_shape)
+    if not (len(lhs) == len(lhs_l) and len(rhs) == len(rhs_l) and len(out) == len(out_l)):
+        return 0.0
+    spatial = sorted(c for c in out_l if c.isdigit())
+    window = _window(attrs)
+    n = len(spatial)
+    taps = 1
+    for i, d in enumerate(spatial):
+        taps *= _valid_taps(
+            size=lhs[lhs_l.index(d)],
+            out=out[out_l.index(d)],
+            window=window.get("size", [rhs[rhs_l.index(d)]] * n)[i],
+            stride=window.get("stride", [1] * n)[i],
+            pad_lo=window.get("pad", [(0, 0)] * n)[i][0],
+            lhs_dilate=window.get("lhs_dilate", [1] * n)[i],
+            rhs_dilate=window.get("rhs_dilate", [1] * n)[i],
+        )
+    return 2.0 * out[out_l.index("b")] * out[out_l.index("f")] * taps * rhs[rhs_l.index("i")]
+
+
+# cuDNN's convolutions on GPU: (target, which of (operands..., result) are the forward
+# convolution's input, kernel and output). The attributes describe the forward convolution.
+_CUDNN_CONVS = {
+    "__cudnn$convForward": (0, 1, -1),
+    "__cudnn$convBiasActivationForward": (0, 1, -1),
+    "__cudnn$convBackwardInput": (-1, 1, 0),
+    "__cudnn$convBackwardFilter": (0, -1, 1),
+}
+
+
+def _convolution_flops(instr: _Instr, instrs: dict[str, _Instr]) -> float:
+    """FLOPs of a `convolution` or a cuDNN convolution custom call; 0 when an operand is unknown."""
+    shapes = [instrs[o].shape if o in instrs else "" for o in instr.operands]
+    if instr.opcode == "convolution":
+        roles = (0, 1, -1)
+    else:
+        target = re.search(r'custom_call_target="([^"]*)"', instr.attrs)
+        roles = _CUDNN_CONVS.get(target.group(1) if target else "")
+        if roles is None:
+            return 0.0
+    shapes.append(instr.shape)  # a custom call's result is a tuple: `dims` reads its first element
+    if len(shapes) < 3 or not all(shapes[r] for r in roles):
+        return 0.0
+    return conv_flops(*(shapes[r] for r in roles), instr.attrs)
+
+
+def _is_convolution(instr: _Instr, instrs, computations) -> bool:
+    if instr.opcode == "convolution" or "__cudnn$conv" in instr.attrs:
+        return True
+    if instr.opcode == "fusion":
+        return any(
+            _is_convolution(instrs[n], instrs, computations)
+            for c in _called(instr.attrs, "calls")
+            for n in computations.get(c, [])
+        )
+    return False
+
+
 def _called(attrs: str, key: str) -> list[str]:
     """Computations an attribute names: `calls=%f`, `body=%b`, `branch_computations={%t, %f}`."""
     m = re.search(key + r"=(\{[^}]*\}|%?[\w.\-]+)", attrs)
@@ -180,21 +278,25 @@ def _called(attrs: str, key: str) -> list[str]:
 
 
 def _fused_flops(computation: str, instrs, computations) -> float:
-    """Matmul FLOPs of a fused computation, nested fusions included."""
+    """Matmul and convolution FLOPs of a fused computation, nested fusions included."""
     total = 0.0
     for name in computations.get(computation, []):
         instr = instrs[name]
         if instr.opcode == "dot":
             total += _matmul_flops(instr, instrs)
+        elif instr.opcode == "convolution":
+            total += _convolution_flops(instr, instrs)
         elif instr.opcode == "fusion":
             total += sum(_fused_flops(c, instrs, computations) for c in _called(instr.attrs, "calls"))
     return total
 
 
-def _category(instr: _Instr, flops: float) -> str:
+def _category(instr: _Instr, flops: float, convolution: bool = False) -> str:
     op = instr.opcode
     if op in _CONTAINERS:
         return CONTROL_FLOW
+    if convolution:
+        return "convolution"
     target = re.search(r'custom_call_target="([^"]*)"', instr.attrs)
     target = target.group(1).lower() if target else ""
     if flops > 0 or op == "dot" or "gemm" in target or "matmul" in target:
@@ -257,14 +359,18 @@ def index_module(hlo_text: str) -> dict[str, Op]:
             instr = instrs[name]
             if instr.opcode in _NO_KERNEL:
                 continue
-            if instr.opcode in ("dot", "custom-call"):
+            if instr.opcode == "dot":
                 flops = _matmul_flops(instr, instrs)
+            elif instr.opcode == "convolution":
+                flops = _convolution_flops(instr, instrs)
+            elif instr.opcode == "custom-call":
+                flops = _matmul_flops(instr, instrs) or _convolution_flops(instr, instrs)
             elif instr.opcode == "fusion":
                 flops = sum(_fused_flops(c, instrs, computations) for c in _called(instr.attrs, "calls"))
             else:
                 flops = 0.0
             source = re.search(r'op_name="([^"]*)"', instr.attrs)
             source = source.group(1) if source else ""
-            category = _category(instr, flops)
+            category = _category(instr, flops, _is_convolution(instr, instrs, computations))
             ops[name] = Op(name, instr.opcode, category, flops, times, instr.shape, source, comp not in guessed)
     return ops
