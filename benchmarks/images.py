@@ -1,0 +1,205 @@
+"""`python -m benchmarks.images [--exp NAME] [--resnet50] [--image-size S] [--steps N] [--warmup N] [--a.b VALUE ...]`
+
+Images/s and MFU of an image classifier's real train step (the `Programs.train_step` the trainer
+runs: sharded, donated, BatchNorm state and all) on synthetic images [batch, S, S, C] and labels
+(deterministic random), the sibling of `benchmarks.mfu` for a ResNet. Prints a human summary
+and, as its last line, one JSON object:
+
+    exp, device_kind, num_devices, params, images_per_step, step_time_s (median), images_per_s,
+    flops_per_image, hlo_flops_per_image, hlo_expected_flops_per_image, model_tflops_per_s,
+    mfu, peak_tflops, compile_s
+
+- flops_per_image: the analytic training FLOPs, 3 x the forward's
+  (`flops.resnet_flops_per_image`: every convolution and the head's matmul, a multiply-add is
+  2 FLOPs, padding taps included, BatchNorm / ReLU / pooling / adds not counted). ResNet-50 at
+  224x224: 3 x 8,178,368,512.
+- hlo_flops_per_image: the convolution and matmul FLOPs of the compiled step
+  (`benchmarks.hlo_ops`), x devices / images: what XLA actually runs. It is a little less than
+  flops_per_image, exactly by what `hlo_expected_flops_per_image` accounts for: XLA counts only
+  the taps on real pixels (not the zero padding), and the stem convolution's input gradient is
+  never computed (the images need no gradient), so expected = 3 x forward (real-pixel taps) -
+  stem convolution (real-pixel taps). ResNet-50 at 224: 0.953 x flops_per_image.
+- mfu: images_per_s x flops_per_image / (peak x devices), where the device's datasheet peak
+  is known (`flops.peak_tflops`, GPU/TPU bf16); None on CPU.
+
+`--exp` defaults to `imagenet_resnet50` when that experiment is registered, else
+`digits_resnet`; `--resnet50` swaps any classifier's network for `resnet50()` on 224x224x3
+images with 1000 classes (then e.g. `--data.train.batch-size 2`); `--image-size S` sets the
+images' height and width (keeping their channels).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+
+from benchmarks import flops, hlo_ops
+from benchmarks.mfu import time_steps
+from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.programs import cli
+
+IMAGENET_EXP, FALLBACK_EXP = "imagenet_resnet50", "digits_resnet"
+
+
+def default_experiment() -> str:
+    """`imagenet_resnet50` when registered, else `digits_resnet`."""
+    from experiments import registry
+
+    try:
+        registry.load_experiment(IMAGENET_EXP)
+    except registry.UnknownExperimentError:
+        return FALLBACK_EXP
+    return IMAGENET_EXP
+
+
+def as_resnet50(exp: ExperimentConfig, image_size: int = 224) -> ExperimentConfig:
+    """The experiment with ResNet-50 on image_size x image_size x 3 images and 1000 classes."""
+    from pax_eqx.layers.resnets import resnet50
+
+    model = exp.model.replace(network=resnet50(), input_shape=(image_size, image_size, 3), num_classes=1000)
+    return exp.replace(model=model)
+
+
+def with_image_size(exp: ExperimentConfig, image_size: int) -> ExperimentConfig:
+    *_, channels = exp.model.input_shape
+    return exp.replace(model=exp.model.replace(input_shape=(image_size, image_size, channels)))
+
+
+def synthetic_images(batch: int, shape: tuple[int, ...], num_classes: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "inputs": rng.standard_normal((batch, *shape), dtype=np.float32),
+        "labels": rng.integers(0, num_classes, (batch,)).astype(np.int32),
+        "weights": np.ones((batch,), np.float32),
+    }
+
+
+def synthetic_image_step(exp: ExperimentConfig) -> tuple[Any, Any, dict[str, jax.Array]]:
+    """(programs, train state, global batch): the experiment's real train step on synthetic images."""
+    from pax_eqx.programs.compiled import Programs
+    from pax_eqx.programs.runtime import build_task
+    from pax_eqx.sharding.mesh import build_mesh
+
+    exp.validate(num_devices=jax.device_count())
+    programs = Programs(build_task(exp), build_mesh(exp.mesh), exp.mesh.rules)
+    state = programs.init_state(exp.train.seed)
+    local = synthetic_images(exp.data.train.batch_size, tuple(exp.model.input_shape), exp.model.num_classes)
+    return programs, state, programs.global_batch(local)
+
+
+def analytic_flops(exp: ExperimentConfig) -> dict[str, float]:
+    """forward (padding taps counted, the convention), train (3 x forward), and what the compiled
+    step's convolutions and matmuls add up to (`hlo_expected`: real-pixel taps, no stem input gradient)."""
+    network, shape, classes = exp.model.network, tuple(exp.model.input_shape), exp.model.num_classes
+    forward = flops.resnet_flops_per_image(network, shape, classes)
+    forward_real = flops.resnet_flops_per_image(network, shape, classes, count_padding=False)
+    stem_real = flops.resnet_first_conv_flops(network, shape, count_padding=False)
+    return {"forward": forward, "train": 3 * forward, "hlo_expected": 3 * forward_real - stem_real}
+
+
+def hlo_flops(hlo_text: str) -> float:
+    """Convolution + matmul FLOPs of one call of a compiled module (one device's program)."""
+    return sum(op.flops * op.executions for op in hlo_ops.index_module(hlo_text).values())
+
+
+def run(exp: ExperimentConfig, steps: int, warmup: int, log=print) -> dict[str, Any]:
+    from pax_eqx.layers.resnets import ResNetConfig
+
+    if not isinstance(exp.model.network, ResNetConfig):
+        raise cli.fail(
+            f"benchmarks.images counts a ResNet's FLOPs; --exp {exp.name}'s network is a "
+            f"{type(exp.model.network).__name__}. Use a ResNet experiment (e.g. --exp digits_resnet) or --resnet50."
+        )
+    images = exp.data.train.batch_size * jax.process_count()
+    programs, state, data = synthetic_image_step(exp)
+    start = time.perf_counter()
+    compiled = programs.train_step.lower(state, data).compile()
+    compile_s = time.perf_counter() - start
+    n_dev = jax.device_count()
+    # The module is one device's program; data parallel, each device runs its share of the images.
+    hlo_per_image = hlo_flops(compiled.as_text()) * n_dev / images
+
+    def step(s):
+        s, outputs = compiled(s, data)
+        return s, outputs.metrics["avg_xent"].value
+
+    times, state = time_steps(step, state, warmup, steps)
+    step_time = statistics.median(times)
+    num_params = sum(x.size for x in jax.tree.leaves(state.params))
+    analytic = analytic_flops(exp)
+    images_per_s = images / step_time
+    device = jax.devices()[0]
+    peak = flops.peak_tflops(device.device_kind)
+    result = {
+        "exp": exp.name,
+        "device_kind": device.device_kind,
+        "num_devices": n_dev,
+        "params": int(num_params),
+        "image_shape": list(exp.model.input_shape),
+        "images_per_step": images,
+        "step_time_s": step_time,
+        "images_per_s": images_per_s,
+        "flops_per_image": analytic["train"],
+        "forward_flops_per_image": analytic["forward"],
+        "hlo_flops_per_image": hlo_per_image,
+        "hlo_expected_flops_per_image": analytic["hlo_expected"],
+        "model_tflops_per_s": images_per_s * analytic["train"] / 1e12,
+        "mfu": flops.mfu(images_per_s, analytic["train"], peak, n_dev) if peak else None,
+        "peak_tflops": peak,
+        "compile_s": compile_s,
+    }
+    _print_summary(result, log)
+    return result
+
+
+def _print_summary(r: dict[str, Any], log) -> None:
+    shape = "x".join(map(str, r["image_shape"]))
+    log(f"{r['exp']} on {r['num_devices']} x {r['device_kind']}: {r['params'] / 1e6:,.2f}M params, {shape} images")
+    log(f"  step {r['step_time_s'] * 1e3:,.1f} ms (median), {r['images_per_s']:,.2f} images/s, "
+        f"{r['model_tflops_per_s']:,.3f} model TFLOP/s, compile {r['compile_s']:.1f} s")  # fmt: skip
+    log(f"  FLOPs per image: forward {r['forward_flops_per_image']:,.0f} ({r['forward_flops_per_image'] / 2e9:.3f} "
+        f"GMACs), train step 3x = {r['flops_per_image']:,.0f}")  # fmt: skip
+    log(f"  compiled HLO conv+matmul FLOPs per image {r['hlo_flops_per_image']:,.0f} "
+        f"({r['hlo_flops_per_image'] / r['flops_per_image']:.4f} of 3x forward; expected "
+        f"{r['hlo_expected_flops_per_image']:,.0f}: real-pixel taps, no stem input gradient)")  # fmt: skip
+    if r["mfu"] is not None:
+        log(f"  MFU {r['mfu'] * 100:.1f}% (peak {r['peak_tflops']:.1f} TF/s per device, datasheet bf16)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not any(a == "--exp" or a.startswith("--exp=") for a in argv):
+        argv = ["--exp", default_experiment(), *argv]
+    exp, _, ns = cli.parse(
+        argv,
+        "python -m benchmarks.images",
+        "Images/s and MFU of an image classifier's train step on synthetic images.",
+        job_dir_required=False,
+        extra=[
+            ("--steps", dict(type=int, default=10)),
+            ("--warmup", dict(type=int, default=2)),
+            ("--image-size", dict(type=int, default=None)),
+            ("--resnet50", dict(action="store_true")),
+        ],
+    )
+    if ns.steps <= 0 or ns.warmup < 0:
+        raise cli.fail(f"--steps must be > 0 and --warmup >= 0, got {ns.steps} and {ns.warmup}.")
+    if ns.resnet50:
+        exp = as_resnet50(exp, ns.image_size or 224)
+    elif ns.image_size:
+        exp = with_image_size(exp, ns.image_size)
+    result = run(exp, ns.steps, ns.warmup)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    from pax_eqx.programs import entry
+
+    entry.run(lambda: main(sys.argv[1:]))
