@@ -132,7 +132,7 @@ class ViTConfig(Config):
             remat_policy=self.remat_policy,
         )  # fmt: skip
 
-    def build(self, key: PRNGKeyArray, *, image_shape: tuple[int, int, int]) -> ViT:
+    def build(self, key: PRNGKeyArray, *, image_shape: tuple[int, ...]) -> ViT:
         """The trunk for images of shape (height, width, channels)."""
         self.validate()
         if len(image_shape) != 3 or any(not d > 0 for d in image_shape):
