@@ -18,7 +18,7 @@ and, as its last line, one JSON object:
   flops_per_image, exactly by what `hlo_expected_flops_per_image` accounts for: XLA counts only
   the taps on real pixels (not the zero padding), and the stem convolution's input gradient is
   never computed (the images need no gradient), so expected = 3 x forward (real-pixel taps) -
-  stem convolution (real-pixel taps). ResNet-50 at 224: 0.953 x flops_per_image.
+  stem convolution (real-pixel taps). ResNet-50 at 224: 0.956 x flops_per_image.
 - mfu: images_per_s x flops_per_image / (peak x devices), where the device's datasheet peak
   is known (`flops.peak_tflops`, GPU/TPU bf16); None on CPU.
 
