@@ -14,7 +14,7 @@ from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.data import DataConfig, InputConfig
 from pax_eqx.data.augment import AugmentConfig
 from pax_eqx.experiment import ExperimentConfig, TrainConfig
-from pax_eqx.layers import MLPConfig, ResNetBlockConfig, ResNetConfig
+from pax_eqx.layers import MLPConfig, ResNetBlockConfig, ResNetConfig, ViTConfig
 from pax_eqx.learners import LearnerConfig, ScheduleConfig
 from pax_eqx.models import ClassificationModelConfig
 
@@ -76,4 +76,30 @@ def digits_resnet() -> ExperimentConfig:
         ),
         train=TrainConfig(num_steps=600, eval_interval_steps=200, summary_interval_steps=50, sample_at_end=False),
         checkpoint=CheckpointConfig(every_n_steps=200, max_to_keep=2),
+    )
+
+
+@register("digits_vit", aliases=("DigitsViT",))
+def digits_vit() -> ExperimentConfig:
+    """A tiny ViT on the digits as 8x8x1 images: 2x2 patches (16 tokens), 4 layers of width 64,
+    mean pooling (issue 13: its accuracy is reported, there is no target): 97.2% eval accuracy after
+    1,500 steps, in about 70 s on a 2-core CPU."""
+    vit = ViTConfig(patch_size=2, model_dims=64, num_layers=4, num_heads=4, hidden_dims=128, pooling="mean")
+    return ExperimentConfig(
+        name="digits_vit",
+        model=ClassificationModelConfig(input_shape=(8, 8, 1), num_classes=10, network=vit, label_smoothing_prob=0.1),
+        learner=LearnerConfig(
+            optimizer="adamw",
+            learning_rate=3e-3,
+            weight_decay=0.05,
+            schedule=ScheduleConfig(kind="cosine", warmup_steps=50, decay_end=1500, min_ratio=0.05),
+        ),
+        data=DataConfig(
+            source="digits_images",
+            augment=AugmentConfig(crop_padding=1),
+            train=InputConfig(batch_size=64),
+            eval=InputConfig(batch_size=60, shuffle=False, repeat=False, reset_for_eval=True),
+        ),
+        train=TrainConfig(num_steps=1500, eval_interval_steps=250, summary_interval_steps=50, sample_at_end=False),
+        checkpoint=CheckpointConfig(every_n_steps=250, max_to_keep=2),
     )
