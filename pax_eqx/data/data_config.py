@@ -20,6 +20,8 @@ Sources (`source`):
   images_npz   a .npz file at `path` (`images` [N, H, W(, C)], `labels` [N]); eval = `eval_path`,
                or the last `eval_fraction` of a fixed shuffle.
   image_folder a folder `path`/<class_name>/*.png|jpg|jpeg (Pillow); eval as images_npz.
+  synthetic_images  `num_synthetic_examples` random images of `image_shape` per split, label 0
+               (images.py): an image model's shapes without a dataset, for speed and plumbing.
 
 Image sources yield inputs [B, H, W, C] float32, labels [B], weights [B]; `augment` crops and
 flips training batches and normalises both splits (augment.py).
@@ -68,6 +70,7 @@ Source = Literal[
     "digits_images",
     "images_npz",
     "image_folder",
+    "synthetic_images",
 ]
 _TEXT_SOURCES = ("shakespeare", "text_files", "jsonl")
 _ID_SOURCES = ("synthetic", "random")  # token ids without text: nothing to train a tokenizer on
@@ -79,7 +82,10 @@ class DataConfig(Config):
     text_files / jsonl / images_npz / image_folder. jsonl_text_key: the record field holding
     the text. eval_fraction: share held out for eval when there is no eval_path. layout: "stream" windows or "packed"
     documents. seq_len: tokens per row. num_synthetic_examples: examples per epoch of the
-    synthetic / random sources. custom_input: `package.module.function` for source="custom".
+    synthetic / random / synthetic_images sources. image_shape: [H, W, C] of the images:
+    synthetic_images makes images of this shape (required); the other image sources check that
+    every image has it (empty = no check); other sources reject it. custom_input:
+    `package.module.function` for source="custom".
     tokenizer: byte-level or SentencePiece (synthetic / random sources without a
     tokenizer.model_path use bytes: they have no text to train one on). train / eval: the two
     inputs (batch size, hosts, seed, the reset_for_eval x eval_loop_num_batches table).
@@ -95,6 +101,7 @@ class DataConfig(Config):
     layout: Literal["stream", "packed"] = "stream"
     seq_len: int = 64
     num_synthetic_examples: int = 1024
+    image_shape: tuple[int, ...] = ()
     custom_input: str = ""
     tokenizer: TokenizerConfig = TokenizerConfig()
     train: InputConfig = InputConfig()
@@ -113,7 +120,7 @@ class DataConfig(Config):
         self.tokenizer.validate()
         self.train.validate("train")
         self.eval.validate("eval")
-        self._validate_images()
+        self._validate_images(files)
         if not files:
             return
         if self.source in ("text_files", "jsonl"):
@@ -139,8 +146,9 @@ class DataConfig(Config):
                 "none; use data.tokenizer.kind='byte' or set data.tokenizer.model_path."
             )
 
-    def _validate_images(self) -> None:
-        """The image fields: `augment` only for image sources; paths where the source reads them."""
+    def _validate_images(self, files: bool = True) -> None:
+        """The image fields: `augment` and `image_shape` only for image sources; paths where the
+        source reads them (an empty path only with files=True: a --dry-run plans without data)."""
         self.augment.validate()
         if self.source not in images.IMAGE_SOURCES:
             changed = [
@@ -148,23 +156,48 @@ class DataConfig(Config):
                 for name in ("crop_padding", "horizontal_flip", "mean", "std")
                 if getattr(self.augment, name) != getattr(AugmentConfig(), name)
             ]
+            if self.image_shape:
+                changed.append(f"data.image_shape={tuple(self.image_shape)!r}")
             if changed:
                 raise ConfigError(
-                    f"{', '.join(changed)} would do nothing: data.augment applies to image sources "
-                    f"{images.IMAGE_SOURCES}, and data.source={self.source!r}; remove it."
+                    f"{', '.join(changed)} would do nothing: data.augment and data.image_shape apply to image "
+                    f"sources {images.IMAGE_SOURCES}, and data.source={self.source!r}; remove it."
                 )
             return
-        if self.source == "digits_images":
+        if self.image_shape:
+            images.check_image_shape_field(self.image_shape)
+            self.augment.check_image_shape(tuple(self.image_shape), self.source)
+        if self.source in ("digits_images", "synthetic_images"):
             for name in ("path", "eval_path"):
                 if getattr(self, name):
-                    raise ConfigError(
-                        f"data.{name}={getattr(self, name)!r} would do nothing: data.source='digits_images' reads "
-                        "scikit-learn's bundled digits; remove it, or use data.source='images_npz' / 'image_folder'."
+                    reads = (
+                        "scikit-learn's bundled digits"
+                        if self.source == "digits_images"
+                        else "no files (random images of data.image_shape)"
                     )
+                    raise ConfigError(
+                        f"data.{name}={getattr(self, name)!r} would do nothing: data.source={self.source!r} reads "
+                        f"{reads}; remove it, or use data.source='images_npz' / 'image_folder'."
+                    )
+        if self.source == "digits_images":
+            if self.image_shape and tuple(self.image_shape) != images.DIGITS_SHAPE:
+                raise ConfigError(
+                    f"data.image_shape={tuple(self.image_shape)} but data.source='digits_images' gives "
+                    f"{images.DIGITS_SHAPE} images; set data.image_shape to {images.DIGITS_SHAPE} or leave it empty."
+                )
             self.augment.check_image_shape(images.DIGITS_SHAPE, self.source)
-        elif not self.path.strip():
+        elif self.source == "synthetic_images":
+            if not self.image_shape:
+                raise ConfigError(
+                    "data.image_shape is empty; data.source='synthetic_images' makes random images of that shape "
+                    "(--data.image-shape 224 224 3)."
+                )
+        elif files and not self.path.strip():
             kind = "a .npz file" if self.source == "images_npz" else "a folder root/<class_name>/*.png|jpg"
-            raise ConfigError(f"data.path is empty; data.source={self.source!r} reads {kind} there (--data.path ...).")
+            raise ConfigError(
+                f"data.path is empty; data.source={self.source!r} reads {kind} there (--data.path ...), or train "
+                "on random images of data.image_shape without files: --data.source synthetic_images."
+            )
 
 
 def build_tokenizer(data: DataConfig, job_dir: str | os.PathLike | None = None) -> Tokenizer:
@@ -202,7 +235,8 @@ def build_input(
         return inp
     if data.source in images.IMAGE_SOURCES:
         data._validate_images()
-        return images.image_input(images.split_examples(data, split), cfg, data.augment, split, shard, data.source)
+        examples = images.split_examples(data, split)
+        return images.image_input(examples, cfg, data.augment, split, shard, data.source, tuple(data.image_shape))
     if data.source == "digits":
         examples = digits.digits_examples(split, data.eval_fraction)
         batches, per_epoch = batch_host_examples(examples, cfg, shard, zeros_like_example(examples[0]))

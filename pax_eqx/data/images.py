@@ -21,6 +21,13 @@ Sources (`data.source`):
   separate source name rather than a layout field on `digits`: the flat `digits` source
   (inputs [64], the `digits_mlp` experiment) stays as it is, the name in config.json says which
   shape a model gets, and no DataConfig field exists that only one source reads.
+- `synthetic_images`: `data.num_synthetic_examples` images of `data.image_shape` per split,
+  pixels uniform in [0, 1) drawn from a generator seeded with (split, index) -- the same image
+  for an index on every host, epoch and run, different between train and eval -- and label 0
+  for every image (like Pax's SyntheticLmData, whose ids are all ones: any classifier takes
+  them, whatever its class count). For speed and plumbing (ImageNet's shapes without ImageNet),
+  not learning. A separate source rather than `synthetic` (the LM source): that one yields
+  token rows of `data.seq_len`; the name in config.json says which one a model gets.
 - in memory: `array_image_examples(images, labels)` and `held_out_indices` for a
   `data.custom_input` function; `image_input` batches them like the sources above.
 
@@ -46,11 +53,12 @@ from pax_eqx.data.sources import array_examples
 if TYPE_CHECKING:
     from pax_eqx.data.data_config import DataConfig
 
-IMAGE_SOURCES = ("images_npz", "image_folder", "digits_images")
+IMAGE_SOURCES = ("images_npz", "image_folder", "digits_images", "synthetic_images")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 DIGITS_SHAPE = (8, 8, 1)
 _SPLIT_SEED = 0
 _GRAY_MODES = ("1", "L", "I", "I;16", "F")
+_SYNTHETIC_SPLIT_SEEDS = {"train": 0, "eval": 1}
 
 
 def to_float_images(images: Any, where: str) -> np.ndarray:
@@ -254,6 +262,47 @@ def digits_image_examples(split: Split, eval_fraction: float) -> grain.MapDatase
     return digits.digits_examples(split, eval_fraction).map(_digit_image)
 
 
+# --- synthetic ----------------------------------------------------------------------------------
+
+
+def check_image_shape_field(shape: Any, field: str = "data.image_shape") -> tuple[int, int, int]:
+    """`shape` as (H, W, C) of positive ints, or a ConfigError naming `field`."""
+    shape = tuple(shape)
+    if len(shape) != 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+        raise ConfigError(f"{field} must be 3 positive sizes (height, width, channels), e.g. 224 224 3; got {shape}.")
+    return shape  # type: ignore[return-value]
+
+
+class SyntheticImages(grain.sources.RandomAccessDataSource):
+    """source[i] = random image i of `shape` (uniform [0, 1), seeded by (split seed, i)), label 0."""
+
+    def __init__(self, num: int, shape: tuple[int, int, int], split: Split):
+        self._num = num
+        self._shape = check_image_shape_field(shape)
+        self._seed = _SYNTHETIC_SPLIT_SEEDS[split]
+
+    def __len__(self) -> int:
+        return self._num
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        rng = np.random.default_rng((self._seed, int(index)))
+        return {
+            "inputs": rng.random(self._shape, dtype=np.float32),
+            "labels": np.int32(0),
+            "weights": np.float32(1.0),
+        }
+
+    def __repr__(self) -> str:
+        return f"SyntheticImages({self._num} images of {self._shape})"
+
+
+def synthetic_image_examples(num: int, shape: tuple[int, ...], split: Split) -> grain.MapDataset:
+    """`num` random images of `shape` [H, W, C] for `split` (module doc), label 0."""
+    if num <= 0:
+        raise ConfigError(f"data.num_synthetic_examples must be > 0, got {num}.")
+    return grain.MapDataset.source(SyntheticImages(num, check_image_shape_field(shape), split))
+
+
 # --- DataConfig wiring --------------------------------------------------------------------------
 
 
@@ -280,6 +329,8 @@ def split_examples(data: DataConfig, split: Split) -> grain.MapDataset:
     """The split's examples for an image source (before normalisation, sharding and batching)."""
     if data.source == "digits_images":
         return digits_image_examples(split, data.eval_fraction)
+    if data.source == "synthetic_images":
+        return synthetic_image_examples(data.num_synthetic_examples, data.image_shape, split)
     use_eval_path = split == "eval" and bool(data.eval_path)
     spec, field = (data.eval_path, "data.eval_path") if use_eval_path else (data.path, "data.path")
     held_out_split = None if data.eval_path else split
@@ -298,10 +349,12 @@ def image_input(
     split: Split,
     shard: HostShard,
     source: str = "images",
+    image_shape: tuple[int, ...] = (),
 ) -> Input:
     """This host's Input over image `examples`: normalised (both splits), sharded, shuffled and
     padded like every source (`batch_host_examples`), batched, then randomly cropped / flipped
-    (train only). Batches: inputs [B, H, W, C] float32, labels [B] int32, weights [B] float32."""
+    (train only). Batches: inputs [B, H, W, C] float32, labels [B] int32, weights [B] float32.
+    `image_shape` (data.image_shape), when given, must be the images' [H, W, C]."""
     augment_cfg.validate()
     if len(examples) == 0:
         raise ConfigError(f"data.source={source!r}: the {split} split has no images.")
@@ -309,6 +362,11 @@ def image_input(
     shape = tuple(np.shape(first["inputs"]))
     if len(shape) != 3:
         raise ConfigError(f"data.source={source!r}: image inputs must be [H, W, C], got {shape}.")
+    if image_shape and shape != tuple(image_shape):
+        raise ConfigError(
+            f"data.image_shape={tuple(image_shape)} but data.source={source!r} gives {split} images of shape {shape} "
+            "[H, W, C]; resize the images, or set data.image_shape to their shape (or leave it empty)."
+        )
     augment_cfg.check_image_shape(shape, source)
     examples = augment.normalize_examples(examples, augment_cfg)
     batches, per_epoch = batch_host_examples(examples, cfg, shard, zeros_like_example(first))

@@ -269,7 +269,7 @@ def test_missing_folder_and_npz(tmp_path):
         write_npz(tmp_path / "a.npz")
         DataConfig(source="images_npz", path=str(tmp_path / "a.npz"), eval_path=str(tmp_path / "b.npz")).validate()
     with pytest.raises(ConfigError, match="data.path is empty"):
-        DataConfig(source="images_npz").validate(files=False)
+        DataConfig(source="images_npz").validate()
     (tmp_path / "empty" / "cls").mkdir(parents=True)
     with pytest.raises(MissingFileError, match="class folder 'cls' has no .png"):
         DataConfig(source="image_folder", path=str(tmp_path / "empty")).validate()
