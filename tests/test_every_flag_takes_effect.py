@@ -41,7 +41,7 @@ import pytest
 
 from experiments import registry
 from pax_eqx.config import Config
-from pax_eqx.layers import Context, MLPConfig, Mode, split_state
+from pax_eqx.layers import Context, MLPConfig, Mode, ViTConfig, split_state
 from pax_eqx.learners import LearnerConfig, build_optimizer, learning_rate_fn
 from pax_eqx.models import ClassificationModelConfig, LanguageModelConfig
 
@@ -83,6 +83,10 @@ def _shrink_classifier(m: ClassificationModelConfig) -> ClassificationModelConfi
     if isinstance(m.network, MLPConfig):
         network = m.network.replace(hidden_dims=tuple(8 for _ in m.network.hidden_dims))
         return m.replace(input_shape=(8,), num_classes=4, network=network)
+    if isinstance(m.network, ViTConfig):
+        # A ViT: the digits' 8x8x1 images are tiny already (patch size kept); a narrow, shallow stack.
+        network = m.network.replace(model_dims=8, num_heads=2, hidden_dims=16, num_layers=2)
+        return m.replace(num_classes=4, network=network)
     # A ResNet: the digits' 8x8x1 images are tiny already; thin every stage.
     network = m.network.replace(channels=tuple(8 for _ in m.network.channels), stem_channels=8)
     return m.replace(num_classes=4, network=network)
