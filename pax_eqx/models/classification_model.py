@@ -5,8 +5,8 @@
 Batch: `inputs` [batch, *input_shape] (float), `labels` [batch] (int), `weights` [batch] (0 for
 padded rows). Metrics, each a mean over the weighted examples with their count as its weight:
 `avg_xent` (the loss), `accuracy` (top-1), `accuracy_top5` (when there are more than 5
-classes), `error_rate`, and `accuracy/class_<c>` for each class, weighted by that class's count
-(its recall; the weights are the per-class counts).
+classes), `error_rate`, and, with at most 20 classes, `accuracy/class_<c>` for each class, weighted by
+that class's count (its recall; the weights are the per-class counts).
 
 The network is a template (`network`) whose input size the model decides (`input_shape`); the
 CLI shows the experiment's network's own fields (`--model.network.hidden-dims 64 64`).
@@ -34,6 +34,10 @@ from pax_eqx.metrics import Metrics, weighted_mean
 from pax_eqx.models.model import Batch, Model, ModelConfig
 
 _TOP_K = 5
+# Per-class accuracies are scalars each (one TensorBoard curve a class): worth it for a few
+# classes; for ImageNet's 1000 they would swamp the summaries and the step's outputs, and the
+# confusion matrix (data.eval.metrics) says the same thing once per eval.
+_MAX_PER_CLASS_METRICS = 20
 
 
 @config
@@ -121,10 +125,11 @@ class ClassificationModel(Model):
             _, top = jax.lax.top_k(logits, _TOP_K)
             in_top = jnp.any(top == labels[:, None], axis=-1).astype(jnp.float32)
             metrics["accuracy_top5"] = weighted_mean(jnp.sum(in_top * weights), num)
-        per_class = jax.nn.one_hot(labels, self.num_classes) * weights[:, None]  # [batch, classes]
-        counts, hits = jnp.sum(per_class, 0), jnp.sum(per_class * correct[:, None], 0)
-        for c in range(self.num_classes):
-            metrics[f"accuracy/class_{c}"] = weighted_mean(hits[c], counts[c])
+        if self.num_classes <= _MAX_PER_CLASS_METRICS:
+            per_class = jax.nn.one_hot(labels, self.num_classes) * weights[:, None]  # [batch, classes]
+            counts, hits = jnp.sum(per_class, 0), jnp.sum(per_class * correct[:, None], 0)
+            for c in range(self.num_classes):
+                metrics[f"accuracy/class_{c}"] = weighted_mean(hits[c], counts[c])
         return metrics
 
     def per_example_outputs(self, predictions: Float[Array, "batch classes"], batch: Batch) -> dict[str, Array]:
