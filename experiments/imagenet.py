@@ -36,11 +36,6 @@ for speed, no files needed.
 
 What cannot be expressed exactly (nearest chosen):
 
-- Learning-rate schedule: pax_eqx has no piecewise-constant schedule. The step drops (x0.1 at
-  epochs 30, 60 and 80) become one geometric decay, `kind="exponential"` from 1.0 at epoch 30
-  (step 75060) to 0.001 at epoch 80 (step 200160), held at 0.001 to the end: the same linear
-  warmup over 5 epochs, the same peak, the same value at epochs 30 and 80-90, 10x per 16.7
-  epochs between (Pax: 0.1 on epochs 30-60, 0.01 on 60-80; here 0.25 at epoch 40, 0.016 at 60).
 - L2 regularisation: Pax adds 1e-4 x w to the gradient *before* Nesterov momentum (coupled L2,
   Praxis' apply_lp_regularizer); pax_eqx's SGD has decoupled weight decay (w -= lr x wd x w after
   momentum). Under momentum 0.9 coupled L2 decays weights 1 / (1 - 0.9) = 10x more per step at
@@ -102,7 +97,7 @@ NUM_TRAIN_STEPS = STEPS_PER_EPOCH * PAX["NUM_EPOCHS"]  # l. 228: 225180
 
 def pax_lr_multiplier(step: int) -> float:
     """Pax's LinearRampupPiecewiseConstant(LR_BOUNDARIES, LR_VALUES) at `step` (Praxis' semantics),
-    to compare ours with; not used by the experiment."""
+    written out to test ours against; not used by the experiment."""
     first = LR_BOUNDARIES[0]
     values = PAX["LR_VALUES"]
     if step < first:
@@ -114,16 +109,22 @@ def pax_lr_multiplier(step: int) -> float:
 
 
 def resnet50_learner() -> LearnerConfig:
-    """ShardedSgd(0.9, Nesterov), lr 0.2 x the nearest schedule to Pax's, L2 as decoupled decay (module doc)."""
-    warmup, first_drop, _, last_drop, _ = LR_BOUNDARIES
+    """ShardedSgd(0.9, Nesterov), lr 0.2 x Pax's LinearRampupPiecewiseConstant, L2 as decoupled decay
+    (module doc)."""
+    warmup, *drops = LR_BOUNDARIES
+    peak, *after = PAX["LR_VALUES"]
     return LearnerConfig(
         optimizer="sgd",
         learning_rate=PAX["LEARNING_RATE"],
         momentum=PAX["MOMENTUM"],
         nesterov=PAX["NESTEROV"],
         schedule=ScheduleConfig(
-            kind="exponential", warmup_steps=warmup, decay_start=first_drop, decay_end=last_drop, min_ratio=0.001
-        ),
+            kind="piecewise",
+            warmup_steps=warmup,
+            max=peak,
+            boundaries=tuple(drops),
+            values=tuple(v / peak for v in after),
+        ),  # fmt: skip
         weight_decay=PAX["L2_REGULARIZER_WEIGHT"] / (1.0 - PAX["MOMENTUM"]),
         weight_decay_mask="matrices",  # Pax's skip_lp_1d_vectors=True
         clip_grad_norm=PAX["CLIP_GRADIENT_NORM_TO_VALUE"],

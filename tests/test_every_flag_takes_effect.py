@@ -200,6 +200,8 @@ def _new_values(tp: Any, value: Any) -> list[Any]:
         candidates = [value / 2, value * 2, 0.5, 0.1]
     elif isinstance(value, tuple) and all(isinstance(v, int) for v in value):
         candidates = [(value[0] * 2,) + value[1:], value + value[-1:]] if value else [(4,)]
+    elif isinstance(value, tuple) and all(isinstance(v, float) for v in value):
+        candidates = [(value[0] / 2,) + value[1:], value + (0.5,)] if value else [(0.5,)]
     elif isinstance(value, str):
         candidates = [value + "_changed"]
     else:

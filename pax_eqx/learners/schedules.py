@@ -16,6 +16,7 @@ Pax's `LinearRampup*Decay` schedules:
     linear        max * (1 - (1 - r) * t / T)                               LinearRampupPolynomialDecay(power=1)
     exponential   max * r ** (t / T)   (geometric interpolation)            LinearRampupExponentialDecay
     rsqrt         max * sqrt(start / step)   (no floor, no decay_end)       LinearRampupSqrtDecay
+    piecewise     max * values[i] from step boundaries[i] on (max before)   LinearRampupPiecewiseConstant
 
 with `r = min_ratio` and `start = max(warmup_steps, decay_start)`. `exponential` *is* Pax's
 LinearRampupExponentialDecay and `cosine` its LinearRampupCosineDecay (start_step 0),
@@ -38,11 +39,19 @@ from jaxtyping import Array, ArrayLike, Float
 
 from pax_eqx.config import Config, ConfigError, config
 
-ScheduleKind = Literal["constant", "cosine", "linear", "exponential", "rsqrt"]
+ScheduleKind = Literal["constant", "cosine", "linear", "exponential", "rsqrt", "piecewise"]
 _DECAYING = ("cosine", "linear", "exponential")
 # The fields a kind never reads: `constant` holds at `max` (a hold before it is still `max`);
 # `rsqrt` has no end and no floor.
-_UNREAD_BY_KIND = {"constant": ("decay_start", "decay_end", "min_ratio"), "rsqrt": ("decay_end", "min_ratio")}
+_PIECES = ("boundaries", "values")
+_UNREAD_BY_KIND = {
+    "constant": ("decay_start", "decay_end", "min_ratio", *_PIECES),
+    "rsqrt": ("decay_end", "min_ratio", *_PIECES),
+    "cosine": _PIECES,
+    "linear": _PIECES,
+    "exponential": _PIECES,
+    "piecewise": ("decay_start", "decay_end", "min_ratio"),
+}
 
 
 @config
@@ -55,6 +64,10 @@ class ScheduleConfig(Config):
     decay_end: the step the decay reaches `max * min_ratio` (cosine, linear, exponential).
     min_ratio: the floor, as a fraction of `max` (> 0 for exponential).
     max: the peak multiplier of the base learning rate (Pax's `max`).
+    boundaries / values (piecewise): from step boundaries[i] on, the multiplier is max * values[i]
+      (increasing steps, all after warmup; one value per boundary). Pax's
+      LinearRampupPiecewiseConstant(boundaries=[w, b0, b1, ...], values=[v, v0, v1, ...]) is
+      warmup_steps=w, max=v, boundaries=(b0, b1, ...), values=(v0/v, v1/v, ...).
 
     A field the kind never reads (decay_start, decay_end, min_ratio for constant; decay_end,
     min_ratio for rsqrt) must stay at its default: `validate` rejects a value that would be ignored.
@@ -66,6 +79,8 @@ class ScheduleConfig(Config):
     decay_end: int = 0
     min_ratio: float = 0.01
     max: float = 1.0
+    boundaries: tuple[int, ...] = ()
+    values: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -92,7 +107,8 @@ class ScheduleConfig(Config):
             )
         if self.kind in _DECAYING and self.decay_end <= self.decay_begins:
             raise ConfigError(
-                f"learner.schedule.decay_end={self.decay_end} must be after the step the {self.kind} decay "
+                f"learner.schedule.decay_end={self.decay_end} must be after the step the learner.schedule.kind="
+                f"{self.kind!r} decay "
                 f"starts ({self.decay_begins} = max(warmup_steps, decay_start)); set decay_end to the step "
                 "where the decay should reach max * min_ratio (often train.num_steps)."
             )
@@ -110,13 +126,27 @@ class ScheduleConfig(Config):
             )
         if not self.max > 0.0:
             raise ConfigError(f"learner.schedule.max must be > 0, got {self.max}.")
+        if self.kind == "piecewise":
+            if not self.boundaries or len(self.values) != len(self.boundaries):
+                raise ConfigError(
+                    f"learner.schedule: kind='piecewise' needs boundaries and one value per boundary, got "
+                    f"boundaries={list(self.boundaries)}, values={list(self.values)}."
+                )
+            steps = (self.warmup_steps, *self.boundaries)
+            if any(b <= a for a, b in zip(steps, steps[1:])):
+                raise ConfigError(
+                    f"learner.schedule.boundaries={list(self.boundaries)} must increase, after warmup_steps="
+                    f"{self.warmup_steps}."
+                )
+            if any(not v >= 0.0 for v in self.values):
+                raise ConfigError(f"learner.schedule.values={list(self.values)} must all be >= 0.")
         defaults = ScheduleConfig.__dataclass_fields__
         for name in _UNREAD_BY_KIND.get(self.kind, ()):
             if getattr(self, name) != defaults[name].default:
+                kinds = "kind='piecewise'" if name in _PIECES else f"a kind that decays ({', '.join(_DECAYING)})"
                 raise ConfigError(
                     f"learner.schedule.{name}={getattr(self, name)} has no effect with learner.schedule.kind="
-                    f"{self.kind!r}; choose a kind that decays ({', '.join(_DECAYING)}) or leave {name} at its "
-                    f"default {defaults[name].default}."
+                    f"{self.kind!r}; choose {kinds} or leave {name} at its default {defaults[name].default}."
                 )
 
 
@@ -174,6 +204,10 @@ def _decay(cfg: ScheduleConfig, peak: float, start: int) -> optax.Schedule:
         return optax.linear_schedule(peak, floor, span)
     if cfg.kind == "exponential":
         return optax.exponential_decay(peak, span, cfg.min_ratio, end_value=floor)
+    if cfg.kind == "piecewise":
+        offsets = jnp.asarray([b - start for b in cfg.boundaries], jnp.int32)
+        levels = jnp.asarray((1.0, *cfg.values), jnp.float32) * peak
+        return lambda t: levels[jnp.searchsorted(offsets, jnp.asarray(t, jnp.int32), side="right")]
     if cfg.kind == "rsqrt":
         # sqrt(start / step) with step = start + t.
         return lambda t: peak * jax.lax.rsqrt(1.0 + jnp.asarray(t, jnp.float32) / start)

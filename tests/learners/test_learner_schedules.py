@@ -158,3 +158,23 @@ def test_unknown_kind_from_json_is_rejected():
 def test_a_field_the_kind_never_reads_is_rejected(fields, named):
     with pytest.raises(ConfigError, match=f"learner.schedule.{named}=.* has no effect with learner.schedule.kind"):
         ScheduleConfig(**fields)
+
+
+def test_piecewise_is_paxs_linear_rampup_piecewise_constant():
+    """Pax's LinearRampupPiecewiseConstant(boundaries=[w, b0, b1], values=[v, v0, v1]): a ramp from
+    0 to v over w steps, then v until b0, v0 until b1, v1 after; written out with NumPy."""
+    w, b0, b1, v, v0, v1 = 10, 25, 40, 1.0, 0.1, 0.001
+    cfg = ScheduleConfig(kind="piecewise", warmup_steps=w, max=v, boundaries=(b0, b1), values=(v0 / v, v1 / v))
+    schedule = build_schedule(cfg, 0.2)
+    steps = np.arange(0, 60)
+    expected = 0.2 * np.where(steps < w, v * steps / w, np.where(steps < b0, v, np.where(steps < b1, v0, v1)))
+    np.testing.assert_allclose([float(schedule(s)) for s in steps], expected, rtol=1e-6, atol=1e-9)
+
+
+def test_piecewise_fields_are_checked_and_unused_elsewhere():
+    with pytest.raises(ConfigError, match="one value per boundary"):
+        ScheduleConfig(kind="piecewise", boundaries=(5, 9), values=(0.1,))
+    with pytest.raises(ConfigError, match="must increase"):
+        ScheduleConfig(kind="piecewise", warmup_steps=10, boundaries=(5,), values=(0.1,))
+    with pytest.raises(ConfigError, match="learner.schedule.boundaries=.*kind='piecewise'"):
+        ScheduleConfig(kind="cosine", decay_end=10, boundaries=(5,))
