@@ -36,11 +36,6 @@ for speed, no files needed.
 
 What cannot be expressed exactly (nearest chosen):
 
-- L2 regularisation: Pax adds 1e-4 x w to the gradient *before* Nesterov momentum (coupled L2,
-  Praxis' apply_lp_regularizer); pax_eqx's SGD has decoupled weight decay (w -= lr x wd x w after
-  momentum). Under momentum 0.9 coupled L2 decays weights 1 / (1 - 0.9) = 10x more per step at
-  steady state, so weight_decay = 1e-4 / (1 - 0.9) = 1e-3 gives the same steady-state decay. Pax's
-  skip_lp_1d_vectors (no decay on BatchNorm scales/offsets and biases) is the "matrices" mask.
 - Preprocessing: Pax's training crop is Inception's random-resized crop (area 8-100%, aspect
   3/4-4/3, bicubic resize to 224) and its eval crop the central 87.5% resized to 224; pax_eqx's
   image inputs read fixed-size images, so resize/crop offline; training keeps Pax's random
@@ -109,8 +104,7 @@ def pax_lr_multiplier(step: int) -> float:
 
 
 def resnet50_learner() -> LearnerConfig:
-    """ShardedSgd(0.9, Nesterov), lr 0.2 x Pax's LinearRampupPiecewiseConstant, L2 as decoupled decay
-    (module doc)."""
+    """ShardedSgd(0.9, Nesterov), lr 0.2 x Pax's LinearRampupPiecewiseConstant, Pax's coupled L2 (module doc)."""
     warmup, *drops = LR_BOUNDARIES
     peak, *after = PAX["LR_VALUES"]
     return LearnerConfig(
@@ -125,7 +119,7 @@ def resnet50_learner() -> LearnerConfig:
             boundaries=tuple(drops),
             values=tuple(v / peak for v in after),
         ),  # fmt: skip
-        weight_decay=PAX["L2_REGULARIZER_WEIGHT"] / (1.0 - PAX["MOMENTUM"]),
+        l2_regularization=PAX["L2_REGULARIZER_WEIGHT"],  # coupled, before momentum, as Pax's
         weight_decay_mask="matrices",  # Pax's skip_lp_1d_vectors=True
         clip_grad_norm=PAX["CLIP_GRADIENT_NORM_TO_VALUE"],
         ema_decay=PAX["EMA_DECAY"],

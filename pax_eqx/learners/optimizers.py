@@ -2,6 +2,7 @@
 
     apply_if_finite(                        only when skip_nonfinite
         clip_by_global_norm(clip_grad_norm)  only when clip_grad_norm > 0
+        -> + l2_regularization * params     coupled L2 (Pax's), masked, only when > 0
         -> optimizer direction              scale_by_adam / factored RMS / lion / momentum
         -> clip_by_block_rms(clip_update_rms) per-tensor update RMS cap, only when > 0
         -> + weight_decay * params          decoupled, masked, only when weight_decay > 0
@@ -64,7 +65,10 @@ class LearnerConfig(Config):
         epsilon_root; 0 = off).
     momentum: SGD's momentum (0 = plain SGD); nesterov: Nesterov momentum for SGD.
     weight_decay: decoupled weight decay, times the scheduled rate (0 = off).
-    weight_decay_mask: which parameters decay: "matrices" (>= 2 dims per layer: no norms or
+    l2_regularization: coupled L2 (Pax's L2_REGULARIZER_WEIGHT, Praxis' apply_l2_regularizer):
+        adds l2 * w to the gradient (after clipping) before the optimizer, so momentum and Adam's
+        moments see it (0 = off). Masked like weight decay.
+    weight_decay_mask: which parameters decay (weight decay and L2): "matrices" (>= 2 dims per layer: no norms or
         biases) or "all" (every parameter, as Praxis' Adam and Lion do). A `decay_mask` given to
         `build_optimizer` overrides it.
     clip_update_rms: cap each tensor's update (the optimizer's direction, before weight decay and
@@ -93,6 +97,7 @@ class LearnerConfig(Config):
     momentum: float = 0.9
     nesterov: bool = False
     weight_decay: float = 0.0
+    l2_regularization: float = 0.0
     weight_decay_mask: DecayMask = "matrices"
     clip_grad_norm: float = 0.0
     clip_update_rms: float = 0.0
@@ -120,7 +125,7 @@ class LearnerConfig(Config):
             raise ConfigError(
                 f"learner.weight_decay_mask={self.weight_decay_mask!r} is not one of {get_args(DecayMask)}."
             )
-        for name in ("eps", "eps_root", "weight_decay", "clip_grad_norm", "clip_update_rms"):
+        for name in ("eps", "eps_root", "weight_decay", "l2_regularization", "clip_grad_norm", "clip_update_rms"):
             value = getattr(self, name)
             if not value >= 0.0:
                 raise ConfigError(f"learner.{name} must be >= 0 (0 = off), got {value}.")
@@ -154,10 +159,11 @@ class LearnerConfig(Config):
                 "learner.nesterov=True has no effect with learner.momentum=0 (plain SGD); set momentum > 0 or "
                 "nesterov=False."
             )
-        if self.weight_decay == 0.0 and self.weight_decay_mask != defaults["weight_decay_mask"].default:
+        decays = self.weight_decay > 0.0 or self.l2_regularization > 0.0
+        if not decays and self.weight_decay_mask != defaults["weight_decay_mask"].default:
             raise ConfigError(
-                f"learner.weight_decay_mask={self.weight_decay_mask!r} has no effect with learner.weight_decay=0; "
-                "set weight_decay > 0 or leave weight_decay_mask at its default 'matrices'."
+                f"learner.weight_decay_mask={self.weight_decay_mask!r} has no effect with learner.weight_decay=0 "
+                "and learner.l2_regularization=0; set one > 0 or leave weight_decay_mask at its default 'matrices'."
             )
 
 
@@ -199,6 +205,8 @@ def build_optimizer(cfg: LearnerConfig, params: Any = None, *, decay_mask: Any =
     inner = []
     if cfg.clip_grad_norm > 0:
         inner.append(optax.clip_by_global_norm(cfg.clip_grad_norm))
+    if cfg.l2_regularization > 0:
+        inner.append(optax.add_decayed_weights(cfg.l2_regularization, mask))
     inner.append(_direction(cfg))
     if cfg.clip_update_rms > 0:
         inner.append(optax.clip_by_block_rms(cfg.clip_update_rms))

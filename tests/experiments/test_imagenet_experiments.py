@@ -69,8 +69,7 @@ def test_every_number_is_paxs(exp):
     assert data.augment.horizontal_flip and data.augment.std == (1 / 255,) * 3  # Pax feeds 0..255 pixels
     assert (lr.optimizer, lr.momentum, lr.nesterov) == ("sgd", pax["momentum"], pax["nesterov"])
     assert lr.learning_rate == pytest.approx(pax["learning_rate"])
-    # Coupled L2 under momentum m decays 1 / (1 - m) times more than decoupled decay (module doc).
-    assert lr.weight_decay == pytest.approx(pax["l2"] / (1 - pax["momentum"]))
+    assert (lr.l2_regularization, lr.weight_decay) == (pax["l2"], 0.0)  # Pax's coupled L2, no decoupled decay
     assert lr.weight_decay_mask == "matrices"  # skip_lp_1d_vectors=True
     assert (lr.clip_grad_norm, lr.ema_decay) == (0.0, 0.0)
     assert imagenet.STEPS_PER_EPOCH == pax["steps_per_epoch"]

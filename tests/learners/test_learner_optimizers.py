@@ -243,3 +243,20 @@ def test_a_field_the_optimizer_would_ignore_is_rejected(fields, named):
 def test_pax_adam_without_weight_decay_leaves_the_mask_alone():
     assert pax_adam(learning_rate=1e-3).weight_decay_mask == "matrices"
     assert pax_adam(learning_rate=1e-3, weight_decay=0.1).weight_decay_mask == "all"
+
+
+def test_l2_regularization_is_added_to_the_gradient_before_momentum():
+    """Pax's coupled L2: the direction is Nesterov momentum over (g + l2 * w), masked like weight
+    decay (the 1-D bias gets none); checked against the update written out for two steps."""
+    params = {"w": jnp.array([[1.0, -2.0]]), "b": jnp.array([0.5])}
+    grads = {"w": jnp.array([[0.1, 0.2]]), "b": jnp.array([0.3])}
+    cfg = LearnerConfig(optimizer="sgd", learning_rate=0.1, momentum=0.9, nesterov=True, l2_regularization=0.01)
+    tx = build_optimizer(cfg, params)
+    state = tx.init(params)
+    direction = {"w": np.asarray(grads["w"]) + 0.01 * np.asarray(params["w"]), "b": np.asarray(grads["b"])}
+    trace = {k: np.zeros_like(v) for k, v in direction.items()}
+    for _ in range(2):
+        updates, state = tx.update(grads, state, params)
+        for k, g in direction.items():
+            trace[k] = g + 0.9 * trace[k]
+            np.testing.assert_allclose(updates[k], -0.1 * (g + 0.9 * trace[k]), rtol=1e-6)
