@@ -49,7 +49,7 @@ IMAGENET_EXP, FALLBACK_EXP = "imagenet_resnet50", "digits_resnet"
 
 def default_experiment() -> str:
     """`imagenet_resnet50` when registered, else `digits_resnet`."""
-    from experiments import registry
+    from pax_eqx.programs import registry
 
     try:
         registry.load_experiment(IMAGENET_EXP)
