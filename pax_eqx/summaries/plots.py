@@ -1,6 +1,8 @@
-"""Loss and log-perplexity curves from DIR/metrics.jsonl, as PNGs in DIR/plots/.
+"""Loss, log-perplexity and accuracy curves from DIR/metrics.jsonl, as PNGs in DIR/plots/.
 
-    write_plots(job_dir)  ->  [DIR/plots/loss.png, DIR/plots/log_pplx.png]
+    write_plots(job_dir)  ->  [DIR/plots/loss.png, DIR/plots/log_pplx.png, DIR/plots/accuracy.png]
+
+(each drawn when the model logs it: a classifier has no log_pplx).
 
 Like the curves in Pax's README (1B-loss.png): step on x, the metric on y, one line for
 training and one (with markers, since it is logged less often) for evaluation. Drawn with
@@ -21,6 +23,7 @@ from pax_eqx.summaries.writer import read_metrics
 PLOTS = {
     "loss": (("loss", "total_loss"), "loss"),
     "log_pplx": (("log_pplx",), "log perplexity (nats per token)"),
+    "accuracy": (("accuracy",), "accuracy"),
 }
 
 _STYLE = {
