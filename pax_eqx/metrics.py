@@ -18,7 +18,7 @@ average over examples (a learning rate, a gradient norm) has weight 1.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import jax.numpy as jnp
@@ -80,13 +80,3 @@ class HostAccumulator:
 
     def result(self) -> dict[str, Weighted]:
         return {name: Weighted(self._sums[name] / w if w > 0 else 0.0, w) for name, w in self._weights.items()}
-
-
-def values(metrics: Mapping[str, Weighted]) -> dict[str, float]:
-    """The host-side floats of fetched metrics: each metric's value (its weight dropped)."""
-    return {name: float(np.asarray(m.value)) for name, m in metrics.items()}
-
-
-def weights(metrics: Mapping[str, Weighted], names: Iterable[str]) -> dict[str, float]:
-    """The weights of the named metrics, as floats (e.g. how many predictions a loss averaged)."""
-    return {name: float(np.asarray(metrics[name].weight)) for name in names if name in metrics}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_experiments_cli_and_docs import run_main
 
 from experiments import imagenet, registry
 from pax_eqx import train
@@ -38,15 +39,6 @@ PAX_RESNET50 = {
 @pytest.fixture(scope="module")
 def exp():
     return registry.load_experiment("imagenet_resnet50")
-
-
-def run_main(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        code = train.main(list(argv))
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_pax_class_names_are_aliases(exp):
