@@ -31,16 +31,14 @@ images' height and width (keeping their channels).
 from __future__ import annotations
 
 import json
-import statistics
 import sys
-import time
 from typing import Any, Sequence
 
 import jax
 import numpy as np
 
 from benchmarks import flops, hlo_ops
-from benchmarks.mfu import time_steps
+from benchmarks.mfu import compile_and_time
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.programs import cli
 
@@ -118,19 +116,11 @@ def run(exp: ExperimentConfig, steps: int, warmup: int, log=print) -> dict[str, 
         )
     images = exp.data.train.batch_size * jax.process_count()
     programs, state, data = synthetic_image_step(exp)
-    start = time.perf_counter()
-    compiled = programs.train_step.lower(state, data).compile()
-    compile_s = time.perf_counter() - start
+    compiled, compile_s, step_time, state = compile_and_time(programs, state, data, warmup, steps)
     n_dev = jax.device_count()
     # The module is one device's program; data parallel, each device runs its share of the images.
     hlo_per_image = hlo_flops(compiled.as_text()) * n_dev / images
 
-    def step(s):
-        s, outputs = compiled(s, data)
-        return s, outputs.metrics["avg_xent"].value
-
-    times, state = time_steps(step, state, warmup, steps)
-    step_time = statistics.median(times)
     num_params = sum(x.size for x in jax.tree.leaves(state.params))
     analytic = analytic_flops(exp)
     images_per_s = images / step_time
