@@ -59,6 +59,7 @@ class _Forward(NamedTuple):
     metrics: Metrics
     nt_state: Any
     summaries: dict[str, Array]
+    terms: tuple[Weighted, ...]  # the loss aggregator's terms, each times its coefficient
     aux: Array | None  # the weighted sum of the layers' aux losses; None when no layer adds one
     per_example: dict[str, Array]
 
@@ -141,7 +142,7 @@ class Task:
         per_example = {}
         if self.per_example and mode is Mode.EVAL:
             per_example = model.per_example_outputs(predictions, batch)
-        return _Forward(metrics, ctx.state, ctx.summaries, aux, per_example)
+        return _Forward(metrics, ctx.state, ctx.summaries, terms, aux, per_example)
 
     def _terms(self, metrics: Metrics) -> tuple[Weighted, ...]:
         missing = [name for name, _ in self.loss_terms if name not in metrics]
@@ -168,7 +169,7 @@ class Task:
     def _loss(self, params, nt_state, batch, key):
         """For microbatching: (loss terms, aux, outputs) of one training (micro)batch."""
         fwd = self.forward(params, nt_state, batch, key, Mode.TRAIN)
-        return self._terms(fwd.metrics), fwd.aux, fwd
+        return fwd.terms, fwd.aux, fwd
 
     # Steps ------------------------------------------------------------------------------------
     def train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, StepOutputs]:
