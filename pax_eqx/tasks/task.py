@@ -155,6 +155,11 @@ class Task:
 
     def _aux(self, ctx: Context) -> Array | None:
         if not ctx.aux_losses:
+            if self.task_cfg.aux_loss_weight != 1.0:
+                raise ConfigError(
+                    f"task.aux_loss_weight={self.task_cfg.aux_loss_weight} has no effect: the model "
+                    f"({type(self.model_cfg).__name__}) adds no aux losses; leave it at its default 1.0."
+                )
             return None
         return self.task_cfg.aux_loss_weight * sum(ctx.aux_losses.values(), jnp.zeros((), jnp.float32))
 

@@ -123,6 +123,13 @@ def test_a_batch_without_the_models_keys_is_named():
         task.train_step(state, batch)
 
 
+def test_an_aux_loss_weight_without_aux_losses_is_refused():
+    task = Task(ClassificationModelConfig(input_shape=(5,), num_classes=3), SGD, TaskConfig(aux_loss_weight=2.0))
+    state = task.init_state(jax.random.PRNGKey(0))
+    with pytest.raises(ConfigError, match="task.aux_loss_weight=2.0 has no effect"):
+        task.train_step(state, _classifier_batch([1, 1]))
+
+
 def test_task_config_errors_name_the_field():
     with pytest.raises(ConfigError, match="task.loss_weights"):
         TaskConfig(losses=("a", "b"), loss_weights=(1.0,))
