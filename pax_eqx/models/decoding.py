@@ -1,10 +1,12 @@
-"""Sampling from a LanguageModel with a KV cache: greedy, temperature, top-k, top-p, EOS stop.
+"""Sampling: greedy, temperature, top-k, top-p, EOS stop; `generate` for a LanguageModel.
 
-Prompts of different lengths are left-padded to a common length P, so every row's next token
-is written to the same cache slot; padded slots are masked out (`key_valid`) and positions
-count only real tokens, so a prompt gives the same continuation alone or in a batch.
-The whole loop (prefill + `max_new_tokens` extend steps in a `lax.scan`) is one jitted
-program; rows that hit EOS keep emitting `pad_id`.
+`sample` takes any `IncrementalDecoder` (`pax_eqx.models.incremental`): the whole loop (`start`
++ `max_new_tokens` `extend` steps in a `lax.scan`) is one jitted program; rows that hit EOS
+keep emitting `pad_id`. `generate` runs it on a LanguageModel's prompts (left-padded to a
+common length P, so every row's next token is written to the same cache slot; padded slots are
+masked and positions count only real tokens, so a prompt gives the same continuation alone or
+in a batch), sliding a window past `max_seq_len`. Beam search (`beam_size > 1`) is
+`pax_eqx.models.beam_search`, on the same protocol.
 """
 
 from __future__ import annotations
@@ -16,19 +18,28 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.models.incremental import IncrementalDecoder, LanguageModelDecoder
 from pax_eqx.models.language_model import LanguageModel
 
 
 @config
 class SampleConfig(Config):
     """max_new_tokens: tokens to generate; temperature: 0 = greedy (argmax);
-    top_k: 0 = off; top_p: 1.0 = off (nucleus sampling); eos_id: -1 = never stop early."""
+    top_k: 0 = off; top_p: 1.0 = off (nucleus sampling); eos_id: -1 = never stop early.
+    beam_size: 1 = sample (greedy at temperature 0); > 1 = beam search keeping that many
+      hypotheses, scored by the model's log-probs (temperature, top-k and top-p do not apply).
+    length_norm_alpha: beam search ranks hypotheses by log-prob / ((5 + length) / 6) ** alpha
+      (GNMT's length penalty, Pax's BeamSearchHParams.length_norm_alpha); 0 = raw log-prob,
+      larger favours longer hypotheses.
+    """
 
     max_new_tokens: int = 200
     temperature: float = 0.8
     top_k: int = 0
     top_p: float = 1.0
     eos_id: int = -1
+    beam_size: int = 1
+    length_norm_alpha: float = 0.8
 
     def validate(self) -> None:
         if self.max_new_tokens <= 0:
@@ -39,6 +50,31 @@ class SampleConfig(Config):
             raise ConfigError(f"decode.top_p must be in (0, 1], got {self.top_p}.")
         if self.top_k < 0:
             raise ConfigError(f"decode.top_k must be >= 0, got {self.top_k}.")
+        if self.beam_size < 1:
+            raise ConfigError(
+                f"decode.beam_size must be >= 1 (1 = sample, > 1 = beam search), got {self.beam_size}; "
+                "pass e.g. --decode.beam-size 4."
+            )
+        if not self.length_norm_alpha >= 0.0:
+            raise ConfigError(
+                f"decode.length_norm_alpha must be >= 0 (0 = rank by raw log-prob), got {self.length_norm_alpha}; "
+                "pass e.g. --decode.length-norm-alpha 0.8."
+            )
+        default = SampleConfig()
+        if self.beam_size > 1:
+            for name in ("top_k", "top_p"):
+                if getattr(self, name) != getattr(default, name):
+                    raise ConfigError(
+                        f"decode.{name}={getattr(self, name)} has no effect with decode.beam_size={self.beam_size}: "
+                        "beam search keeps the best hypotheses by the model's log-probs, it does not sample; "
+                        f"leave decode.{name} at {getattr(default, name)} or set decode.beam_size=1."
+                    )
+        elif self.length_norm_alpha != default.length_norm_alpha:
+            raise ConfigError(
+                f"decode.length_norm_alpha={self.length_norm_alpha} has no effect with decode.beam_size=1 "
+                "(sampling ranks nothing); set decode.beam_size > 1 or leave length_norm_alpha at "
+                f"{default.length_norm_alpha}."
+            )
 
 
 def filter_logits(logits: Float[Array, "batch vocab"], top_k: int, top_p: float) -> Float[Array, "batch vocab"]:
@@ -65,41 +101,61 @@ def sample_token(logits: Float[Array, "batch vocab"], key: PRNGKeyArray, cfg: Sa
     return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
 
 
-@eqx.filter_jit
-def _generate(
-    model: LanguageModel,
-    prompt: Int[Array, "batch prompt"],
-    prompt_valid: Array,
-    key: PRNGKeyArray,
+def sample(
+    decoder: IncrementalDecoder,
     cfg: SampleConfig,
-    pad_id: int,
-) -> Int[Array, "batch new"]:
-    b, p = prompt.shape
-    total = p + cfg.max_new_tokens
-    dtype = jax.tree.leaves(eqx.filter(model, eqx.is_inexact_array))[0].dtype
-    cache = model.init_cache(b, total, dtype)
-    key_valid = jnp.zeros((b, total), bool).at[:, :p].set(prompt_valid)
-    positions = jnp.maximum(jnp.cumsum(prompt_valid, axis=1) - 1, 0).astype(jnp.int32)
-    logits, cache = model.extend_step(prompt, cache, jnp.int32(0), positions, key_valid)
-    next_pos = positions[:, -1] + 1
+    key: PRNGKeyArray,
+    pad_id: int = 0,
+    max_new_tokens: int | None = None,
+) -> tuple[Int[Array, "batch new"], Float[Array, " batch"]]:
+    """Samples (greedy at temperature 0) `max_new_tokens` (default `cfg.max_new_tokens`) tokens
+    for every row of `decoder`, as one jitted program (`start`, then a `lax.scan` of `extend`).
+
+    Returns the tokens [B, new] (a row that emitted `cfg.eos_id` emits `pad_id` after it) and
+    log_probs [B]: the sum of the model's log-softmax (temperature 1, no top-k/top-p) of every
+    emitted token up to and including EOS -- the score beam search maximises, so the two can be
+    compared (`beam_search` with beam_size 1 returns the same tokens and log-prob as greedy).
+    """
+    cfg.validate()
+    if cfg.beam_size > 1:
+        raise ConfigError(
+            f"sample() draws one continuation per row, but decode.beam_size={cfg.beam_size}; "
+            "call pax_eqx.models.beam_search.beam_search, or set decode.beam_size=1."
+        )
+    return _sample(decoder, cfg, key, pad_id, cfg.max_new_tokens if max_new_tokens is None else max_new_tokens)
+
+
+@eqx.filter_jit
+def _sample(
+    decoder: IncrementalDecoder, cfg: SampleConfig, key: PRNGKeyArray, pad_id: int, max_new_tokens: int
+) -> tuple[Int[Array, "batch new"], Float[Array, " batch"]]:
+    logits, carry = decoder.start()
     key, sub = jax.random.split(key)
-    token = sample_token(logits[:, -1], sub, cfg)
-    done = jnp.zeros((b,), bool)
+    token, token_logp = _choose(logits, sub, cfg)
+    b = token.shape[0]
 
-    def step(carry, t):
-        token, cache, key_valid, pos, done, key = carry
+    def step(state, t):
+        token, token_logp, carry, done, total, key = state
         emitted = jnp.where(done, pad_id, token)  # the EOS itself is emitted, pads after it
+        total = total + jnp.where(done, 0.0, token_logp)
         done = done | (token == cfg.eos_id)
-        slot = p + t
-        key_valid = key_valid.at[:, slot].set(True)
-        logits, cache = model.extend_step(token[:, None], cache, slot, pos[:, None], key_valid)
+        logits, carry = decoder.extend(emitted, carry, t)
         key, sub = jax.random.split(key)
-        nxt = sample_token(logits[:, -1], sub, cfg)
-        return (nxt, cache, key_valid, pos + 1, done, key), emitted
+        token, token_logp = _choose(logits, sub, cfg)
+        return (token, token_logp, carry, done, total, key), emitted
 
-    carry = (token, cache, key_valid, next_pos, done, key)
-    _, emitted = jax.lax.scan(step, carry, jnp.arange(cfg.max_new_tokens, dtype=jnp.int32))
-    return emitted.T
+    state = (token, token_logp, carry, jnp.zeros((b,), bool), jnp.zeros((b,), jnp.float32), key)
+    state, emitted = jax.lax.scan(step, state, jnp.arange(max_new_tokens, dtype=jnp.int32))
+    return emitted.T, state[4]
+
+
+def _choose(
+    logits: Float[Array, "batch vocab"], key: PRNGKeyArray, cfg: SampleConfig
+) -> tuple[Int[Array, " batch"], Float[Array, " batch"]]:
+    """The next token of every row and its log-probability under the model (float32)."""
+    token = sample_token(logits, key, cfg)
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    return token, jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
 
 
 def generate(
@@ -115,10 +171,17 @@ def generate(
     rows past it), so longer generations slide a window, as nanoGPT does: the context is
     cropped to its last max_seq_len // 2 tokens, re-prefilled at positions 0.., and extended to
     max_seq_len; every window has the same shapes, so it compiles once.
+
+    With `cfg.beam_size > 1`, each prompt's best beam-search hypothesis (no window: prompt +
+    max_new_tokens must fit in max_seq_len); `key` is then unused.
     """
     cfg.validate()
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ConfigError("every prompt needs at least one token.")
+    if cfg.beam_size > 1:
+        from pax_eqx.models.beam_search import beam_search_lm  # it imports this module
+
+        return [nbest[0][0] if nbest else [] for nbest in beam_search_lm(model, prompts, cfg, pad_id)]
     longest = max(len(p) for p in prompts)
     if longest + cfg.max_new_tokens <= model.max_seq_len:
         return _cut_at_eos(_run(model, prompts, longest, cfg, key, pad_id), cfg.eos_id)
@@ -137,12 +200,8 @@ def generate(
 
 def _run(model, prompts, length, cfg, key, pad_id) -> list[list[int]]:
     """One jitted prefill + extend loop over prompts left-padded to `length`."""
-    ids = np.full((len(prompts), length), pad_id, np.int32)
-    valid = np.zeros((len(prompts), length), bool)
-    for i, p in enumerate(prompts):
-        ids[i, length - len(p) :] = p
-        valid[i, length - len(p) :] = True
-    return np.asarray(_generate(model, jnp.asarray(ids), jnp.asarray(valid), key, cfg, pad_id)).tolist()
+    decoder = LanguageModelDecoder.from_prompts(model, prompts, cfg.max_new_tokens, pad_id, length=length)
+    return np.asarray(sample(decoder, cfg, key, pad_id)[0]).tolist()
 
 
 def _cut_at_eos(rows: list[list[int]], eos_id: int) -> list[list[int]]:
