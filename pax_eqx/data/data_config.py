@@ -11,6 +11,8 @@ Sources (`source`):
                last `eval_fraction` of each file.
   jsonl        local JSON-lines files at `path` (one document per record, field
                `jsonl_text_key`); eval = `eval_path`, or every round(1/eval_fraction)-th record.
+  seq2seq_jsonl  JSON-lines (inputs, targets) pairs at `path` (fields `jsonl_inputs_key`,
+               `jsonl_targets_key`) for encoder-decoders; eval as jsonl (seq2seq_examples.py).
   synthetic    Pax's SyntheticLmData: every row ids = labels = 1 (fixed shapes, no text).
   random       uniform random tokens, deterministic per example.
   custom       `custom_input`, a dotted path to `fn(data_cfg, split, tokenizer, shard) -> Input`.
@@ -29,6 +31,11 @@ flips training batches and normalises both splits (augment.py).
 Layouts (`layout`, text sources only): "stream" = one token stream cut into windows (nanoGPT;
 the whole split is tokenized once at build time), "packed" = documents packed into rows with
 segment_ids / segment_pos (documents are read and tokenized lazily). See lm_examples.py.
+"span_corruption" = T5's objective on windows of the stream, for encoder-decoders
+(span_corruption.py, seq2seq_examples.py).
+
+Seq2seq data (`is_seq2seq`: source seq2seq_jsonl, or layout span_corruption) yields inputs /
+input_paddings [B, seq_len] and target_ids / targets / target_paddings [B, target_length(data)].
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from typing import Literal
 import grain
 
 from pax_eqx.config import Config, ConfigError, config
-from pax_eqx.data import digits, images, lm_examples, shakespeare, sources
+from pax_eqx.data import digits, images, lm_examples, seq2seq_examples, shakespeare, sources
 from pax_eqx.data.augment import AugmentConfig
 from pax_eqx.data.host_sharding import (
     HostShard,
@@ -51,6 +58,7 @@ from pax_eqx.data.host_sharding import (
 )
 from pax_eqx.data.input import Input, read_options
 from pax_eqx.data.input_config import InputConfig, Split
+from pax_eqx.data.span_corruption import SpanCorruptionConfig, raw_length
 from pax_eqx.data.tokenizers import (
     ByteTokenizer,
     Tokenizer,
@@ -63,6 +71,7 @@ Source = Literal[
     "shakespeare",
     "text_files",
     "jsonl",
+    "seq2seq_jsonl",
     "synthetic",
     "random",
     "custom",
@@ -72,7 +81,8 @@ Source = Literal[
     "image_folder",
     "synthetic_images",
 ]
-_TEXT_SOURCES = ("shakespeare", "text_files", "jsonl")
+_TEXT_SOURCES = ("shakespeare", "text_files", "jsonl")  # documents: the LM and span-corruption layouts
+_TRAINABLE_SOURCES = _TEXT_SOURCES + ("seq2seq_jsonl",)  # text a SentencePiece model can train on
 _ID_SOURCES = ("synthetic", "random")  # token ids without text: nothing to train a tokenizer on
 
 
@@ -86,6 +96,11 @@ class DataConfig(Config):
     synthetic_images makes images of this shape (required); the other image sources check that
     every image has it (empty = no check); other sources reject it. custom_input:
     `package.module.function` for source="custom".
+    Seq2seq (module doc): span_corruption: T5's noise density and mean span length (layout
+    "span_corruption"). target_seq_len: the targets' length; 0 = seq_len for seq2seq_jsonl, the
+    longest targets span corruption makes (derived from seq_len) for span_corruption; a set
+    value must be at least that. jsonl_inputs_key / jsonl_targets_key: the record fields of a
+    seq2seq_jsonl pair.
     tokenizer: byte-level or SentencePiece (synthetic / random sources without a
     tokenizer.model_path use bytes: they have no text to train one on). train / eval: the two
     inputs (batch size, hosts, seed, the reset_for_eval x eval_loop_num_batches table).
@@ -98,8 +113,12 @@ class DataConfig(Config):
     eval_path: str = ""
     jsonl_text_key: str = "text"
     eval_fraction: float = 0.1
-    layout: Literal["stream", "packed"] = "stream"
+    layout: Literal["stream", "packed", "span_corruption"] = "stream"
     seq_len: int = 64
+    target_seq_len: int = 0
+    span_corruption: SpanCorruptionConfig = SpanCorruptionConfig()
+    jsonl_inputs_key: str = "inputs"
+    jsonl_targets_key: str = "targets"
     num_synthetic_examples: int = 1024
     image_shape: tuple[int, ...] = ()
     custom_input: str = ""
@@ -121,10 +140,11 @@ class DataConfig(Config):
         self.train.validate("train")
         self.eval.validate("eval")
         self._validate_images(files)
+        self._validate_seq2seq()
         if not files:
             return
-        if self.source in ("text_files", "jsonl"):
-            suffixes = (".jsonl", ".json", ".ndjson") if self.source == "jsonl" else ()
+        if self.source in ("text_files", "jsonl", "seq2seq_jsonl"):
+            suffixes = (".jsonl", ".json", ".ndjson") if self.source != "text_files" else ()
             sources.resolve_paths(self.path, "data.path", suffixes=suffixes)
             if self.eval_path:
                 sources.resolve_paths(self.eval_path, "data.eval_path", suffixes=suffixes)
@@ -138,13 +158,78 @@ class DataConfig(Config):
             images.check_paths(self)
         if (
             self.tokenizer.kind == "sentencepiece"
-            and self.source not in _TEXT_SOURCES + _ID_SOURCES
+            and self.source not in _TRAINABLE_SOURCES + _ID_SOURCES
             and not self.tokenizer.model_path
         ):
             raise ConfigError(
                 f"data.tokenizer.kind='sentencepiece' is trained from text, but data.source={self.source!r} has "
                 "none; use data.tokenizer.kind='byte' or set data.tokenizer.model_path."
             )
+
+    def _validate_seq2seq(self) -> None:
+        """The seq2seq fields: each only where it does something (module doc), and a target
+        length that holds the targets."""
+        self.span_corruption.validate()
+        span = self.layout == "span_corruption"
+        if not span:
+            changed = [
+                f"data.span_corruption.{name}={getattr(self.span_corruption, name)!r}"
+                for name in ("noise_density", "mean_noise_span_length")
+                if getattr(self.span_corruption, name) != getattr(SpanCorruptionConfig(), name)
+            ]
+            if changed:
+                raise ConfigError(
+                    f"{', '.join(changed)} would do nothing: data.span_corruption applies to "
+                    f"data.layout='span_corruption', and data.layout={self.layout!r}; remove it, or set "
+                    "--data.layout span_corruption."
+                )
+        if self.source == "seq2seq_jsonl":
+            if self.layout != "stream":
+                raise ConfigError(
+                    f"data.layout={self.layout!r} would do nothing: data.source='seq2seq_jsonl' reads (inputs, "
+                    "targets) pairs as they are; remove it (span corruption makes pairs from plain text: "
+                    "data.source shakespeare / text_files / jsonl)."
+                )
+            if self.jsonl_text_key != "text":
+                raise ConfigError(
+                    f"data.jsonl_text_key={self.jsonl_text_key!r} would do nothing: data.source='seq2seq_jsonl' "
+                    "reads data.jsonl_inputs_key and data.jsonl_targets_key; set those instead."
+                )
+            for name, default in (("jsonl_inputs_key", "inputs"), ("jsonl_targets_key", "targets")):
+                if not getattr(self, name):
+                    raise ConfigError(f"data.{name} is empty; name the record field (default {default!r}).")
+        else:
+            changed = [
+                f"data.{name}={getattr(self, name)!r}"
+                for name, default in (("jsonl_inputs_key", "inputs"), ("jsonl_targets_key", "targets"))
+                if getattr(self, name) != default
+            ]
+            if changed:
+                raise ConfigError(
+                    f"{', '.join(changed)} would do nothing: the pair fields apply to data.source='seq2seq_jsonl', "
+                    f"and data.source={self.source!r}; remove it."
+                )
+        if span and self.source not in _TEXT_SOURCES:
+            raise ConfigError(
+                f"data.layout='span_corruption' needs text, but data.source={self.source!r} has none; use "
+                f"data.source {' / '.join(_TEXT_SOURCES)}, or another data.layout."
+            )
+        if self.target_seq_len < 0:
+            raise ConfigError(f"data.target_seq_len must be >= 0 (0 = derived), got {self.target_seq_len}.")
+        if self.target_seq_len and not is_seq2seq(self):
+            raise ConfigError(
+                f"data.target_seq_len={self.target_seq_len} would do nothing: it sets the targets of seq2seq data "
+                f"(data.source='seq2seq_jsonl' or data.layout='span_corruption'), and data.source={self.source!r} "
+                f"with data.layout={self.layout!r} has none; remove it."
+            )
+        if span:
+            needed = raw_length(self.span_corruption, self.seq_len)[1]
+            if self.target_seq_len and self.target_seq_len < needed:
+                raise ConfigError(
+                    f"data.target_seq_len={self.target_seq_len} is too short: span corruption with "
+                    f"data.seq_len={self.seq_len} makes targets of up to {needed} tokens; use "
+                    f"data.target_seq_len >= {needed}, or 0 for exactly {needed}."
+                )
 
     def _validate_images(self, files: bool = True) -> None:
         """The image fields: `augment` and `image_shape` only for image sources; paths where the
@@ -200,6 +285,23 @@ class DataConfig(Config):
             )
 
 
+def is_seq2seq(data: DataConfig) -> bool:
+    """Whether `data` yields seq2seq batches (inputs / targets; seq2seq_examples.py) rather than
+    LM or image batches."""
+    return data.source == "seq2seq_jsonl" or data.layout == "span_corruption"
+
+
+def target_length(data: DataConfig) -> int:
+    """The length of a seq2seq batch's target_ids / targets / target_paddings: data.target_seq_len,
+    or (0) data.seq_len for seq2seq_jsonl and the longest targets span corruption makes. An LM's
+    labels: data.seq_len."""
+    if data.source == "seq2seq_jsonl":
+        return data.target_seq_len or data.seq_len
+    if data.layout == "span_corruption":
+        return data.target_seq_len or raw_length(data.span_corruption, data.seq_len)[1]
+    return data.seq_len
+
+
 def build_tokenizer(data: DataConfig, job_dir: str | os.PathLike | None = None) -> Tokenizer:
     """The experiment's one tokenizer: byte-level, or SentencePiece (loaded from / trained into
     JOB_DIR/tokenizer/spm.model; with no job dir it is trained in memory and not kept)."""
@@ -243,6 +345,8 @@ def build_input(
         return Input(batches, cfg, split=split, shard=shard, num_batches_per_epoch=per_epoch)
     if data.source in ("synthetic", "random"):
         return _lm_input(_synthetic_examples(data, split, tokenizer), data, split, tokenizer, shard)
+    if is_seq2seq(data):
+        return _seq2seq_input(data, split, tokenizer, shard)
     if data.layout == "stream":
         tokens = lm_examples.tokenize_stream(_documents(data, split), tokenizer)
         shift_seed = cfg.input_random_seed if split == "train" else None
@@ -257,6 +361,30 @@ def _lm_input(
     cfg: InputConfig = getattr(data, split)
     batches, per_epoch = batch_host_examples(examples, cfg, shard, lm_examples.pad_example(data.seq_len))
     return Input(batches, cfg, split=split, shard=shard, tokenizer=tokenizer, num_batches_per_epoch=per_epoch)
+
+
+def _seq2seq_input(data: DataConfig, split: Split, tokenizer: Tokenizer, shard: HostShard) -> Input:
+    data._validate_seq2seq()
+    cfg: InputConfig = getattr(data, split)
+    targets = target_length(data)
+    if data.source == "seq2seq_jsonl":
+        examples = seq2seq_examples.pair_examples(_pairs(data, split), tokenizer, data.seq_len, targets)
+    else:
+        tokens = lm_examples.tokenize_stream(_documents(data, split), tokenizer)
+        examples = seq2seq_examples.span_corruption_examples(
+            tokens,
+            data.span_corruption,
+            data.seq_len,
+            targets,
+            tokenizer,
+            seed=cfg.input_random_seed,
+            train=split == "train",
+        )
+    pad = seq2seq_examples.pad_example(data.seq_len, targets)
+    batches, per_epoch = batch_host_examples(examples, cfg, shard, pad)
+    return seq2seq_examples.Seq2SeqInput(
+        batches, cfg, split=split, shard=shard, tokenizer=tokenizer, num_batches_per_epoch=per_epoch
+    )
 
 
 def _packed_input(data: DataConfig, split: Split, tokenizer: Tokenizer, shard: HostShard) -> Input:
@@ -276,14 +404,27 @@ def _packed_input(data: DataConfig, split: Split, tokenizer: Tokenizer, shard: H
     return _lm_input(grain.MapDataset.source(rows), data, split, tokenizer, shard)
 
 
+def _split_files(data: DataConfig, split: Split) -> tuple[str, str, str | None]:
+    """(path spec, its field name, the split to hold out of it or None) for a file source."""
+    use_eval_path = split == "eval" and data.eval_path
+    spec = data.eval_path if use_eval_path else data.path
+    field = "data.eval_path" if use_eval_path else "data.path"
+    return spec, field, None if data.eval_path else split
+
+
+def _pairs(data: DataConfig, split: Split) -> grain.MapDataset:
+    """The split's (inputs, targets) strings for source seq2seq_jsonl."""
+    spec, field, held_out_split = _split_files(data, split)
+    return sources.jsonl_pairs(
+        spec, field, data.jsonl_inputs_key, data.jsonl_targets_key, held_out_split, data.eval_fraction
+    )
+
+
 def _documents(data: DataConfig, split: Split) -> list[str] | grain.MapDataset:
     """The split's documents (strings) for a text source."""
     if data.source == "shakespeare":
         return shakespeare.shakespeare_documents(split, data.eval_fraction)
-    use_eval_path = split == "eval" and data.eval_path
-    spec = data.eval_path if use_eval_path else data.path
-    field = "data.eval_path" if use_eval_path else "data.path"
-    held_out_split = None if data.eval_path else split
+    spec, field, held_out_split = _split_files(data, split)
     if data.source == "text_files":
         return sources.text_file_documents(spec, field, held_out_split, data.eval_fraction)
     if data.source == "jsonl":
@@ -292,12 +433,17 @@ def _documents(data: DataConfig, split: Split) -> list[str] | grain.MapDataset:
 
 
 def _training_lines(data: DataConfig):
-    """Lines of the training split, for training a SentencePiece model."""
-    if data.source not in _TEXT_SOURCES:
+    """Lines of the training split, for training a SentencePiece model (both fields of a pair)."""
+    if data.source not in _TRAINABLE_SOURCES:
         raise ConfigError(
             f"data.tokenizer.kind='sentencepiece' is trained from text, but data.source={data.source!r} has none; "
             "use data.tokenizer.kind='byte' or set data.tokenizer.model_path."
         )
+    if data.source == "seq2seq_jsonl":
+        for pair in _pairs(data, "train"):
+            for text in pair:
+                yield from text.split("\n")
+        return
     for doc in _documents(data, "train"):
         yield from doc.split("\n")
 

@@ -13,6 +13,8 @@ or several of these separated by commas.
   Lines are read lazily through a byte-offset index (8 bytes a record in memory), so large
   files work. Without `data.eval_path`, every k-th record (k = round(1 / eval_fraction)) is
   held out for eval.
+- JSON-lines pairs (seq2seq): the same files and split, each record an (inputs, targets) pair
+  of its `data.jsonl_inputs_key` and `data.jsonl_targets_key` fields.
 - arrays: a dict of equal-length arrays; example i is {name: array[i]}.
 """
 
@@ -101,11 +103,21 @@ def text_file_documents(spec: str, field: str, split: str | None, eval_fraction:
 
 
 class JsonlSource(grain.sources.RandomAccessDataSource):
-    """Records of JSON-lines files, read lazily by byte offset: source[i] is record i's text."""
+    """Records of JSON-lines files, read lazily by byte offset: source[i] is record i's text (its
+    `text_key` field), or a tuple of texts if `text_key` is a tuple of keys. `key_field` names the
+    config field(s) that set the key(s), for errors."""
 
-    def __init__(self, paths: Sequence[Path], text_key: str, field: str):
+    def __init__(
+        self,
+        paths: Sequence[Path],
+        text_key: str | tuple[str, ...],
+        field: str,
+        key_field: str | tuple[str, ...] = "data.jsonl_text_key",
+    ):
         self._paths = [str(p) for p in paths]
         self._text_key = text_key
+        self._keys = (text_key,) if isinstance(text_key, str) else tuple(text_key)
+        self._key_fields = (key_field,) if isinstance(key_field, str) else tuple(key_field)
         self._field = field
         file_ids, offsets = [], []
         for i, path in enumerate(self._paths):
@@ -120,7 +132,7 @@ class JsonlSource(grain.sources.RandomAccessDataSource):
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def __getitem__(self, index: int) -> str:
+    def __getitem__(self, index: int) -> str | tuple[str, ...]:
         path = self._paths[int(self._file_ids[index])]
         with open(path, "rb") as f:
             f.seek(int(self._offsets[index]))
@@ -131,13 +143,16 @@ class JsonlSource(grain.sources.RandomAccessDataSource):
             raise ConfigError(
                 f"{self._field}: {path!r} record at byte {self._offsets[index]} is not JSON ({e})."
             ) from None
-        if not isinstance(record, dict) or self._text_key not in record:
-            keys = sorted(record) if isinstance(record, dict) else type(record).__name__
-            raise ConfigError(
-                f"{self._field}: {path!r} record at byte {self._offsets[index]} has no {self._text_key!r} field "
-                f"(it has {keys}); set data.jsonl_text_key."
-            )
-        return str(record[self._text_key])
+        for key, key_field in zip(self._keys, self._key_fields):
+            if not isinstance(record, dict) or key not in record:
+                keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+                raise ConfigError(
+                    f"{self._field}: {path!r} record at byte {self._offsets[index]} has no {key!r} field "
+                    f"(it has {keys}); set {key_field}."
+                )
+        if isinstance(self._text_key, str):
+            return str(record[self._text_key])
+        return tuple(str(record[key]) for key in self._keys)
 
     def __repr__(self) -> str:
         return f"JsonlSource({len(self)} records in {len(self._paths)} file(s))"
@@ -160,6 +175,25 @@ def _line_starts(path: str) -> np.ndarray:
 def jsonl_documents(spec: str, field: str, text_key: str, split: str | None, eval_fraction: float) -> grain.MapDataset:
     """A MapDataset of document strings; `split` holds out every k-th record for eval."""
     source = JsonlSource(resolve_paths(spec, field, suffixes=_JSONL_SUFFIXES), text_key, field)
+    return _held_out(source, spec, field, split, eval_fraction)
+
+
+def jsonl_pairs(
+    spec: str, field: str, inputs_key: str, targets_key: str, split: str | None, eval_fraction: float
+) -> grain.MapDataset:
+    """A MapDataset of (inputs, targets) strings, the records' `inputs_key` and `targets_key`
+    fields; `split` holds out every k-th record for eval, as `jsonl_documents`."""
+    source = JsonlSource(
+        resolve_paths(spec, field, suffixes=_JSONL_SUFFIXES),
+        (inputs_key, targets_key),
+        field,
+        key_field=("data.jsonl_inputs_key", "data.jsonl_targets_key"),
+    )
+    return _held_out(source, spec, field, split, eval_fraction)
+
+
+def _held_out(source: JsonlSource, spec: str, field: str, split: str | None, eval_fraction: float) -> grain.MapDataset:
+    """All records (split None), every k-th (eval) or the rest (train); k = round(1 / eval_fraction)."""
     ds = grain.MapDataset.source(source)
     if split is None:
         return ds
