@@ -10,6 +10,13 @@ key/value cache: prefill (many tokens at once) and `extend_step` (one token) are
 function, which is why extend_step agrees with the full forward pass by construction (and a
 test checks it numerically).
 
+`cross` is encoder-decoder attention (Praxis' cross-attention in a Transformer with
+`use_cross_attention`): queries from `x`, keys and values from another sequence (`memory`, the
+encoder's output), never causal, no rotary positions, padded memory never attended to. For
+decoding, `project_memory` computes the memory's keys/values once and `decode_cross` attends
+to them. Every path projects with the same `project_q` / `project_kv` (self-attention with
+`combine_qkv` uses the fused weight in one matmul) and attends with the same kernels.
+
 At summary verbosity 4 (`LAYER_STATISTICS_VERBOSITY`) the forward records `logit_max`, the
 largest scaled logit q.k^T any query may use, computed from q and k whichever kernel runs.
 """
@@ -137,7 +144,8 @@ class AttentionConfig(Config):
 
 class KVCache(eqx.Module):
     """Keys and values of every position decoded so far: [batch, max_len, kv_heads, head_dim]
-    (with a leading [num_layers] axis for a repeated stack)."""
+    (with a leading [num_layers] axis for a repeated stack). Also the cross-attention keys and
+    values of an encoder's output (`Attention.project_memory`), where max_len is its length."""
 
     k: Float[Array, "*layers batch max_len kv_heads head_dim"]
     v: Float[Array, "*layers batch max_len kv_heads head_dim"]
@@ -226,29 +234,60 @@ class Attention(eqx.Module):
         }
 
     # Projections ----------------------------------------------------------------------------
+    def project_q(
+        self, x: Float[Array, "batch time embed"], positions: Int[Array, "batch time"] | None
+    ) -> Float[Array, "batch time heads head_dim"]:
+        """The queries of `x` (bias, rotary at `positions`, per-dim scale applied).
+
+        positions: None only for a layer without rotary positions (cross-attention)."""
+        w = self.w_q if self.w_q is not None else self.w_qkv[0]
+        # Praxis' activation names, for the named remat policies (layers/repeats.py).
+        return self._finish_q(checkpoint_name(_project(x, w), "query_proj"), positions)
+
+    def project_kv(
+        self, x: Float[Array, "batch time embed"], positions: Int[Array, "batch time"] | None
+    ) -> tuple[Float[Array, "batch time kv_heads head_dim"], Float[Array, "batch time kv_heads head_dim"]]:
+        """The keys and values of `x` (biases, rotary on the keys at `positions`, applied).
+
+        positions: None only for a layer without rotary positions (cross-attention memory)."""
+        w_k, w_v = (self.w_k, self.w_v) if self.w_k is not None else (self.w_qkv[1], self.w_qkv[2])
+        k = checkpoint_name(_project(x, w_k), "key_proj")
+        v = checkpoint_name(_project(x, w_v), "value_proj")
+        return self._finish_kv(k, v, positions)
+
     def project_qkv(
         self, x: Float[Array, "batch time embed"], positions: Int[Array, "batch time"]
     ) -> tuple[Array, Array, Array]:
-        """q: [B, T, N, H] (already scaled when per_dim_scale), k, v: [B, T, K, H]."""
-        dt = x.dtype
-        # Praxis' activation names, for the named remat policies (layers/repeats.py).
-        if self.w_qkv is not None:
-            q, k, v = checkpoint_name(_project_combined(x, self.w_qkv), "combined_qkv_proj")
-        else:
-            q = checkpoint_name(_project(x, self.w_q), "query_proj")
-            k = checkpoint_name(_project(x, self.w_k), "key_proj")
-            v = checkpoint_name(_project(x, self.w_v), "value_proj")
+        """Self-attention's q: [B, T, N, H] (already scaled when per_dim_scale), k, v: [B, T, K, H];
+        one fused matmul with `combine_qkv`."""
+        if self.w_qkv is None:
+            return self.project_q(x, positions), *self.project_kv(x, positions)
+        q, k, v = checkpoint_name(_project_combined(x, self.w_qkv), "combined_qkv_proj")
+        return self._finish_q(q, positions), *self._finish_kv(k, v, positions)
+
+    def _finish_q(self, q: Array, positions: Array | None) -> Array:
+        dt = q.dtype
         if self.b_q is not None:
-            q, k, v = q + self.b_q.astype(dt), k + self.b_k.astype(dt), v + self.b_v.astype(dt)
-        if self.rotary_max_timescale is not None:
-            q = apply_rotary(q, positions, max_timescale=self.rotary_max_timescale)
-            k = apply_rotary(k, positions, max_timescale=self.rotary_max_timescale)
+            q = q + self.b_q.astype(dt)
+        q = self._rotary(q, positions)
         if self.per_dim_scale is not None:
             # Praxis PerDimScale: 1/softplus(0) normalises the initial scale to 1/sqrt(H).
             r_softplus_0 = 1.442695041
             s = r_softplus_0 / math.sqrt(q.shape[-1]) * jax.nn.softplus(self.per_dim_scale)
             q = (q * s.astype(dt)).astype(dt)
-        return q, k, v
+        return q
+
+    def _finish_kv(self, k: Array, v: Array, positions: Array | None) -> tuple[Array, Array]:
+        if self.b_k is not None:
+            k, v = k + self.b_k.astype(k.dtype), v + self.b_v.astype(v.dtype)
+        return self._rotary(k, positions), v
+
+    def _rotary(self, x: Array, positions: Array | None) -> Array:
+        if self.rotary_max_timescale is None:
+            return x
+        if positions is None:
+            raise ValueError("this attention layer has rotary positions: pass the tokens' positions.")
+        return apply_rotary(x, positions, max_timescale=self.rotary_max_timescale)
 
     def _scale(self) -> float:
         return 1.0 if self.per_dim_scale is not None else 1.0 / math.sqrt(self.head_dim)
@@ -283,6 +322,51 @@ class Attention(eqx.Module):
         mask = kernels.make_mask(
             t, t, causal=self.causal, segment_ids_q=segment_ids, segment_ids_k=segment_ids, key_valid=key_valid,
         )  # fmt: skip
+        causal_only = self.causal and segment_ids is None and key_valid is None
+        return self._attend(q, k, v, mask, ctx, causal_only=causal_only, bias=bias)
+
+    def cross(
+        self,
+        x: Float[Array, "batch time embed"],
+        memory: Float[Array, "batch memory embed"],
+        ctx: Context,
+        *,
+        memory_paddings: Float[Array, "batch memory"] | None = None,
+        bias: Float[Array, "#batch #heads time memory"] | None = None,
+    ) -> tuple[Float[Array, "batch time embed"], Context]:
+        """Cross-attention: queries from `x`, keys and values from `memory` (the encoder's output).
+
+        Every query may attend to every real memory position: no causal mask (the layer's
+        `causal` is self-attention's), no rotary positions (queries and memory share no
+        positions), no segments. memory_paddings: 1.0 at padded memory positions, which no query
+        attends to. bias: an additive bias on the logits. Dropout, kernels and the `logit_max`
+        summary are self-attention's.
+        """
+        if self.rotary_max_timescale is not None:
+            raise ValueError(
+                "Attention.cross: this layer was built with rotary positions, which cross-attention has no "
+                "use for (queries and memory share no positions); build it with use_rotary=False."
+            )
+        q = self.project_q(x, None)
+        k, v = self.project_kv(memory, None)
+        key_valid = None if memory_paddings is None else memory_paddings < 0.5
+        mask = kernels.make_mask(x.shape[1], memory.shape[1], causal=False, key_valid=key_valid)
+        return self._attend(q, k, v, mask, ctx, causal_only=False, bias=bias)
+
+    def _attend(
+        self,
+        q: Float[Array, "batch q heads head_dim"],
+        k: Float[Array, "batch k kv_heads head_dim"],
+        v: Float[Array, "batch k kv_heads head_dim"],
+        mask: Bool[Array, "#batch 1 #q k"] | None,
+        ctx: Context,
+        *,
+        causal_only: bool,
+        bias: Float[Array, "#batch #heads q k"] | None,
+    ) -> tuple[Float[Array, "batch q embed"], Context]:
+        """The attention of projected q, k, v (self or cross), by the configured kernel, with
+        probability dropout in training and the `logit_max` statistic; then the output projection.
+        causal_only: `mask` is exactly the causal mask (cuDNN then takes `is_causal`, no tensor)."""
         if ctx.records(LAYER_STATISTICS_VERBOSITY):
             # From q and k directly, so it is the same number whichever kernel runs below.
             logits = kernels.scaled_logits(q, k, self._scale())
@@ -291,14 +375,14 @@ class Attention(eqx.Module):
         use_dropout = self.dropout_prob > 0.0 and ctx.is_training
         impl = self.implementation
         if impl == "cudnn" or (impl == "auto" and kernels.cudnn_qualifies(q, self.logit_cap, use_dropout)):
-            causal_only = self.causal and segment_ids is None and key_valid is None
             o = kernels.cudnn_attention(q, k, v, mask, scale=self._scale(), causal_only=causal_only, bias=bias)
         else:
             keep = None
             if use_dropout:
                 key, ctx = ctx.next_key()
                 p = self.dropout_prob
-                keep = jax.random.bernoulli(key, 1.0 - p, (b, self.num_heads, t, t)) / (1.0 - p)
+                shape = (q.shape[0], self.num_heads, q.shape[1], k.shape[1])
+                keep = jax.random.bernoulli(key, 1.0 - p, shape) / (1.0 - p)
             o = kernels.xla_attention(
                 q, k, v, mask, scale=self._scale(), logit_cap=self.logit_cap, bias=bias, dropout_keep=keep,
             )  # fmt: skip
@@ -316,11 +400,15 @@ class Attention(eqx.Module):
         start: Int[Array, ""],
         positions: Int[Array, "batch new"],
         key_valid: Bool[Array, "batch max_len"],
+        *,
+        bias: Float[Array, "#batch #heads new max_len"] | None = None,
     ) -> tuple[Float[Array, "batch new embed"], KVCache]:
         """Writes the new tokens' k/v at [start, start + new) and attends to the cache.
 
         key_valid marks cache slots holding real tokens (False for left padding of shorter
-        prompts); slots after the new tokens are excluded by the causal mask.
+        prompts); slots after the new tokens are excluded by the causal mask. bias: an additive
+        bias on the logits against every cache slot (T5's relative position bias of the new
+        tokens' positions against the slots'), as `bias` in `__call__`.
         """
         q, k, v = self.project_qkv(x, positions)
         zero = jnp.zeros((), jnp.int32)
@@ -329,6 +417,32 @@ class Attention(eqx.Module):
         mask = kernels.make_mask(x.shape[1], cache.k.shape[1], causal=True, q_offset=start, key_valid=key_valid)
         o = kernels.xla_attention(
             q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, scale=self._scale(),
-            logit_cap=self.logit_cap,
+            logit_cap=self.logit_cap, bias=bias,
         )  # fmt: skip
         return self._output(o), KVCache(k_all, v_all)
+
+    def project_memory(self, memory: Float[Array, "batch memory embed"]) -> KVCache:
+        """Cross-attention's keys and values of `memory`, [B, S, kv_heads, head_dim] each: what
+        `decode_cross` attends to, computed once per decoded sequence instead of every step."""
+        return KVCache(*self.project_kv(memory, None))
+
+    def decode_cross(
+        self,
+        x: Float[Array, "batch new embed"],
+        memory_kv: KVCache,
+        memory_valid: Bool[Array, "batch memory"] | None,
+        *,
+        bias: Float[Array, "#batch #heads new memory"] | None = None,
+    ) -> Float[Array, "batch new embed"]:
+        """`cross` for decoding: the new tokens' queries against keys/values from
+        `project_memory`. memory_valid: False at padded memory positions (None: all real);
+        bias: as `cross`'s. No dropout, no side outputs; numerically `cross` on the same inputs."""
+        if self.rotary_max_timescale is not None:
+            raise ValueError("Attention.decode_cross: build cross-attention with use_rotary=False.")
+        q = self.project_q(x, None)
+        mask = kernels.make_mask(x.shape[1], memory_kv.k.shape[1], causal=False, key_valid=memory_valid)
+        o = kernels.xla_attention(
+            q, memory_kv.k.astype(q.dtype), memory_kv.v.astype(q.dtype), mask, scale=self._scale(),
+            logit_cap=self.logit_cap, bias=bias,
+        )  # fmt: skip
+        return self._output(o)
