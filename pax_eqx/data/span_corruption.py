@@ -26,13 +26,16 @@ and the model's vocabulary must hold them (`required_vocab_size`). Text shows th
 
 Lengths (`raw_length`, T5's random_spans_helper): the longest raw window whose inputs
 (non-noise tokens + one sentinel per span + eos) fit in `seq_len`, and the targets length it
-gives (noise tokens + one sentinel per span + eos). Two deliberate differences from T5's
-helper: it counts with the mask's own clipped float32 arithmetic (T5's helper rounds in
-float64, which disagrees with its mask whenever length * density is a tie, e.g. 30 * 0.15),
-so the promise "the inputs fit" always holds; and it keeps the longest window for
-noise_density 0.5 too (T5 shortens it by one there so the targets are not longer than the
-inputs). Where T5's code would fail (more noise spans than non-noise tokens, possible only for
-a high density with short spans) the spans are capped at the non-noise tokens.
+gives (noise tokens + one sentinel per span + eos). For seq_len 512 and T5's defaults: 568
+raw tokens, targets of 114, as T5. Two deliberate differences from T5's helper: it counts with
+the mask's own clipped float32 arithmetic, so the promised lengths always hold (T5's helper
+rounds in float64 without clipping, which disagrees with its own mask for very short windows
+and for some ties: at 190 raw tokens and density 0.15 the helper counts 28 noise tokens, the
+mask 29, and T5's targets come out 2 tokens longer than its helper said); and it keeps the
+longest window for noise_density 0.5 too (T5 shortens it by one there so that the targets are
+not longer than the inputs). Where T5's code would fail (more noise spans than non-noise
+tokens, possible only for a high density with short spans) the spans are capped at the
+non-noise tokens.
 """
 
 from __future__ import annotations
