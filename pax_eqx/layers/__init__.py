@@ -52,6 +52,11 @@ from pax_eqx.layers.position_embeddings import (
     apply_rotary,
     sinusoidal_position_embedding,
 )
+from pax_eqx.layers.relative_position_bias import (
+    RelativePositionBias,
+    RelativePositionBiasConfig,
+    relative_position_bucket,
+)
 from pax_eqx.layers.repeats import StackedTransformer, StackedTransformerConfig, StackedTransformerRepeated
 from pax_eqx.layers.resnets import (
     ConvBN,

@@ -12,6 +12,14 @@ unrolled was ~5 MFU points faster for GPT3-XL); `remat_policy` names a
 Side outputs of a scanned layer come back stacked: summaries get a leading [num_layers]
 axis, aux losses are summed over layers, non-trainable state is sliced per layer and
 re-stacked.
+
+An encoder-decoder's decoder is a stack with `cross_attention=True`: every layer also attends to
+`memory` (the encoder's output), passed with `bias` (T5's relative bias, shared by every layer),
+`paddings` and `memory_paddings` as keyword arguments of `__call__`; the scan closes over them
+rather than slicing them per layer. For decoding, `project_memory` computes every layer's
+cross-attention keys/values of the memory once, and `decode` takes them per layer beside the
+self-attention caches. `select_cache` gathers batch rows of either (beam search reorders and
+tiles beams with it) in this stack's layout.
 """
 
 from __future__ import annotations
@@ -84,6 +92,7 @@ class StackedTransformerConfig(Config):
     model_dims / hidden_dims / num_heads: each layer's width, feed-forward width and query heads.
     dim_per_head: 0 = model_dims // num_heads. num_kv_heads: 0 = num_heads (see AttentionConfig.build).
     use_rotary: rotary position embedding in every attention layer.
+    cross_attention: every layer also attends to a `memory` (an encoder-decoder's decoder).
     init: every projection's weight init.
     repeat: stack weights on a leading `layers` axis and scan (True) or keep a list (False).
     remat_policy: "none" (keep all activations) or a jax.checkpoint policy name.
@@ -97,6 +106,7 @@ class StackedTransformerConfig(Config):
     dim_per_head: int = 0
     num_kv_heads: int = 0
     use_rotary: bool = False
+    cross_attention: bool = False
     init: WeightInit = WeightInit()
     block: TransformerConfig = TransformerConfig()
     repeat: bool = True
@@ -136,7 +146,7 @@ class StackedTransformerConfig(Config):
         return self.block.build(
             key, model_dims=self.model_dims, hidden_dims=self.hidden_dims, num_heads=self.num_heads,
             dim_per_head=self.dim_per_head, num_kv_heads=self.num_kv_heads, init=self.init,
-            use_rotary=self.use_rotary,
+            use_rotary=self.use_rotary, cross_attention=self.cross_attention,
         )  # fmt: skip
 
 
@@ -149,7 +159,8 @@ def _remat(fn, policy: str, prevent_cse: bool = True):
 
 
 class StackedTransformer(eqx.Module):
-    """A tuple of independent Transformer layers, applied in order."""
+    """A tuple of independent Transformer layers, applied in order. Caches (and memory keys and
+    values) are tuples with one entry per layer."""
 
     layers: tuple[Transformer, ...]
     remat_policy: str = eqx.field(static=True)
@@ -159,6 +170,8 @@ class StackedTransformer(eqx.Module):
         self.remat_policy = cfg.remat_policy
 
     def __call__(self, x: Float[Array, "batch time embed"], ctx: Context, **kwargs) -> tuple[Array, Context]:
+        """Every layer in turn; `kwargs` (segment_ids, segment_pos, paddings, bias, memory,
+        memory_paddings) go to each as Transformer.__call__'s."""
         for i, layer in enumerate(self.layers):
             fn = lambda layer, x, ctx: layer(x, ctx, **kwargs)
             if self.remat_policy != "none":
@@ -177,12 +190,30 @@ class StackedTransformer(eqx.Module):
         start: Int[Array, ""],
         positions: Int[Array, "batch new"],
         key_valid: Bool[Array, "batch max_len"],
+        *,
+        bias: Float[Array, "#batch #heads new max_len"] | None = None,
+        memory_kv: tuple[KVCache, ...] | None = None,
+        memory_valid: Bool[Array, "batch memory"] | None = None,
     ) -> tuple[Float[Array, "batch new embed"], tuple[KVCache, ...]]:
+        """Every layer's Transformer.decode; memory_kv: `project_memory`'s, one per layer."""
         new = []
-        for layer, cache in zip(self.layers, caches):
-            x, cache = layer.decode(x, cache, start, positions, key_valid)
+        memory_kv = (None,) * len(self.layers) if memory_kv is None else memory_kv
+        for layer, cache, layer_memory in zip(self.layers, caches, memory_kv, strict=True):
+            x, cache = layer.decode(
+                x, cache, start, positions, key_valid, bias=bias, memory_kv=layer_memory, memory_valid=memory_valid
+            )
             new.append(cache)
         return x, tuple(new)
+
+    def project_memory(self, memory: Float[Array, "batch memory embed"]) -> tuple[KVCache, ...]:
+        """Each layer's cross-attention keys/values of `memory`, computed once for decoding."""
+        _require_cross_attention(self.layers[0])
+        return tuple(layer.cross_attention.project_memory(memory) for layer in self.layers)
+
+    def select_cache(self, cache: typing.Any, rows: Int[Array, " n"]) -> typing.Any:
+        """The batch rows `rows` of a cache in this stack's layout (a tuple per layer, batch
+        first): self-attention caches and memory keys/values alike."""
+        return jax.tree.map(lambda a: jnp.take(a, rows, axis=0), cache)
 
 
 class StackedTransformerRepeated(eqx.Module):
@@ -205,6 +236,8 @@ class StackedTransformerRepeated(eqx.Module):
         self.needs_key = _needs_key(cfg.block)
 
     def __call__(self, x: Float[Array, "batch time embed"], ctx: Context, **kwargs) -> tuple[Array, Context]:
+        """One scan over the layers; `kwargs` (segment_ids, segment_pos, paddings, bias, memory,
+        memory_paddings) are the same for every layer, so the body closes over them."""
         params, static = eqx.partition(self.layers, eqx.is_array)
         state = None if ctx.state is None else ctx.state.substate(self.layers)
         keys = None
@@ -249,12 +282,40 @@ class StackedTransformerRepeated(eqx.Module):
         start: Int[Array, ""],
         positions: Int[Array, "batch new"],
         key_valid: Bool[Array, "batch max_len"],
+        *,
+        bias: Float[Array, "#batch #heads new max_len"] | None = None,
+        memory_kv: KVCache | None = None,
+        memory_valid: Bool[Array, "batch memory"] | None = None,
     ) -> tuple[Float[Array, "batch new embed"], KVCache]:
+        """Every layer's Transformer.decode, by scan: the caches and memory_kv (`project_memory`'s)
+        have a leading [num_layers] axis and are sliced per layer; bias and memory_valid are
+        shared."""
         params, static = eqx.partition(self.layers, eqx.is_array)
 
         def body(h, xs):
-            layer_params, cache = xs
-            h, cache = eqx.combine(layer_params, static).decode(h, cache, start, positions, key_valid)
+            layer_params, cache, layer_memory = xs
+            h, cache = eqx.combine(layer_params, static).decode(
+                h, cache, start, positions, key_valid, bias=bias, memory_kv=layer_memory, memory_valid=memory_valid
+            )
             return h, cache
 
-        return jax.lax.scan(body, x, (params, caches))
+        return jax.lax.scan(body, x, (params, caches, memory_kv))
+
+    def project_memory(self, memory: Float[Array, "batch memory embed"]) -> KVCache:
+        """Every layer's cross-attention keys/values of `memory`, [num_layers, B, S, kv_heads,
+        head_dim] each, computed once for decoding (one batched matmul over the layers)."""
+        _require_cross_attention(self.layers)
+        return eqx.filter_vmap(lambda attention: attention.project_memory(memory))(self.layers.cross_attention)
+
+    def select_cache(self, cache: typing.Any, rows: Int[Array, " n"]) -> typing.Any:
+        """The batch rows `rows` of a cache in this stack's layout (batch on axis 1, under the
+        layers axis): self-attention caches and memory keys/values alike."""
+        return jax.tree.map(lambda a: jnp.take(a, rows, axis=1), cache)
+
+
+def _require_cross_attention(layer: Transformer) -> None:
+    if layer.cross_attention is None:
+        raise ValueError(
+            "project_memory: this stack's layers have no cross-attention; build it with "
+            "StackedTransformerConfig(cross_attention=True)."
+        )

@@ -3,7 +3,14 @@
     attention block:  x + dropout(attention(norm(x)))            (norm_policy "pre")
                       norm(x + dropout(attention(x)))            ("post")
                       x + dropout(norm_post(attention(norm(x)))) ("primer_hybrid")
+    cross-attention:  the same policy around  cross_attention(h, memory)   (only when built so)
     feed-forward:     the same policy around  W2 dropout(act(W1 x + b1)) + b2
+
+A layer built with `cross_attention=True` (an encoder-decoder's decoder layer, Praxis'
+`use_cross_attention`) attends, between its self-attention and its feed-forward, to `memory`
+(the encoder's output): its own norm(s), its own Attention (never causal, no rotary, separate
+q and kv weights since they project different inputs), the same residual dropout. Whether a
+layer has it is the stack's decision, so it is a `build` argument, not a field.
 
 The layer is a template for the stacks in `repeats.py`: its sizes and init are arguments of
 `build` given by the stack (a config holds only what its user chooses), and the children's
@@ -39,7 +46,7 @@ NormPolicy = Literal["pre", "post", "primer_hybrid"]
 
 @config
 class TransformerConfig(Config):
-    """One decoder/encoder layer: self-attention then a feed-forward block.
+    """One decoder/encoder layer: self-attention, (cross-attention,) then a feed-forward block.
 
     Only what a user chooses about a layer is a field. Its sizes (model_dims, hidden_dims, heads)
     and weight init are decided by the stack that owns it, so they are arguments of `build`.
@@ -85,32 +92,55 @@ class TransformerConfig(Config):
         num_kv_heads: int = 0,
         init: WeightInit = WeightInit(),
         use_rotary: bool = False,
+        cross_attention: bool = False,
     ) -> Transformer:
         """The layer at width `model_dims`, feed-forward width `hidden_dims`; the attention's
         arguments (num_heads, dim_per_head, num_kv_heads, use_rotary) are AttentionConfig.build's,
-        and `init` initialises every projection."""
+        and `init` initialises every projection.
+
+        cross_attention: also attend to a `memory` (an encoder-decoder's decoder layer), with an
+        Attention built from `attention` at the same sizes and init, but not causal, without
+        rotary positions and with separate q and kv projections (`combine_qkv=False`: a fused
+        weight would project x and memory in two matmuls anyway).
+        """
         if model_dims <= 0 or hidden_dims <= 0 or num_heads <= 0:
             raise ConfigError(
                 f"TransformerConfig.build needs model_dims, hidden_dims, num_heads > 0; got {model_dims}, "
                 f"{hidden_dims}, {num_heads}."
             )
-        k_att, k_in, k_out = jax.random.split(key, 3)
+        # A layer without cross-attention splits its key as it always has (the same init).
+        k_att, k_in, k_out, *k_cross = jax.random.split(key, 4 if cross_attention else 3)
         attention = self.attention.build(
             k_att, input_dims=model_dims, num_heads=num_heads, dim_per_head=dim_per_head,
             num_kv_heads=num_kv_heads, init=init, use_rotary=use_rotary,
         )  # fmt: skip
+        cross = None
+        if cross_attention:
+            cross_cfg = self.attention.replace(
+                causal=False, combine_qkv=False, rotary_max_timescale=AttentionConfig().rotary_max_timescale
+            )
+            cross = cross_cfg.build(
+                k_cross[0], input_dims=model_dims, num_heads=num_heads, dim_per_head=dim_per_head,
+                num_kv_heads=num_kv_heads, init=init, use_rotary=False,
+            )  # fmt: skip
         ff_in = FeedForwardConfig(
             input_dims=model_dims, output_dims=hidden_dims, has_bias=self.ff_has_bias, activation=self.activation,
             init=init, axes=("embed", "mlp"),
         ).build(k_in)  # fmt: skip
         ff_out = LinearConfig(input_dims=hidden_dims, output_dims=model_dims, init=init, axes=("mlp", "embed"))
-        return Transformer(self, model_dims=model_dims, attention=attention, ff_in=ff_in, ff_out=ff_out.build(k_out))
+        return Transformer(
+            self, model_dims=model_dims, attention=attention, ff_in=ff_in, ff_out=ff_out.build(k_out),
+            cross_attention=cross,
+        )  # fmt: skip
 
 
 class Transformer(eqx.Module):
     attention_norm: eqx.Module
     attention_post_norm: eqx.Module | None
     attention: Attention
+    cross_attention_norm: eqx.Module | None  # the cross_attention fields: None unless built with it
+    cross_attention_post_norm: eqx.Module | None
+    cross_attention: Attention | None
     ff_norm: eqx.Module
     ff_post_norm: eqx.Module | None
     ff_in: FeedForward
@@ -121,12 +151,22 @@ class Transformer(eqx.Module):
     norm_policy: str = eqx.field(static=True)
 
     def __init__(
-        self, cfg: TransformerConfig, *, model_dims: int, attention: Attention, ff_in: FeedForward, ff_out: Linear
+        self,
+        cfg: TransformerConfig,
+        *,
+        model_dims: int,
+        attention: Attention,
+        ff_in: FeedForward,
+        ff_out: Linear,
+        cross_attention: Attention | None = None,
     ):
         """Made by `TransformerConfig.build`, which builds the projections."""
         hybrid = cfg.norm_policy == "primer_hybrid"
         self.attention_norm = cfg.norm.build(model_dims)
         self.attention_post_norm = cfg.norm.build(model_dims) if hybrid else None
+        self.cross_attention = cross_attention
+        self.cross_attention_norm = cfg.norm.build(model_dims) if cross_attention is not None else None
+        self.cross_attention_post_norm = cfg.norm.build(model_dims) if hybrid and cross_attention is not None else None
         self.ff_norm = cfg.norm.build(model_dims)
         self.ff_post_norm = cfg.norm.build(model_dims) if hybrid else None
         self.attention = attention
@@ -145,14 +185,32 @@ class Transformer(eqx.Module):
         segment_ids: Int[Array, "batch time"] | None = None,
         segment_pos: Int[Array, "batch time"] | None = None,
         paddings: Float[Array, "batch time"] | None = None,
+        bias: Float[Array, "#batch #heads time time"] | None = None,
+        memory: Float[Array, "batch memory embed"] | None = None,
+        memory_paddings: Float[Array, "batch memory"] | None = None,
     ) -> tuple[Float[Array, "batch time embed"], Context]:
+        """The layer over whole sequences `x`.
+
+        segment_ids / segment_pos / paddings / bias: the self-attention's (Attention.__call__).
+        memory: what cross-attention attends to (the encoder's output), required by a layer
+        built with cross_attention and refused by one without; memory_paddings: 1.0 at its padded
+        positions. Side outputs are named under "attention" and "cross_attention".
+        """
+        self._check_memory(memory is not None, "memory")
+
         def attend(h: Array, ctx: Context) -> tuple[Array, Context]:
             return call(
                 self.attention, h, ctx, "attention",
-                segment_ids=segment_ids, segment_pos=segment_pos, paddings=paddings,
+                segment_ids=segment_ids, segment_pos=segment_pos, paddings=paddings, bias=bias,
             )  # fmt: skip
 
+        def cross_attend(h: Array, ctx: Context) -> tuple[Array, Context]:
+            cross = lambda h, ctx: self.cross_attention.cross(h, memory, ctx, memory_paddings=memory_paddings)
+            return call(cross, h, ctx, "cross_attention")
+
         x, ctx = self._residual(x, ctx, attend, self.attention_norm, self.attention_post_norm)
+        if self.cross_attention is not None:
+            x, ctx = self._residual(x, ctx, cross_attend, self.cross_attention_norm, self.cross_attention_post_norm)
         x, ctx = self._residual(x, ctx, self._feed_forward, self.ff_norm, self.ff_post_norm)
         if ctx.records(LAYER_STATISTICS_VERBOSITY):
             rms = jnp.sqrt(jnp.mean(jnp.square(x.astype(jnp.float32))))
@@ -166,16 +224,40 @@ class Transformer(eqx.Module):
         start: Int[Array, ""],
         positions: Int[Array, "batch new"],
         key_valid: Bool[Array, "batch max_len"],
+        *,
+        bias: Float[Array, "#batch #heads new max_len"] | None = None,
+        memory_kv: KVCache | None = None,
+        memory_valid: Bool[Array, "batch memory"] | None = None,
     ) -> tuple[Float[Array, "batch new embed"], KVCache]:
         """The layer on new tokens against a KV cache (no dropout, no side outputs).
 
         The same `_residual` wiring as `__call__`, with the cache threaded where the Context is.
+        bias: the self-attention's, against every cache slot (Attention.decode). memory_kv: this
+        layer's cross-attention keys/values of the encoder output (`cross_attention.project_memory`),
+        required with cross-attention and refused without; memory_valid: False at its padding.
         """
-        attend = lambda h, c: self.attention.decode(h, c, start, positions, key_valid)
+        self._check_memory(memory_kv is not None, "memory_kv")
+        attend = lambda h, c: self.attention.decode(h, c, start, positions, key_valid, bias=bias)
+        cross_attend = lambda h, c: (self.cross_attention.decode_cross(h, memory_kv, memory_valid), c)
         feed_forward = lambda h, c: (self._feed_forward(h, None)[0], c)
         x, cache = self._residual(x, cache, attend, self.attention_norm, self.attention_post_norm)
+        if self.cross_attention is not None:
+            norms = self.cross_attention_norm, self.cross_attention_post_norm
+            x, cache = self._residual(x, cache, cross_attend, *norms)
         x, cache = self._residual(x, cache, feed_forward, self.ff_norm, self.ff_post_norm)
         return x, cache
+
+    def _check_memory(self, given: bool, name: str) -> None:
+        if given and self.cross_attention is None:
+            raise ValueError(
+                f"Transformer: {name} was given to a layer without cross-attention; build it with "
+                "cross_attention=True (StackedTransformerConfig.cross_attention) or do not pass it."
+            )
+        if not given and self.cross_attention is not None:
+            raise ValueError(
+                f"Transformer: this layer has cross-attention but no {name} was given; pass the encoder's "
+                f"output ({name}=...)."
+            )
 
     def _feed_forward(self, h: Array, ctx: Context | None) -> tuple[Array, Context | None]:
         h = self.ff_in(h)
