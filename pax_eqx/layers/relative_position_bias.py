@@ -139,7 +139,8 @@ def relative_position_bucket(
 
     n = query - key (how far back the key is). Bidirectional: keys after the query (n < 0) take
     the upper half of the buckets, and n = |n|; causal: keys after the query (never attended)
-    share bucket 0 with n = 0. Then n < max_exact = buckets // 2 is its own bucket, and larger
+    share bucket 0 with n = 0 (so, as in T5, bidirectional bucket num_buckets // 2 is never
+    used: keys after the query have n >= 1). Then n < max_exact = buckets // 2 is its own bucket, and larger
     n goes to max_exact + floor(log(n / max_exact) / log(max_distance / max_exact) *
     (buckets - max_exact)), capped at the last bucket.
     """
