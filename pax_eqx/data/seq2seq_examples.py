@@ -58,8 +58,8 @@ def _padded(ids: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def seq2seq_example(
-    inputs: Int[ArrayLike, " n"],
-    targets: Int[ArrayLike, " m"],
+    inputs: Sequence[int] | Int[ArrayLike, " n"],
+    targets: Sequence[int] | Int[ArrayLike, " m"],
     seq_len: int,
     target_seq_len: int,
     *,
