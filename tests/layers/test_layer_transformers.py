@@ -8,12 +8,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from layer_reference import causal_mask, jit, key, random_module, random_normal, reference_attention
+from test_layer_cross_attention import reference_cross_attention
 
 from pax_eqx.config import ConfigError
 from pax_eqx.layers import (
     ActivationConfig,
     AttentionConfig,
     Context,
+    KVCache,
     Mode,
     NormConfig,
     TransformerConfig,
@@ -26,7 +28,9 @@ B, T, D, F, N = 2, 5, 8, 16, 2
 EVAL = Context(mode=Mode.EVAL)
 
 
-_BUILD_ARGS = ("model_dims", "hidden_dims", "num_heads", "dim_per_head", "num_kv_heads", "init", "use_rotary")
+_BUILD_ARGS = (
+    "model_dims", "hidden_dims", "num_heads", "dim_per_head", "num_kv_heads", "init", "use_rotary", "cross_attention",
+)  # fmt: skip
 
 
 def _cfg(**kw):
@@ -60,11 +64,14 @@ def _np_rms_norm(x, norm):
     return x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6) * np.asarray(norm.scale)
 
 
-def _np_transformer(layer, x, policy, act=lambda h: np.maximum(h, 0), norm_fn=_np_layer_norm):
-    """The layer written out in numpy from its parts (causal self-attention, ReLU/gated FFN)."""
+def _np_transformer(layer, x, policy, act=lambda h: np.maximum(h, 0), norm_fn=_np_layer_norm, memory=None,
+                    memory_valid=None):  # fmt: skip
+    """The layer written out in numpy from its parts (causal self-attention, cross-attention to
+    `memory` when given, ReLU/gated FFN)."""
     x = np.asarray(x, np.float64)
     a = layer.attention
     attend = lambda h: reference_attention(h, a.w_q, a.w_k, a.w_v, a.w_o, mask=causal_mask(*x.shape[:2]))
+    cross = lambda h: reference_cross_attention(h, memory, layer.cross_attention, key_valid=memory_valid)
 
     def ff(h):
         hidden = h @ np.asarray(layer.ff_in.linear.w) + np.asarray(layer.ff_in.bias.b)
@@ -78,11 +85,17 @@ def _np_transformer(layer, x, policy, act=lambda h: np.maximum(h, 0), norm_fn=_n
     norm = lambda n, h: norm_fn(h, n)
     if policy == "pre":
         x = x + attend(norm(layer.attention_norm, x))
+        if memory is not None:
+            x = x + cross(norm(layer.cross_attention_norm, x))
         return x + ff(norm(layer.ff_norm, x))
     if policy == "post":
         x = norm(layer.attention_norm, x + attend(x))
+        if memory is not None:
+            x = norm(layer.cross_attention_norm, x + cross(x))
         return norm(layer.ff_norm, x + ff(x))
     x = x + norm(layer.attention_post_norm, attend(norm(layer.attention_norm, x)))
+    if memory is not None:
+        x = x + norm(layer.cross_attention_post_norm, cross(norm(layer.cross_attention_norm, x)))
     return x + norm(layer.ff_post_norm, ff(norm(layer.ff_norm, x)))
 
 
@@ -94,6 +107,80 @@ def test_matches_numpy_for_each_norm_policy(policy):
     y = _fwd(layer, x)
     assert y.shape == (B, T, D)
     np.testing.assert_allclose(y, _np_transformer(layer, x, policy), rtol=1e-4, atol=1e-4)
+
+
+S = 4  # memory length (the queries have T)
+MEMORY_PADDINGS = jnp.asarray([[0, 0, 1, 1], [0, 0, 0, 0]], jnp.float32)
+
+
+@pytest.mark.parametrize("policy", ["pre", "post", "primer_hybrid"])
+def test_cross_attention_layer_matches_numpy_for_each_norm_policy(policy):
+    """Praxis' order: self-attention, cross-attention to the memory, feed-forward, each in the
+    norm policy; padded memory is not attended to."""
+    layer = _randomized(_cfg(norm_policy=policy, num_kv_heads=1, cross_attention=True))
+    assert (layer.cross_attention_post_norm is not None) == (policy == "primer_hybrid")
+    x, memory = _x(), random_normal((B, S, D), 2)
+    y = _fwd(layer, x, memory=memory, memory_paddings=MEMORY_PADDINGS)
+    valid = np.asarray(MEMORY_PADDINGS) < 0.5
+    expected = _np_transformer(layer, x, policy, memory=memory, memory_valid=valid)
+    np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_cross_attention_layer_decode_equals_full_forward():
+    layer = _randomized(_cfg(norm_policy="primer_hybrid", num_kv_heads=1, cross_attention=True))
+    x, memory = _x(), random_normal((B, S, D), 2)
+
+    @jit
+    def prefill_then_step(layer, x, memory):
+        cache = layer.attention.init_cache(B, T)
+        memory_kv = layer.cross_attention.project_memory(memory)
+        pos = jnp.broadcast_to(jnp.arange(T), (B, T))
+        valid, memory_valid = jnp.ones((B, T), bool), MEMORY_PADDINGS < 0.5
+        step = lambda i, j, cache: layer.decode(
+            x[:, i:j], cache, jnp.int32(i), pos[:, i:j], valid, memory_kv=memory_kv, memory_valid=memory_valid
+        )
+        out, cache = step(0, 2, cache)
+        outs = [out]
+        for t in range(2, T):
+            out, cache = step(t, t + 1, cache)
+            outs.append(out)
+        return jnp.concatenate(outs, 1)
+
+    expected = _fwd(layer, x, memory=memory, memory_paddings=MEMORY_PADDINGS)
+    np.testing.assert_allclose(prefill_then_step(layer, x, memory), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_memory_must_match_whether_the_layer_has_cross_attention():
+    plain = eqx.filter_eval_shape(_cfg(), jax.random.key(0))
+    cross = eqx.filter_eval_shape(_cfg(cross_attention=True), jax.random.key(0))
+    x, memory = jnp.zeros((B, T, D)), jnp.zeros((B, S, D))
+    cache = KVCache(jnp.zeros((B, T, N, D // N)), jnp.zeros((B, T, N, D // N)))
+    pos, valid = jnp.zeros((B, 1), jnp.int32), jnp.ones((B, T), bool)
+    with pytest.raises(ValueError, match="without cross-attention"):
+        plain(x, EVAL, memory=memory)
+    with pytest.raises(ValueError, match="no memory was given"):
+        cross(x, EVAL)
+    with pytest.raises(ValueError, match="without cross-attention"):
+        plain.decode(x[:, :1], cache, jnp.int32(0), pos, valid, memory_kv=cache)
+    with pytest.raises(ValueError, match="no memory_kv was given"):
+        cross.decode(x[:, :1], cache, jnp.int32(0), pos, valid)
+
+
+def test_cross_attention_is_built_bidirectional_unfused_without_rotary():
+    """From the layer's attention template, whatever it says about causality, fusing and rotary."""
+    attention = AttentionConfig(combine_qkv=True, rotary_max_timescale=500.0, use_bias=True)
+    build = _cfg(
+        attention=attention, cross_attention=True, use_rotary=True, init=WeightInit(method="constant", scale=0.5)
+    )
+    layer = build(jax.random.key(0))
+    self_attention, cross = layer.attention, layer.cross_attention
+    assert self_attention.causal and self_attention.w_qkv is not None and self_attention.rotary_max_timescale == 500.0
+    assert not cross.causal and cross.w_qkv is None and cross.rotary_max_timescale is None
+    assert cross.w_q.shape == (D, N, D // N) and cross.b_k is not None
+    for w in (cross.w_q, cross.w_k, cross.w_v, cross.w_o):
+        np.testing.assert_array_equal(w, 0.5)
+    plain = eqx.filter_eval_shape(_cfg(), jax.random.key(0))
+    assert plain.cross_attention is None and plain.cross_attention_norm is None
 
 
 def test_swiglu_and_rms_norm():
