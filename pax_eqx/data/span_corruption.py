@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -150,7 +150,9 @@ def random_spans_noise_mask(
 
 
 def noise_span_to_unique_sentinel(
-    tokens: Int[ArrayLike, " n"], noise_mask: Bool[ArrayLike, " n"], first_sentinel: int
+    tokens: Sequence[int] | Int[ArrayLike, " n"],
+    noise_mask: Sequence[bool] | Bool[ArrayLike, " n"],
+    first_sentinel: int,
 ) -> Int[np.ndarray, " m"]:
     """Each run of noise tokens replaced by one sentinel: first_sentinel, first_sentinel + 1, ..."""
     tokens = np.asarray(tokens, np.int32)
@@ -163,14 +165,19 @@ def noise_span_to_unique_sentinel(
 
 
 def nonnoise_span_to_unique_sentinel(
-    tokens: Int[ArrayLike, " n"], noise_mask: Bool[ArrayLike, " n"], first_sentinel: int
+    tokens: Sequence[int] | Int[ArrayLike, " n"],
+    noise_mask: Sequence[bool] | Bool[ArrayLike, " n"],
+    first_sentinel: int,
 ) -> Int[np.ndarray, " m"]:
     """Each run of non-noise tokens replaced by one sentinel (the targets of span corruption)."""
     return noise_span_to_unique_sentinel(tokens, ~np.asarray(noise_mask, bool), first_sentinel)
 
 
 def corrupt(
-    tokens: Int[ArrayLike, " n"], cfg: SpanCorruptionConfig, rng: np.random.Generator, first_sentinel: int
+    tokens: Sequence[int] | Int[ArrayLike, " n"],
+    cfg: SpanCorruptionConfig,
+    rng: np.random.Generator,
+    first_sentinel: int,
 ) -> tuple[Int[np.ndarray, " i"], Int[np.ndarray, " t"]]:
     """(inputs, targets) of one window, without eos: non-noise tokens with a sentinel per noise
     span, and each sentinel followed by its span."""

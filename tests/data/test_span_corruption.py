@@ -190,3 +190,18 @@ def test_too_short_seq_len_for_span_corruption_names_the_minimum():
     with pytest.raises(ConfigError, match=r"data\.seq_len=2 is too short .*data\.seq_len >= 3"):
         DataConfig(layout="span_corruption", seq_len=2).validate(files=False)
     assert raw_length(SpanCorruptionConfig(), 3) == (2, 3)
+
+
+def test_the_worked_example_of_docs_data_md():
+    tok, cfg = ByteTokenizer(), SpanCorruptionConfig()
+    assert raw_length(cfg, 64) == (70, 14)
+    window = "HAMLET: To be, or not to be, that is the question: Whether 'tis nobler"
+    inputs = "HAMLET: To be, or not to be, that is the <extra_id_0>: Whether 't<extra_id_1>s noble<extra_id_2>"
+    targets = "<extra_id_0>question<extra_id_1>i<extra_id_2>r"
+    inputs_ids, targets_ids = encode_with_sentinels(tok, inputs), encode_with_sentinels(tok, targets)
+    assert len(tok.encode(window)) == 70 and len(inputs_ids) + 1 == 64 and len(targets_ids) + 1 == 14
+    assert reassemble(np.array(inputs_ids), np.array(targets_ids), 260) == tok.encode(window)
+    assert required_vocab_size(DataConfig(layout="span_corruption"), tok) == 263
+    # the draw shown (numpy's Generator stream; regenerate the docs' example if numpy changes it)
+    got_inputs, got_targets = corrupt(tok.encode(window), cfg, np.random.default_rng(2), 260)
+    assert (got_inputs.tolist(), got_targets.tolist()) == (inputs_ids, targets_ids)
