@@ -115,7 +115,7 @@ def test_raw_length_fits_the_inputs_exactly_and_is_the_longest(cfg):
         assert len(targets) + eos == target_len
         longer, _ = corrupt(np.arange(raw + 1) + 4, cfg, rng, 10_000)
         assert len(longer) + eos > seq_len  # the next window would not fit: this one is the longest
-        for shorter in range(1, raw):  # an eval split's last window is shorter: it fits too
+        for shorter in [*range(1, raw, max(1, raw // 30)), raw - 1]:  # an eval split's last window is shorter: fits too
             i, t = corrupt(np.arange(shorter) + 4, cfg, rng, 10_000)
             assert len(i) + eos <= seq_len and len(t) + eos <= target_len
         n, s = t5_counts(raw, cfg.noise_density, cfg.mean_noise_span_length)
