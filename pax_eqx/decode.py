@@ -1,5 +1,6 @@
 """`python -m pax_eqx.decode --exp NAME --job-log-dir DIR --prompt "ROMEO:" --max-new-tokens 200
-[--temperature 0.8 --top-k 40 --top-p 0.95 --seed 0 --num-samples 1]`: print samples.
+[--temperature 0.8 --top-k 40 --top-p 0.95 --seed 0 --num-samples 1]`: print samples;
+`[--beam-size 4 --length-norm-alpha 0.8]`: print beam search's n-best list instead.
 
 The short flags are the `decode.*` fields of the experiment (`--decode.prompt` works too).
 """
@@ -10,8 +11,11 @@ from collections.abc import Sequence
 
 from pax_eqx.programs import cli, entry
 
-DESCRIPTION = "Sample text from the newest checkpoint of a job dir."
-_SHORT = ("prompt", "max-new-tokens", "temperature", "top-k", "top-p", "seed", "num-samples", "eos-id")
+DESCRIPTION = "Sample text (or beam-search an n-best list) from the newest checkpoint of a job dir."
+_SHORT = (
+    "prompt", "max-new-tokens", "temperature", "top-k", "top-p", "seed", "num-samples", "eos-id", "beam-size",
+    "length-norm-alpha",
+)  # fmt: skip
 
 
 def expand_short_flags(argv: list[str]) -> list[str]:
@@ -26,16 +30,22 @@ def expand_short_flags(argv: list[str]) -> list[str]:
     return out
 
 
+def given_decode_fields(argv: list[str]) -> set[str]:
+    """The decode.* fields named on the (expanded) command line: `--decode.top-k 40` -> top_k."""
+    return {arg[len("--decode.") :].partition("=")[0].replace("-", "_") for arg in argv if arg.startswith("--decode.")}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     argv = expand_short_flags(list(sys.argv[1:] if argv is None else argv))
     exp, job_dir, _ = cli.parse(argv, "python -m pax_eqx.decode", DESCRIPTION)
     from pax_eqx.programs.restore import restore_for_inference
-    from pax_eqx.programs.sampling import print_samples
+    from pax_eqx.programs.sampling import check_decode, print_samples
 
+    check_decode(exp.decode, given=given_decode_fields(argv))  # before anything is restored
     rt, state, step = restore_for_inference(exp, job_dir, "decode from", prompt=exp.decode.prompt)
-    print(f"Sampling from the checkpoint at step {step}:")
+    print(f"{'Beam search' if exp.decode.beam_size > 1 else 'Sampling'} from the checkpoint at step {step}:")
     print_samples(rt, state, exp.decode)
     return 0
 

@@ -184,7 +184,7 @@ def generate(
         return [nbest[0][0] if nbest else [] for nbest in beam_search_lm(model, prompts, cfg, pad_id)]
     longest = max(len(p) for p in prompts)
     if longest + cfg.max_new_tokens <= model.max_seq_len:
-        return _cut_at_eos(_run(model, prompts, longest, cfg, key, pad_id), cfg.eos_id)
+        return cut_at_eos(_run(model, prompts, longest, cfg, key, pad_id), cfg.eos_id)
     keep = model.max_seq_len // 2
     window = cfg.replace(max_new_tokens=model.max_seq_len - keep)
     contexts = [list(p) for p in prompts]
@@ -195,7 +195,7 @@ def generate(
         for i, out in enumerate(outs):
             contexts[i] += out
             new[i] += out
-    return _cut_at_eos([n[: cfg.max_new_tokens] for n in new], cfg.eos_id)
+    return cut_at_eos([n[: cfg.max_new_tokens] for n in new], cfg.eos_id)
 
 
 def _run(model, prompts, length, cfg, key, pad_id) -> list[list[int]]:
@@ -204,5 +204,6 @@ def _run(model, prompts, length, cfg, key, pad_id) -> list[list[int]]:
     return np.asarray(sample(decoder, cfg, key, pad_id)[0]).tolist()
 
 
-def _cut_at_eos(rows: list[list[int]], eos_id: int) -> list[list[int]]:
+def cut_at_eos(rows: list[list[int]], eos_id: int) -> list[list[int]]:
+    """Each row up to (not including) its first `eos_id`."""
     return [row[: row.index(eos_id)] if eos_id in row else row for row in rows]

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from pax_eqx.config import ConfigError
 from pax_eqx.layers.attentions import KVCache
 from pax_eqx.models.language_model import LanguageModel
 
@@ -93,8 +94,16 @@ class LanguageModelDecoder(IncrementalDecoder):
         length: int | None = None,
     ) -> LanguageModelDecoder:
         """Left-pads `prompts` (lists of ids, none empty) to `length` (default: the longest);
-        the cache holds `length + max_new_tokens` slots."""
+        the cache holds `length + max_new_tokens` slots, which must fit in `model.max_seq_len`
+        (ConfigError otherwise: a learned position table has no rows past it)."""
         length = max(len(p) for p in prompts) if length is None else length
+        if length + max_new_tokens > model.max_seq_len:
+            raise ConfigError(
+                f"a prompt of {length} tokens + {max_new_tokens} new tokens (decode.max_new_tokens) needs "
+                f"{length + max_new_tokens} positions, more than model.max_seq_len={model.max_seq_len}; lower "
+                "decode.max_new_tokens or shorten the prompt (only sampling with `generate` slides a window "
+                "past max_seq_len)."
+            )
         ids = np.full((len(prompts), length), pad_id, np.int32)
         valid = np.zeros((len(prompts), length), bool)
         for i, p in enumerate(prompts):

@@ -1,14 +1,22 @@
-"""Text in, text out: encode a prompt, sample continuations, decode them (decode CLI + end of training)."""
+"""Text in, text out: encode a prompt, sample continuations or beam-search an n-best list, decode
+them (decode CLI + end of training).
+
+`make_decoder` is the one model-specific piece: it turns a model and its encoded prompts into
+an `IncrementalDecoder`, which sampling and beam search both run on.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import jax
 
 from pax_eqx.config import ConfigError
-from pax_eqx.models.decoding import generate
+from pax_eqx.models.beam_search import beam_search, nbest_lists
+from pax_eqx.models.decoding import cut_at_eos, generate, sample
+from pax_eqx.models.incremental import IncrementalDecoder, LanguageModelDecoder
+from pax_eqx.models.language_model import LanguageModel
 
 
 def check_prompt(tokenizer: Any, prompt: str) -> None:
@@ -22,19 +30,98 @@ def check_prompt(tokenizer: Any, prompt: str) -> None:
         )
 
 
-def sample_text(rt: Any, state: Any, decode_cfg: Any) -> list[str]:
+# The decode.* fields only one mode reads: sampling (beam_size 1) or beam search (> 1).
+SAMPLING_ONLY = ("temperature", "top_k", "top_p", "seed", "num_samples")
+BEAM_ONLY = ("length_norm_alpha",)
+
+
+def unused_fields(decode_cfg: Any) -> tuple[str, ...]:
+    """The decode fields decode_cfg's mode does not read."""
+    return SAMPLING_ONLY if decode_cfg.beam_size > 1 else BEAM_ONLY
+
+
+def for_mode(decode_cfg: Any) -> Any:
+    """decode_cfg with the fields its mode does not read put back at their defaults.
+
+    An experiment's decode settings are for its default mode (shakespeare_char samples with
+    top_k=40); they must not stop `--decode.beam-size 4`. What the user passes on the command
+    line is checked by `check_decode(given=...)` instead: a flag the mode ignores is refused.
+    """
+    defaults = type(decode_cfg)()
+    return decode_cfg.replace(**{name: getattr(defaults, name) for name in unused_fields(decode_cfg)})
+
+
+def check_decode(decode_cfg: Any, given: Collection[str] = ()) -> None:
+    """ConfigError for bad decode settings (SampleConfig.validate, in the mode's terms) and for
+    any field in `given` (the decode.* flags the user passed) that the mode does not read:
+    e.g. --top-k or --num-samples with a beam, --length-norm-alpha without one."""
+    mode = f"decode.beam_size={decode_cfg.beam_size}"
+    for name in unused_fields(decode_cfg):
+        if name in given:
+            flag = "--decode." + name.replace("_", "-")
+            what = "beam search prints one n-best list ranked by the model's log-probs; it does not sample"
+            if decode_cfg.beam_size == 1:
+                what = "sampling ranks nothing; pass --decode.beam-size > 1 for beam search"
+            raise ConfigError(f"decode.{name} ({flag}) has no effect with {mode}: {what}. Drop {flag}.")
+    for_mode(decode_cfg).validate()
+
+
+def make_decoder(model: Any, prompts: list[list[int]], max_new_tokens: int, pad_id: int) -> IncrementalDecoder:
+    """The model's IncrementalDecoder over `prompts` (token ids), with room for max_new_tokens."""
+    if isinstance(model, LanguageModel):
+        return LanguageModelDecoder.from_prompts(model, prompts, max_new_tokens, pad_id)
+    raise ConfigError(f"{type(model).__name__} does not decode (no IncrementalDecoder for it).")
+
+
+def _setup(rt: Any, state: Any, decode_cfg: Any) -> tuple[Any, list[int], Any, Any]:
+    """(model, encoded prompt, decode config with the tokenizer's EOS, tokenizer)."""
     tokenizer = rt.tokenizer
+    check_decode(decode_cfg)
+    decode_cfg = for_mode(decode_cfg)
     check_prompt(tokenizer, decode_cfg.prompt)
-    prompt = tokenizer.encode(decode_cfg.prompt)
     model = rt.programs.task.model(state.params if state.ema is None else state.ema)
     eos = tokenizer.eos_id if decode_cfg.eos_id < 0 else decode_cfg.eos_id
-    cfg = decode_cfg.replace(eos_id=eos)  # a DecodeConfig is a SampleConfig
+    return model, tokenizer.encode(decode_cfg.prompt), decode_cfg.replace(eos_id=eos), tokenizer
+
+
+def sample_text(rt: Any, state: Any, decode_cfg: Any) -> list[str]:
+    """decode_cfg.num_samples continuations of decode_cfg.prompt (prompt included)."""
+    model, prompt, cfg, tokenizer = _setup(rt, state, decode_cfg)  # a DecodeConfig is a SampleConfig
     key = jax.random.PRNGKey(decode_cfg.seed)
-    outs = generate(model, [prompt] * decode_cfg.num_samples, cfg, key, pad_id=tokenizer.pad_id)
+    prompts = [prompt] * decode_cfg.num_samples
+    if isinstance(model, LanguageModel):
+        outs = generate(model, prompts, cfg, key, pad_id=tokenizer.pad_id)  # slides a window past max_seq_len
+    else:
+        decoder = make_decoder(model, prompts, cfg.max_new_tokens, tokenizer.pad_id)
+        outs = cut_at_eos(jax.device_get(sample(decoder, cfg, key, tokenizer.pad_id)[0]).tolist(), cfg.eos_id)
     return [decode_cfg.prompt + tokenizer.decode(ids) for ids in outs]
 
 
+def beam_text(rt: Any, state: Any, decode_cfg: Any) -> list[tuple[str, float]]:
+    """The n-best list of decode_cfg.prompt: (prompt + continuation, length-normalised score),
+    best first, up to decode_cfg.beam_size of them."""
+    model, prompt, cfg, tokenizer = _setup(rt, state, decode_cfg)
+    decoder = make_decoder(model, [prompt], cfg.max_new_tokens, tokenizer.pad_id)
+    result = beam_search(
+        decoder, beam_size=cfg.beam_size, max_new_tokens=cfg.max_new_tokens, eos_id=cfg.eos_id,
+        pad_id=tokenizer.pad_id, length_norm_alpha=cfg.length_norm_alpha,
+    )  # fmt: skip
+    return [(decode_cfg.prompt + tokenizer.decode(ids), score) for ids, score in nbest_lists(result, cfg.eos_id)[0]]
+
+
 def print_samples(rt: Any, state: Any, decode_cfg: Any, log: Callable = print) -> list[str]:
+    """Samples (decode.beam_size 1) or the beam's n-best list, printed; returns the texts."""
+    decode_cfg = for_mode(decode_cfg)
+    if decode_cfg.beam_size > 1:
+        nbest = beam_text(rt, state, decode_cfg)
+        log(
+            f"--- beam search: {len(nbest)} best of beam_size {decode_cfg.beam_size} (score: log-prob / "
+            f"((5 + length) / 6) ** {decode_cfg.length_norm_alpha}) ---"
+        )
+        for rank, (text, score) in enumerate(nbest, 1):
+            log(f"--- {rank} (score {score:.4f}) ---")
+            log(text)
+        return [text for text, _ in nbest]
     texts = sample_text(rt, state, decode_cfg)
     for i, text in enumerate(texts):
         settings = f"temperature {decode_cfg.temperature}, top_k {decode_cfg.top_k}, top_p {decode_cfg.top_p}"
