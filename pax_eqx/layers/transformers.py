@@ -255,8 +255,8 @@ class Transformer(eqx.Module):
             )
         if not given and self.cross_attention is not None:
             raise ValueError(
-                f"Transformer: this layer has cross-attention but no {name} was given; pass the encoder's "
-                f"output ({name}=...)."
+                f"Transformer: this layer has cross-attention but no {name} was given; pass "
+                + ("memory=<the encoder's output>." if name == "memory" else "memory_kv=<project_memory's>.")
             )
 
     def _feed_forward(self, h: Array, ctx: Context | None) -> tuple[Array, Context | None]:
