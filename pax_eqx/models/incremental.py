@@ -132,23 +132,5 @@ class LanguageModelDecoder(IncrementalDecoder):
         return logits[:, -1], LanguageModelCarry(cache, key_valid, pos + 1)
 
     def select(self, carry: LanguageModelCarry, rows: Int[Array, " n"]) -> LanguageModelCarry:
-        return LanguageModelCarry(
-            select_cache(self.model.stack, carry.cache, rows), carry.key_valid[rows], carry.next_pos[rows]
-        )
-
-
-def select_cache(
-    stack: eqx.Module, cache: KVCache | tuple[KVCache, ...], rows: Int[Array, " n"]
-) -> KVCache | tuple[KVCache, ...]:
-    """Batch rows `rows` of a layer stack's KV cache.
-
-    The stack's own `select_cache` when it has one; otherwise the two layouts the stacks use:
-    one KVCache `[layers, batch, ...]` (StackedTransformerRepeated) or a tuple of per-layer
-    KVCaches `[batch, ...]` (StackedTransformer).
-    """
-    own = getattr(stack, "select_cache", None)
-    if own is not None:
-        return own(cache, rows)
-    if isinstance(cache, KVCache):
-        return jax.tree.map(lambda a: a[:, rows], cache)
-    return jax.tree.map(lambda a: a[rows], cache)
+        cache = self.model.stack.select_cache(carry.cache, rows)  # the stack knows its cache layout
+        return LanguageModelCarry(cache, carry.key_valid[rows], carry.next_pos[rows])
