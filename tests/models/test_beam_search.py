@@ -68,6 +68,9 @@ def test_beam_size_one_is_greedy_exactly(repeat):
     np.testing.assert_array_equal(np.asarray(out.tokens[:, 0]), tokens)
     np.testing.assert_array_equal(np.asarray(out.log_probs[:, 0]), log_probs)
     np.testing.assert_array_equal(np.asarray(out.lengths[:, 0]), lengths_of(tokens, eos))
+    if repeat:  # the log-prob `sample` reports is the teacher-forced one, up to and including EOS
+        for prompt, row, n, lp in zip(PROMPTS, tokens, lengths_of(tokens, eos), log_probs):
+            np.testing.assert_allclose(teacher_forced(model, prompt, row[None, :n]).sum(), lp, rtol=1e-4)
 
 
 def test_beam_search_scores_at_least_greedy_on_every_example():
