@@ -40,10 +40,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     argv = expand_short_flags(list(sys.argv[1:] if argv is None else argv))
     exp, job_dir, _ = cli.parse(argv, "python -m pax_eqx.decode", DESCRIPTION)
+    from pax_eqx.programs.decode_modes import check_decode
     from pax_eqx.programs.restore import restore_for_inference
-    from pax_eqx.programs.sampling import check_decode, print_samples
+    from pax_eqx.programs.sampling import print_samples
+    from pax_eqx.programs.seq2seq_decoding import decodes_examples
 
-    check_decode(exp.decode, given=given_decode_fields(argv))  # before anything is restored
+    # Before anything is restored.
+    check_decode(exp.decode, given=given_decode_fields(argv), examples=decodes_examples(exp))
     rt, state, step = restore_for_inference(exp, job_dir, "decode from", prompt=exp.decode.prompt)
     print(f"{'Beam search' if exp.decode.beam_size > 1 else 'Sampling'} from the checkpoint at step {step}:")
     print_samples(rt, state, exp.decode)

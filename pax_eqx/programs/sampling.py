@@ -7,7 +7,7 @@ an `IncrementalDecoder`, which sampling and beam search both run on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -17,6 +17,9 @@ from pax_eqx.models.beam_search import beam_search, nbest_lists
 from pax_eqx.models.decoding import cut_at_eos, generate, sample
 from pax_eqx.models.incremental import IncrementalDecoder, LanguageModelDecoder
 from pax_eqx.models.language_model import LanguageModel
+from pax_eqx.models.sequence_model import SequenceModelConfig
+from pax_eqx.programs.decode_modes import check_decode, for_mode
+from pax_eqx.programs.seq2seq_decoding import print_seq2seq
 
 
 def check_prompt(tokenizer: Any, prompt: str) -> None:
@@ -28,42 +31,6 @@ def check_prompt(tokenizer: Any, prompt: str) -> None:
             f"decode.prompt (--prompt) {prompt!r} has characters outside the vocabulary: {bad!r}; "
             "remove them, or use a tokenizer that covers them (data.tokenizer.byte_fallback, or the byte tokenizer)."
         )
-
-
-# The decode.* fields only one mode reads: sampling (beam_size 1) or beam search (> 1).
-SAMPLING_ONLY = ("temperature", "top_k", "top_p", "seed", "num_samples")
-BEAM_ONLY = ("length_norm_alpha",)
-
-
-def unused_fields(decode_cfg: Any) -> tuple[str, ...]:
-    """The decode fields decode_cfg's mode does not read."""
-    return SAMPLING_ONLY if decode_cfg.beam_size > 1 else BEAM_ONLY
-
-
-def for_mode(decode_cfg: Any) -> Any:
-    """decode_cfg with the fields its mode does not read put back at their defaults.
-
-    An experiment's decode settings are for its default mode (shakespeare_char samples with
-    top_k=40); they must not stop `--decode.beam-size 4`. What the user passes on the command
-    line is checked by `check_decode(given=...)` instead: a flag the mode ignores is refused.
-    """
-    defaults = type(decode_cfg)()
-    return decode_cfg.replace(**{name: getattr(defaults, name) for name in unused_fields(decode_cfg)})
-
-
-def check_decode(decode_cfg: Any, given: Collection[str] = ()) -> None:
-    """ConfigError for bad decode settings (SampleConfig.validate, in the mode's terms) and for
-    any field in `given` (the decode.* flags the user passed) that the mode does not read:
-    e.g. --top-k or --num-samples with a beam, --length-norm-alpha without one."""
-    mode = f"decode.beam_size={decode_cfg.beam_size}"
-    for name in unused_fields(decode_cfg):
-        if name in given:
-            flag = "--decode." + name.replace("_", "-")
-            what = "beam search prints one n-best list ranked by the model's log-probs; it does not sample"
-            if decode_cfg.beam_size == 1:
-                what = "sampling ranks nothing; pass --decode.beam-size > 1 for beam search"
-            raise ConfigError(f"decode.{name} ({flag}) has no effect with {mode}: {what}. Drop {flag}.")
-    for_mode(decode_cfg).validate()
 
 
 def make_decoder(model: Any, prompts: list[list[int]], max_new_tokens: int, pad_id: int) -> IncrementalDecoder:
@@ -110,7 +77,10 @@ def beam_text(rt: Any, state: Any, decode_cfg: Any) -> list[tuple[str, float]]:
 
 
 def print_samples(rt: Any, state: Any, decode_cfg: Any, log: Callable = print) -> list[str]:
-    """Samples (decode.beam_size 1) or the beam's n-best list, printed; returns the texts."""
+    """Samples (decode.beam_size 1) or the beam's n-best list, printed; returns the texts. A
+    sequence-to-sequence model prints its inputs' outputs instead (seq2seq_decoding)."""
+    if isinstance(rt.exp.model, SequenceModelConfig):
+        return print_seq2seq(rt, state, decode_cfg, log)
     decode_cfg = for_mode(decode_cfg)
     if decode_cfg.beam_size > 1:
         nbest = beam_text(rt, state, decode_cfg)

@@ -31,15 +31,19 @@ import jax
 import numpy as np
 
 from pax_eqx.checkpoint import Checkpointer, CheckpointSaveError
+from pax_eqx.data import target_length
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.learners import skipped_steps
 from pax_eqx.models.language_model import LanguageModelConfig
+from pax_eqx.models.sequence_model import SequenceModelConfig
+from pax_eqx.programs.decode_modes import check_decode
 from pax_eqx.programs.errors import DataPipelineError, NonFiniteLossError, raised_at
 from pax_eqx.programs.eval_loop import evaluate
 from pax_eqx.programs.job_dir import JobDirError, check_config, write_config
 from pax_eqx.programs.pgle import enable_auto_pgle
 from pax_eqx.programs.runtime import Runtime
 from pax_eqx.programs.sampling import check_prompt, print_samples
+from pax_eqx.programs.seq2seq_decoding import decodes_examples
 from pax_eqx.sharding.distributed import any_host
 from pax_eqx.summaries import Progress, SummaryWriter, step_scalars, write_plots
 
@@ -126,8 +130,9 @@ def _train(exp: ExperimentConfig, job_dir: Path, log, stop: _StopFlag) -> TrainR
         enable_auto_pgle()
     rt = Runtime.create(exp, job_dir, log=log)
     changed = _check_config_everywhere(exp, job_dir)
-    if exp.train.sample_at_end:
-        check_prompt(rt.tokenizer, exp.decode.prompt)  # not after hours of training
+    if exp.train.sample_at_end:  # not after hours of training
+        check_prompt(rt.tokenizer, exp.decode.prompt)
+        check_decode(exp.decode, examples=decodes_examples(exp))
     # Both inputs are built now, so an empty data file or an empty eval split fails before any
     # write, not at the first eval.
     train_input = rt.input("train")
@@ -163,9 +168,13 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
     writer = SummaryWriter(job_dir, enabled=primary, start_step=step)
     progress = Progress(exp.train.num_steps, step) if primary and step < exp.train.num_steps else None
     examples_per_step = exp.data.train.batch_size * jax.process_count()
-    # A language model's throughput is counted in tokens (Pax's and nanoGPT's unit); any other
-    # model's in examples.
-    tokens_per_example = exp.data.seq_len if isinstance(exp.model, LanguageModelConfig) else 1
+    # A language model's throughput is counted in tokens (Pax's and nanoGPT's unit), a
+    # sequence-to-sequence model's in input + target tokens; any other model's in examples.
+    tokens_per_example = 1
+    if isinstance(exp.model, LanguageModelConfig):
+        tokens_per_example = exp.data.seq_len
+    elif isinstance(exp.model, SequenceModelConfig):
+        tokens_per_example = exp.data.seq_len + target_length(exp.data)
     tokens_per_step = examples_per_step * tokens_per_example
     train_metrics: dict[str, float] = {}
     eval_metrics: dict[str, float] = {}

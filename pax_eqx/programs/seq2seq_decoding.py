@@ -1,0 +1,132 @@
+"""Decoding a sequence-to-sequence model in the programs: the decode CLI and the end of training.
+
+The encoder's inputs are `decode.prompt` (sentinels written `<extra_id_N>`), or, when the prompt
+is empty, the first `decode.num_samples` eval examples, printed with their targets. Each input
+gets the greedy (or, at temperature > 0, a sampled) output and, with `decode.beam_size > 1`, the
+beam's n-best list, every line with its length-normalised score, so greedy and beam compare on
+the same scale; a last line gives their means over the inputs.
+
+    input:  ROMEO: <extra_id_0> thou art<extra_id_1> Romeo?
+    target: <extra_id_0>wherefore<extra_id_1> ...
+    greedy (score -0.412): <extra_id_0>wherefore ...
+    beam 1 (score -0.305): ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pax_eqx.config import ConfigError
+from pax_eqx.data import build_input
+from pax_eqx.data.span_corruption import decode_with_sentinels, encode_with_sentinels
+from pax_eqx.models.beam_search import beam_search, length_normalize
+from pax_eqx.models.decoding import sample
+from pax_eqx.models.sequence_model import SequenceModelConfig, SequenceModelDecoder
+from pax_eqx.programs.decode_modes import for_mode
+
+
+def decodes_examples(exp: Any) -> bool:
+    """True when decoding reads eval examples: a sequence-to-sequence model with no prompt."""
+    return isinstance(exp.model, SequenceModelConfig) and not exp.decode.prompt
+
+
+def source_rows(rt: Any, decode_cfg: Any) -> list[tuple[list[int], list[int] | None]]:
+    """(input ids ending with eos, target ids or None) for each input to decode."""
+    tokenizer = rt.tokenizer
+    if decode_cfg.prompt:
+        return [(encode_with_sentinels(tokenizer, decode_cfg.prompt) + [tokenizer.eos_id], None)]
+    # A fresh single-host eval input: the run's own eval input keeps its position.
+    inp = build_input(rt.exp.data, "eval", tokenizer, num_infeed_hosts=1, infeed_host_index=0)
+    rows: list[tuple[list[int], list[int] | None]] = []
+    try:
+        while len(rows) < decode_cfg.num_samples:
+            batch = inp.get_next()
+            for inputs, in_pad, targets, tgt_pad in zip(
+                batch["inputs"], batch["input_paddings"], batch["targets"], batch["target_paddings"]
+            ):
+                if np.all(in_pad > 0.5) or len(rows) == decode_cfg.num_samples:
+                    continue  # a padding row of the eval epoch
+                rows.append((inputs[in_pad < 0.5].tolist(), targets[tgt_pad < 0.5].tolist()))
+    except StopIteration:
+        pass
+    finally:
+        inp.close()
+    if not rows:
+        raise ConfigError("the eval split has no examples to decode; pass --decode.prompt '...'.")
+    return rows
+
+
+def first_mode(decode_cfg: Any) -> Any:
+    """The settings of the first output line: greedy beside a beam, else the sampling settings."""
+    temperature = 0.0 if decode_cfg.beam_size > 1 else decode_cfg.temperature
+    defaults = type(decode_cfg)()
+    return decode_cfg.replace(beam_size=1, length_norm_alpha=defaults.length_norm_alpha, temperature=temperature)
+
+
+def decode_rows(
+    model: Any, rows: list[list[int]], decode_cfg: Any, pad_id: int, start_id: int
+) -> tuple[np.ndarray, np.ndarray, Any]:
+    """(first-mode tokens [B, new], their normalised scores [B], the BeamResult or None)."""
+    longest = max(len(r) for r in rows)
+    if longest > model.max_seq_len or decode_cfg.max_new_tokens + 1 > model.max_seq_len:
+        raise ConfigError(
+            f"an input of {longest} tokens or decode.max_new_tokens={decode_cfg.max_new_tokens} (+1 for the start "
+            f"token) is longer than model.max_seq_len={model.max_seq_len}; shorten them."
+        )
+    inputs = np.full((len(rows), longest), pad_id, np.int32)
+    paddings = np.ones((len(rows), longest), np.float32)
+    for i, r in enumerate(rows):
+        inputs[i, : len(r)], paddings[i, : len(r)] = r, 0.0
+    decoder = SequenceModelDecoder(
+        model, jnp.asarray(inputs), jnp.asarray(paddings), max_new_tokens=decode_cfg.max_new_tokens, start_id=start_id
+    )
+    tokens, log_probs = sample(decoder, first_mode(decode_cfg), jax.random.PRNGKey(decode_cfg.seed), pad_id)
+    tokens, log_probs = np.asarray(tokens), np.asarray(log_probs)
+    ended = tokens == decode_cfg.eos_id
+    lengths = np.where(ended.any(1), ended.argmax(1) + 1, tokens.shape[1])
+    scores = np.asarray(length_normalize(jnp.asarray(log_probs), jnp.asarray(lengths), decode_cfg.length_norm_alpha))
+    beams = None
+    if decode_cfg.beam_size > 1:
+        beams = beam_search(
+            decoder, beam_size=decode_cfg.beam_size, max_new_tokens=decode_cfg.max_new_tokens,
+            eos_id=decode_cfg.eos_id, pad_id=pad_id, length_norm_alpha=decode_cfg.length_norm_alpha,
+        )  # fmt: skip
+    return tokens, scores, beams
+
+
+def print_seq2seq(rt: Any, state: Any, decode_cfg: Any, log: Callable = print) -> list[str]:
+    """Decodes the inputs (module docstring) and prints them; returns the best output texts."""
+    tokenizer = rt.tokenizer
+    decode_cfg = for_mode(decode_cfg, examples=not decode_cfg.prompt)
+    eos = tokenizer.eos_id if decode_cfg.eos_id < 0 else decode_cfg.eos_id
+    decode_cfg = decode_cfg.replace(eos_id=eos)
+    model = rt.programs.task.model(state.params if state.ema is None else state.ema)
+    rows = source_rows(rt, decode_cfg)
+    tokens, scores, beams = decode_rows(model, [r for r, _ in rows], decode_cfg, tokenizer.pad_id, tokenizer.bos_id)
+    text = lambda ids: decode_with_sentinels(tokenizer, ids)
+    temperature = first_mode(decode_cfg).temperature
+    first = "greedy" if temperature == 0.0 else f"sample (temperature {temperature})"
+    best = []
+    for i, (inputs, targets) in enumerate(rows):
+        log(f"--- example {i} ---")
+        log(f"input:  {text(inputs)}")
+        if targets is not None:
+            log(f"target: {text(targets)}")
+        log(f"{first} (score {scores[i]:.4f}): {text(tokens[i])}")
+        best.append(text(tokens[i]))
+        if beams is not None:
+            for k in range(decode_cfg.beam_size):
+                score = float(beams.scores[i, k])
+                if np.isfinite(score):
+                    log(f"beam {k + 1} (score {score:.4f}): {text(np.asarray(beams.tokens[i, k]))}")
+            best[-1] = text(np.asarray(beams.tokens[i, 0]))
+    summary = f"mean score over {len(rows)} input(s): {first} {scores.mean():.4f}"
+    if beams is not None:
+        summary += f", beam {float(np.asarray(beams.scores)[:, 0].mean()):.4f}"
+    log(summary + f" (log-prob / ((5 + length) / 6) ** {decode_cfg.length_norm_alpha})")
+    return best
