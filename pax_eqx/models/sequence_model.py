@@ -67,7 +67,8 @@ class SequenceModelConfig(ModelConfig):
       decision (the encoder is bidirectional, the decoder causal), so `block.attention.causal`
       stays at its default.
     final_norm: the norm after each stack.
-    scale_embedding_sqrt_depth / label_smoothing_prob / init / embedding_init: as LanguageModelConfig.
+    scale_embedding_sqrt_depth / softmax_bias / label_smoothing_prob / init / embedding_init: as
+      LanguageModelConfig (T5 has no softmax bias).
     """
 
     decodes: ClassVar[bool] = True
@@ -90,6 +91,7 @@ class SequenceModelConfig(ModelConfig):
     block: TransformerConfig = TransformerConfig()
     final_norm: NormConfig = NormConfig()
     scale_embedding_sqrt_depth: bool = False
+    softmax_bias: bool = False
     label_smoothing_prob: float = 0.0
     init: WeightInit = gaussian(0.02)
     embedding_init: WeightInit = gaussian(0.02)
@@ -184,12 +186,14 @@ class SequenceModel(Model):
                 num_classes=v, input_dims=d, init=cfg.embedding_init, scale_sqrt_depth=cfg.scale_embedding_sqrt_depth
             ).build(k_emb)
             self.softmax = SoftmaxConfig(
-                input_dims=d, num_classes=v, init=cfg.init, label_smoothing_prob=cfg.label_smoothing_prob
-            ).build(k_soft)
+                input_dims=d, num_classes=v, init=cfg.init, use_bias=cfg.softmax_bias,
+                label_smoothing_prob=cfg.label_smoothing_prob,
+            ).build(k_soft)  # fmt: skip
         else:
             self.embedding = SharedEmbeddingSoftmaxConfig(
                 num_classes=v, input_dims=d, init=cfg.embedding_init,
-                scale_sqrt_depth=cfg.scale_embedding_sqrt_depth, label_smoothing_prob=cfg.label_smoothing_prob,
+                scale_sqrt_depth=cfg.scale_embedding_sqrt_depth, use_bias=cfg.softmax_bias,
+                label_smoothing_prob=cfg.label_smoothing_prob,
             ).build(k_emb)  # fmt: skip
             self.softmax = None
         self.position = None
