@@ -1,6 +1,9 @@
 """pax_eqx.models: models that compose layers and define loss, metrics and decoding."""
 
+from pax_eqx.models.beam_search import BeamResult, beam_search, beam_search_lm, length_normalize
 from pax_eqx.models.classification_model import ClassificationModel, ClassificationModelConfig
-from pax_eqx.models.decoding import SampleConfig, filter_logits, generate, sample_token
+from pax_eqx.models.decoding import SampleConfig, filter_logits, generate, sample, sample_token
+from pax_eqx.models.incremental import IncrementalDecoder, LanguageModelDecoder
 from pax_eqx.models.language_model import LanguageModel, LanguageModelConfig
 from pax_eqx.models.model import Batch, Model, ModelConfig
+from pax_eqx.models.sequence_model import SequenceModel, SequenceModelConfig, SequenceModelDecoder
