@@ -43,7 +43,7 @@ from experiments import registry
 from pax_eqx.config import Config
 from pax_eqx.layers import Context, MLPConfig, Mode, ViTConfig, split_state
 from pax_eqx.learners import LearnerConfig, build_optimizer, learning_rate_fn
-from pax_eqx.models import ClassificationModelConfig, LanguageModelConfig
+from pax_eqx.models import ClassificationModelConfig, LanguageModelConfig, SequenceModelConfig
 
 BATCH, SEQ = 2, 8
 
@@ -98,9 +98,29 @@ def _classifier_batch(m: ClassificationModelConfig) -> dict:
     return {"inputs": inputs, "labels": jnp.arange(BATCH) % m.num_classes, "weights": jnp.ones((BATCH,))}
 
 
+def _shrink_sequence_model(m: SequenceModelConfig) -> SequenceModelConfig:
+    heads, dims = 4, 16
+    kv = {0: 0, 1: 1, m.num_heads: heads}.get(m.num_kv_heads, 2)
+    return m.replace(
+        vocab_size=32, max_seq_len=SEQ, num_encoder_layers=2, num_decoder_layers=2, model_dims=dims, hidden_dims=32,
+        num_heads=heads, dim_per_head=dims // heads if m.dim_per_head else 0, num_kv_heads=kv,
+        unroll=min(m.unroll, 2),
+    )  # fmt: skip
+
+
+def _sequence_model_batch(m: SequenceModelConfig) -> dict:
+    ids = jnp.arange(BATCH * SEQ).reshape(BATCH, SEQ) % m.vocab_size
+    paddings = jnp.zeros((BATCH, SEQ)).at[1, SEQ - 2 :].set(1.0)
+    return {
+        "inputs": ids, "input_paddings": paddings, "target_ids": (ids + 2) % m.vocab_size,
+        "targets": (ids + 3) % m.vocab_size, "target_paddings": paddings,
+    }  # fmt: skip
+
+
 FAMILIES = {
     LanguageModelConfig: (_shrink_language_model, _language_model_batch),
     ClassificationModelConfig: (_shrink_classifier, _classifier_batch),
+    SequenceModelConfig: (_shrink_sequence_model, _sequence_model_batch),
 }
 
 
