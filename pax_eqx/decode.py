@@ -30,17 +30,12 @@ def expand_short_flags(argv: list[str]) -> list[str]:
     return out
 
 
-def given_decode_fields(argv: list[str]) -> set[str]:
-    """The decode.* fields named on the (expanded) command line: `--decode.top-k 40` -> top_k."""
-    return {arg[len("--decode.") :].partition("=")[0].replace("-", "_") for arg in argv if arg.startswith("--decode.")}
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     argv = expand_short_flags(list(sys.argv[1:] if argv is None else argv))
     exp, job_dir, _ = cli.parse(argv, "python -m pax_eqx.decode", DESCRIPTION)
-    from pax_eqx.programs.decode_modes import check_decode
+    from pax_eqx.programs.decode_modes import check_decode, given_decode_fields
     from pax_eqx.programs.restore import restore_for_inference
     from pax_eqx.programs.sampling import print_samples
     from pax_eqx.programs.seq2seq_decoding import decodes_examples

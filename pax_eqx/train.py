@@ -8,6 +8,7 @@ Trains the experiment (default: shakespeare_char), resuming from DIR's newest ch
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 
 from pax_eqx.programs import cli, entry
@@ -37,7 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import jax
 
     from pax_eqx.experiment import check_batch_divisible
+    from pax_eqx.programs.decode_modes import check_decode, given_decode_fields
     from pax_eqx.programs.job_dir import prepare
+    from pax_eqx.programs.seq2seq_decoding import decodes_examples
     from pax_eqx.programs.train_loop import train
     from pax_eqx.sharding.distributed import initialize
     from pax_eqx.sharding.mesh import build_mesh
@@ -45,6 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     initialize()
     exp.validate(num_devices=jax.device_count())
+    if exp.train.sample_at_end:  # a decode flag the end-of-training decode would ignore is refused now
+        given = given_decode_fields(list(sys.argv[1:] if argv is None else argv))
+        check_decode(exp.decode, given=given, examples=decodes_examples(exp))
     check_batch_divisible(exp, jax.process_count(), batch_divisor(build_mesh(exp.mesh), exp.mesh.rules))
     created = not os.path.exists(job_dir)
     path = prepare(job_dir)

@@ -12,6 +12,12 @@ from typing import Any
 
 from pax_eqx.config import ConfigError
 
+
+def given_decode_fields(argv: list[str]) -> set[str]:
+    """The decode.* fields named on the (expanded) command line: `--decode.top-k 40` -> top_k."""
+    return {arg[len("--decode.") :].partition("=")[0].replace("-", "_") for arg in argv if arg.startswith("--decode.")}
+
+
 # The decode.* fields only one mode reads: sampling (beam_size 1) or beam search (> 1).
 SAMPLING_ONLY = ("temperature", "top_k", "top_p", "seed", "num_samples")
 BEAM_ONLY = ("length_norm_alpha",)
