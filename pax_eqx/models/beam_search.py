@@ -1,21 +1,28 @@
-"""Beam search over any `IncrementalDecoder`: one pool of K hypotheses per example.
+"""Beam search over any `IncrementalDecoder`: K alive hypotheses per example, and the K best
+finished ones (Praxis' beam search; T5X's, less its 2K candidates).
 
-Every step, each unfinished hypothesis proposes all V tokens (its log-prob + the model's
-log-softmax, float32); a finished one (it emitted `eos_id`) proposes only `pad_id`, with its
-log-prob and length unchanged. The K x V candidates of an example are ranked by the GNMT
-length-normalised score
+Every step, each alive hypothesis proposes all V tokens (its log-prob + the model's
+log-softmax, float32); the K most probable of the K x V candidates become the alive beam, and
+the decoder's state follows them (`decoder.select` by the parent rows). A candidate that is
+`eos_id` leaves the beam for the finished set, ranked by the GNMT length-normalised score
 
     score = log_prob / ((5 + length) / 6) ** length_norm_alpha      (length counts EOS)
 
-and the top K become the next pool; the decoder's state follows them (`decoder.select` by the
-parent rows). At the start only beam 0 is live (the others score -inf), so the first step
-picks the K best first tokens rather than K copies of one.
+and hypotheses still alive after `max_new_tokens` join it there, unfinished. Alive ones all have
+the same length, so their log-prob ranks them; only finished ones of different lengths need the
+normalisation. At the start only beam 0 is live, so the first step picks the K best first
+tokens rather than K copies of one.
 
-With K = 1 every step takes the argmax of the log-softmax, which is greedy decoding exactly
-(same tokens, same log-prob as `decoding.sample` at temperature 0): unlike T5X's separate
-alive/finished sets, a finished hypothesis competes in the one pool, so beam 1 cannot go on
-past greedy's EOS. The loop is `max_new_tokens` steps of a `lax.scan` (finished hypotheses
-just carry), one jitted program over a batch of examples.
+With K = 1 the alive hypothesis takes the argmax every step and ends at greedy's EOS (or at
+max_new_tokens), which is greedy decoding exactly (same tokens, same log-prob as
+`decoding.sample` at temperature 0). T5X keeps 2K candidates so that K stay alive past an EOS;
+then beam 1 would go on past greedy's EOS, so it is not done here.
+
+Rejected: one pool where finished hypotheses compete with alive ones by normalised score (what
+this module did first). Normalised scores are not monotone in length, so finished hypotheses
+could fill the pool mid-way and stop the search: on a weak span-corruption model that beam
+scored below greedy on every example. The loop is `max_new_tokens` steps of a `lax.scan`, one
+jitted program over a batch of examples.
 """
 
 from __future__ import annotations
@@ -85,42 +92,47 @@ def _beam_search(
     b, v = logits.shape
     carry = decoder.select(carry, jnp.repeat(jnp.arange(b), k))  # row i -> beams i*K .. i*K+K-1
     logits = jnp.repeat(logits, k, axis=0)
-    log_probs = jnp.zeros((b, k), jnp.float32).at[:, 1:].set(-jnp.inf)  # only beam 0 is live
-    state = (
-        logits,
-        carry,
-        log_probs,
-        jnp.zeros((b, k), jnp.int32),  # lengths
-        jnp.zeros((b, k), bool),  # finished
-        jnp.full((b, k, max_new_tokens), pad_id, jnp.int32),  # tokens so far
-    )
-    is_pad = jnp.arange(v) == pad_id
+    none = jnp.full((b, k), -jnp.inf, jnp.float32)
+    pads = jnp.full((b, k, max_new_tokens), pad_id, jnp.int32)
+    alive = (none.at[:, 0].set(0.0), pads)  # only beam 0 is live at the start
+    finished = _Finished(none, none, jnp.zeros((b, k), jnp.int32), pads)
 
     def step(state, t):
-        logits, carry, log_probs, lengths, finished, tokens = state
+        logits, carry, (alive_lp, alive_tokens), finished = state
         step_lp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1).reshape(b, k, v)
-        grown = log_probs[..., None] + step_lp
-        frozen = jnp.where(is_pad, log_probs[..., None], -jnp.inf)  # a finished one proposes only pad
-        cand_lp = jnp.where(finished[..., None], frozen, grown)  # [B, K, V]
-        cand_len = jnp.broadcast_to(jnp.where(finished, lengths, lengths + 1)[..., None], cand_lp.shape)
-        cand_score = length_normalize(cand_lp, cand_len, alpha)
-        _, best = jax.lax.top_k(cand_score.reshape(b, k * v), k)  # [B, K], best first
+        cand = (alive_lp[..., None] + step_lp).reshape(b, k * v)
+        top_lp, best = jax.lax.top_k(cand, k)  # by log-prob: every alive hypothesis has length t
         parent, token = best // v, (best % v).astype(jnp.int32)
-
-        def take(x):  # [B, K, ...]: each example's hypotheses by parent
-            return jax.vmap(lambda rows, p: rows[p])(x, parent)
-
-        log_probs = jnp.take_along_axis(cand_lp.reshape(b, k * v), best, axis=1)
-        lengths = jnp.take_along_axis(cand_len.reshape(b, k * v), best, axis=1)
-        finished = take(finished) | (token == eos_id)
-        tokens = take(tokens).at[:, :, t].set(token)
+        tokens = jax.vmap(lambda rows, p: rows[p])(alive_tokens, parent).at[:, :, t].set(token)
+        ends = token == eos_id
+        lengths = jnp.full((b, k), t + 1, jnp.int32)
+        finished = finished.merge(jnp.where(ends, top_lp, -jnp.inf), lengths, tokens, alpha)
+        alive_lp = jnp.where(ends, -jnp.inf, top_lp)  # a hypothesis that ended leaves the beam
         carry = decoder.select(carry, (jnp.arange(b)[:, None] * k + parent).reshape(-1))
         logits, carry = decoder.extend(token.reshape(-1), carry, t)
-        return (logits, carry, log_probs, lengths, finished, tokens), None
+        return (logits, carry, (alive_lp, tokens), finished), None
 
-    state, _ = jax.lax.scan(step, state, jnp.arange(max_new_tokens, dtype=jnp.int32))
-    _, _, log_probs, lengths, _, tokens = state
-    return BeamResult(tokens, length_normalize(log_probs, lengths, alpha), log_probs, lengths)
+    state, _ = jax.lax.scan(step, (logits, carry, alive, finished), jnp.arange(max_new_tokens, dtype=jnp.int32))
+    _, _, (alive_lp, alive_tokens), finished = state
+    # Hypotheses still alive after max_new_tokens end there, without EOS.
+    finished = finished.merge(alive_lp, jnp.full((b, k), max_new_tokens, jnp.int32), alive_tokens, alpha)
+    return BeamResult(finished.tokens, finished.scores, finished.log_probs, finished.lengths)
+
+
+class _Finished(NamedTuple):
+    """The K best finished hypotheses of each example so far, best first (-inf: none yet)."""
+
+    scores: Float[Array, "batch beam"]
+    log_probs: Float[Array, "batch beam"]
+    lengths: Int[Array, "batch beam"]
+    tokens: Int[Array, "batch beam new"]
+
+    def merge(self, log_probs, lengths, tokens, alpha: float) -> _Finished:
+        """These K plus new candidates (log-prob -inf = not a candidate), the K best kept."""
+        scores = jnp.where(jnp.isfinite(log_probs), length_normalize(log_probs, lengths, alpha), -jnp.inf)
+        both = [jnp.concatenate(pair, axis=1) for pair in zip(self, (scores, log_probs, lengths, tokens))]
+        _, keep = jax.lax.top_k(both[0], self.scores.shape[1])
+        return _Finished(*(jax.vmap(lambda rows, i: rows[i])(x, keep) for x in both))
 
 
 def beam_search_lm(
