@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from pax_eqx.config import ConfigError, config, require_positive
-from pax_eqx.layers.attentions import AttentionConfig, KVCache
+from pax_eqx.layers.attentions import KVCache
 from pax_eqx.layers.base import Context, call
 from pax_eqx.layers.embedding_softmax import (
     EmbeddingConfig,
@@ -36,6 +36,7 @@ from pax_eqx.layers.repeats import RematPolicy, StackedTransformerConfig
 from pax_eqx.layers.transformers import TransformerConfig
 from pax_eqx.metrics import Metrics, weighted_mean
 from pax_eqx.models.model import Batch, Model, ModelConfig
+from pax_eqx.models.stack_checks import check_stack_fields
 
 PositionEmbedding = Literal["trainable", "sinusoidal", "rotary", "none"]
 
@@ -109,49 +110,11 @@ class LanguageModelConfig(ModelConfig):
         require_positive(
             self, ("vocab_size", "max_seq_len", "num_layers", "model_dims", "hidden_dims", "num_heads"), "model"
         )
-        for name in ("dim_per_head", "num_kv_heads", "loss_chunk_size"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"model.{name} must be >= 0 (0 = its default), got {getattr(self, name)}.")
-        if self.dim_per_head == 0 and self.model_dims % self.num_heads:
-            raise ConfigError(
-                f"model.model_dims={self.model_dims} is not divisible by model.num_heads={self.num_heads}; "
-                "set model.dim_per_head explicitly."
-            )
-        kv_heads = self.num_kv_heads or self.num_heads
-        if self.num_heads % kv_heads:
-            raise ConfigError(
-                f"model.num_kv_heads={self.num_kv_heads} does not divide model.num_heads={self.num_heads}; "
-                "grouped-query attention shares each kv head among num_heads / num_kv_heads query heads."
-            )
-        if self.block.attention.combine_qkv and kv_heads != self.num_heads:
-            raise ConfigError(
-                f"model.num_kv_heads={self.num_kv_heads} with model.block.attention.combine_qkv=True: the fused "
-                "QKV weight needs as many kv heads as query heads; set combine_qkv=False or num_kv_heads=0."
-            )
-        rotary = self.position_embedding == "rotary"
-        if rotary and self.head_dim % 2:
-            raise ConfigError(
-                f"model.position_embedding='rotary' needs an even head dim, got {self.head_dim} (model.dim_per_head="
-                f"{self.dim_per_head}, model.model_dims={self.model_dims}, model.num_heads={self.num_heads})."
-            )
-        unused_timescale = self.block.attention.rotary_max_timescale != AttentionConfig().rotary_max_timescale
-        if not rotary and unused_timescale:
-            raise ConfigError(
-                f"model.block.attention.rotary_max_timescale={self.block.attention.rotary_max_timescale} has no "
-                f"effect with model.position_embedding={self.position_embedding!r}; set position_embedding='rotary' "
-                "or leave rotary_max_timescale at its default."
-            )
-        if not self.repeat and self.unroll != 1:
-            raise ConfigError(
-                f"model.unroll={self.unroll} has no effect with model.repeat=False (no scan over layers to "
-                "unroll); set model.repeat=True or leave model.unroll at 1."
-            )
-        if not 1 <= self.unroll <= self.num_layers:
-            raise ConfigError(f"model.unroll must be in [1, model.num_layers={self.num_layers}], got {self.unroll}.")
+        if self.loss_chunk_size < 0:
+            raise ConfigError(f"model.loss_chunk_size must be >= 0 (0 = all at once), got {self.loss_chunk_size}.")
+        check_stack_fields(self, num_layers=self.num_layers)
         if not self.soft_cap_logits >= 0.0:
             raise ConfigError(f"model.soft_cap_logits must be >= 0 (0 = off), got {self.soft_cap_logits}.")
-        if not 0.0 <= self.label_smoothing_prob < 1.0:
-            raise ConfigError(f"model.label_smoothing_prob must be in [0, 1), got {self.label_smoothing_prob}.")
 
     def build(self, key: PRNGKeyArray) -> LanguageModel:
         self.validate()

@@ -42,6 +42,7 @@ from pax_eqx.layers.transformers import TransformerConfig
 from pax_eqx.metrics import Metrics, weighted_mean
 from pax_eqx.models.incremental import IncrementalDecoder
 from pax_eqx.models.model import Batch, Model, ModelConfig
+from pax_eqx.models.stack_checks import check_stack_fields
 
 SequencePositions = Literal["relative_bias", "trainable", "sinusoidal", "rotary"]
 
@@ -104,44 +105,17 @@ class SequenceModelConfig(ModelConfig):
              "num_heads"),
             "model",
         )  # fmt: skip
-        for name in ("dim_per_head", "num_kv_heads"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"model.{name} must be >= 0 (0 = its default), got {getattr(self, name)}.")
-        if self.dim_per_head == 0 and self.model_dims % self.num_heads:
-            raise ConfigError(
-                f"model.model_dims={self.model_dims} is not divisible by model.num_heads={self.num_heads}; "
-                "set model.dim_per_head explicitly."
-            )
+        check_stack_fields(self, num_layers=min(self.num_encoder_layers, self.num_decoder_layers))
         if not self.block.attention.causal:
             raise ConfigError(
                 "model.block.attention.causal=False does nothing in a SequenceModel: its encoder is always "
                 "bidirectional and its decoder always causal; leave model.block.attention.causal at its default."
-            )
-        if self.block.attention.combine_qkv and (self.num_kv_heads or self.num_heads) != self.num_heads:
-            raise ConfigError(
-                f"model.num_kv_heads={self.num_kv_heads} with model.block.attention.combine_qkv=True: the fused "
-                "QKV weight needs as many kv heads as query heads; set combine_qkv=False or num_kv_heads=0."
             )
         if self.position_embedding != "relative_bias" and self.relative_bias != RelativePositionBiasConfig():
             raise ConfigError(
                 f"model.relative_bias is set but model.position_embedding={self.position_embedding!r}; it applies "
                 "only with position_embedding='relative_bias'. Remove the model.relative_bias flags."
             )
-        head_dim = self.dim_per_head or self.model_dims // self.num_heads
-        if self.position_embedding == "rotary" and head_dim % 2:
-            raise ConfigError(f"model.position_embedding='rotary' needs an even head dim, got {head_dim}.")
-        if not self.repeat and self.unroll != 1:
-            raise ConfigError(
-                f"model.unroll={self.unroll} has no effect with model.repeat=False; set model.repeat=True or leave "
-                "model.unroll at 1."
-            )
-        shallowest = min(self.num_encoder_layers, self.num_decoder_layers)
-        if not 1 <= self.unroll <= shallowest:
-            raise ConfigError(
-                f"model.unroll must be in [1, {shallowest}] (the shallower stack's layers), got {self.unroll}."
-            )
-        if not 0.0 <= self.label_smoothing_prob < 1.0:
-            raise ConfigError(f"model.label_smoothing_prob must be in [0, 1), got {self.label_smoothing_prob}.")
 
     def stack_config(self, *, decoder: bool) -> StackedTransformerConfig:
         """The encoder's (bidirectional) or the decoder's (causal, with cross-attention) stack."""
