@@ -89,10 +89,17 @@ def inspect(
         if "segment_ids" in batch:
             seg = np.asarray(batch["segment_ids"])
             lines.append(f"  segments per row: max {int(seg.max())}, mean {float(seg.max(axis=-1).mean()):.2f}")
-        if "ids" in batch and inp.tokenizer is not None:
-            for r, text in enumerate(inp.ids_to_strings(batch["ids"][:num_rows])):
+        if "target_paddings" in batch:
+            pad = np.asarray(batch["target_paddings"])
+            lines.append(f"  target padding: {float(np.mean(pad > 0.5)):.1%} of positions")
+        # Token rows decoded: an LM's ids; a seq2seq model's inputs and targets (sentinels shown).
+        for key in ("ids", "inputs", "targets"):
+            if key not in batch or inp.tokenizer is None or np.asarray(batch[key]).ndim != 2:
+                continue
+            prefix = "row" if key == "ids" else key
+            for r, text in enumerate(inp.ids_to_strings(batch[key][:num_rows])):
                 shown = text if len(text) <= max_chars else text[:max_chars] + "..."
-                lines.append(f"  row {r}: {shown!r}")
+                lines.append(f"  {prefix} {r}: {shown!r}")
     return "\n".join(lines)
 
 

@@ -24,6 +24,17 @@ def test_report_shows_shapes_padding_and_decoded_rows(tmp_path):
     assert "StopIteration (end of data)" in report  # a 13-token eval split is one batch per host
 
 
+def test_seq2seq_report_decodes_inputs_and_targets_with_sentinels(tmp_path):
+    (tmp_path / "c.txt").write_text("To be, or not to be: that is the question.\n" * 8)
+    data = DataConfig(
+        source="text_files", path=str(tmp_path / "c.txt"), layout="span_corruption", seq_len=32,
+        eval=InputConfig(batch_size=2, shuffle=False, repeat=False, reset_for_eval=True),
+    )  # fmt: skip
+    report = inspect(data, "eval", num_batches=1)
+    assert "target_ids" in report and "target padding:" in report
+    assert "inputs 0: " in report and "targets 0: '<extra_id_0>" in report
+
+
 def test_bad_arguments_are_errors():
     with pytest.raises(ValueError, match="--num-batches must be > 0"):
         inspect(DataConfig(source="synthetic"), num_batches=0)
