@@ -32,7 +32,7 @@ from typing import Any
 import tyro
 
 from pax_eqx.experiment import ExperimentConfig
-from pax_eqx.programs import registry
+from pax_eqx.programs import entry, registry
 
 DEFAULT_EXPERIMENT = "shakespeare_char"
 
@@ -61,13 +61,14 @@ def parse(
     pre.add_argument("--job-log-dir", "--job_log_dir", dest="job_log_dir", default=None)
     pre.add_argument("--data.synthetic", dest="data_synthetic", nargs="?", const="true", default=None)
     pre.add_argument("-h", "--help", action="store_true")
+    pre.add_argument("--verbose", action="store_true")
     for flag, kwargs in extra:
         pre.add_argument(flag, **kwargs)
     ns, rest = pre.parse_known_args(argv)
-    try:
-        default = registry.load_experiment(ns.exp)
-    except registry.UnknownExperimentError as e:
-        raise fail(str(e)) from None
+    if ns.verbose:
+        entry.set_verbose()
+    # A bad --exp (unknown, or its code raises) is a ConfigError: entry.run prints its one line.
+    default = registry.load_experiment(ns.exp)
     if ns.help:
         extras = "".join(f" [{flag} ...]" for flag, _ in extra)
         print(f"usage: {prog} --exp NAME --job-log-dir DIR{extras} [--section.field VALUE ...]\n")
@@ -79,6 +80,7 @@ def parse(
     if ns.data_synthetic is not None and _flag_value("--data.synthetic", ns.data_synthetic):
         rest = [*rest, "--data.source", "synthetic"]
     exp = _parse_fields(default, rest, prog)
+    entry.note_run(prog, exp, ns.job_log_dir)
     return exp, ns.job_log_dir, ns
 
 

@@ -3,25 +3,35 @@
     exit 0    done (or stopped by SIGTERM/SIGINT after saving a checkpoint)
     exit 1    the run started and then failed: NaN/Inf loss, a failing data pipeline, a
               checkpoint that cannot be written or read (pax_eqx.programs.errors,
-              pax_eqx.checkpoint); the checkpoints written before are intact
-    exit 2    a user error: a bad flag, field, value, path, data file or job dir, found before
-              anything is written; the message names the field, the value and the fix
+              pax_eqx.checkpoint), out of device or host memory; the checkpoints written
+              before are intact
+    exit 2    a user error: a bad flag, field, value, path, data file or job dir, an `--exp`
+              that cannot be imported or called, found before anything is written; the
+              message names the field, the value and the fix
     exit 130  interrupted (Ctrl-C twice, or before training began) without saving
 
-No traceback is printed for these; set PAX_EQX_TRACEBACK=1 to see it anyway. Anything else is
-a bug in pax_eqx and keeps its traceback.
+No traceback is printed for these; pass `--verbose` (every program takes it) or set
+PAX_EQX_VERBOSE=1 (or PAX_EQX_TRACEBACK=1, its older name) to see it printed before the line
+(the exit status stays the same). Anything else is a bug in pax_eqx and keeps its traceback.
 
 Only pax_eqx's own error types count as a user error or a run failure: `ConfigError` (and its
-subclasses `JobDirError`, `UnknownExperimentError`) and `CheckpointMismatchError` exit 2;
-`RunError` and `CheckpointError` exit 1. A bare ValueError, FileNotFoundError or
-PermissionError is not one of them, whoever raised it: were it caught here, a bug in pax_eqx
-(or in a library under it) would print as a user's mistake and lose its traceback. Code that
-finds a bad input raises ConfigError (a ValueError, so `except ValueError` still catches it).
+subclasses `JobDirError`, `UnknownExperimentError`, `ExperimentLoadError`) and
+`CheckpointMismatchError` exit 2; `RunError` and `CheckpointError` exit 1. A bare ValueError,
+FileNotFoundError or PermissionError is not one of them, whoever raised it: were it caught here,
+a bug in pax_eqx (or in a library under it) would print as a user's mistake and lose its
+traceback. Code that finds a bad input raises ConfigError (a ValueError, so `except ValueError`
+still catches it). The one exception from outside: running out of memory (XLA's
+RESOURCE_EXHAUSTED, Python's MemoryError) is the run's size, not a bug, and gets one line with
+the planner's estimate and the flags that use less memory (exit 1).
 
 Background threads of orbax and tensorstore report a failed write (a full disk) in their own
 words as well: their log records keep their message but lose the traceback, and exceptions
 that Python can only ignore ("Event loop is closed" from a callback after a failed save) are
-named once, in one `warning:` line each -- unless PAX_EQX_TRACEBACK=1.
+named once, in one `warning:` line each -- unless verbose.
+
+This module imports nothing heavy (no JAX, orbax or tyro): a program prints its first line
+before those load. pax_eqx's error types are recognised through `sys.modules`: an exception
+can only be an instance of a class whose module is imported.
 """
 
 from __future__ import annotations
@@ -29,55 +39,215 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
 import warnings
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-from pax_eqx.checkpoint import CheckpointError
-from pax_eqx.checkpoint.checkpointer import CheckpointMismatchError
-from pax_eqx.config import ConfigError
-from pax_eqx.programs.cli import CliError
-from pax_eqx.programs.errors import RunError
+VERBOSE_ENV = ("PAX_EQX_VERBOSE", "PAX_EQX_TRACEBACK")
 
-# ConfigError covers JobDirError and UnknownExperimentError (its subclasses). A checkpoint that
-# does not match the model is a bad input too (the wrong flags or job dir), found before a step
-# runs: exit 2, although it is a CheckpointError.
-USER_ERRORS = (ConfigError, CheckpointMismatchError)
-RUN_ERRORS = (RunError, CheckpointError)
+# (module, class name): ConfigError covers JobDirError, UnknownExperimentError and
+# ExperimentLoadError (its subclasses). A checkpoint that does not match the model is a bad input
+# too (the wrong flags or job dir), found before a step runs: exit 2, although it is a
+# CheckpointError.
+_USER_ERRORS = (("pax_eqx.config", "ConfigError"), ("pax_eqx.checkpoint.checkpointer", "CheckpointMismatchError"))
+_RUN_ERRORS = (("pax_eqx.programs.errors", "RunError"), ("pax_eqx.checkpoint.checkpointer", "CheckpointError"))
+
+
+class _State:
+    """What the running program told us (pax_eqx.programs.cli.parse fills it in): `--verbose`,
+    and the experiment and job dir an out-of-memory message talks about."""
+
+    verbose = False
+    program = ""
+    exp: Any = None
+    job_dir: str | None = None
+
+
+def set_verbose(on: bool = True) -> None:
+    _State.verbose = on
+
+
+def verbose() -> bool:
+    """`--verbose` was given, or PAX_EQX_VERBOSE / PAX_EQX_TRACEBACK is set (to anything but 0)."""
+    return _State.verbose or any(os.environ.get(name, "0") not in ("", "0") for name in VERBOSE_ENV)
+
+
+def note_run(program: str, exp: Any, job_dir: str | None) -> None:
+    """The parsed experiment and job dir, for the out-of-memory message."""
+    _State.program, _State.exp, _State.job_dir = program, exp, job_dir
+
+
+def __getattr__(name: str):  # USER_ERRORS / RUN_ERRORS as tuples of classes, for whoever asks
+    if name in ("USER_ERRORS", "RUN_ERRORS"):
+        import importlib
+
+        pairs = _USER_ERRORS if name == "USER_ERRORS" else _RUN_ERRORS
+        return tuple(getattr(importlib.import_module(m), c) for m, c in pairs)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _is(error: BaseException, pairs: tuple[tuple[str, str], ...]) -> bool:
+    for module, name in pairs:
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None and isinstance(error, cls):
+            return True
+    return False
 
 
 def run(main: Callable[[], int]) -> None:
+    _State.verbose, _State.program, _State.exp, _State.job_dir = False, "", None, None
     warnings.formatwarning = _format_warning
-    if not os.environ.get("PAX_EQX_TRACEBACK"):
-        for library in ("absl", "asyncio"):  # orbax's threads; tensorstore's unretrieved write tasks
-            logging.getLogger(library).addFilter(_drop_traceback)
-        sys.unraisablehook = _UnraisableOnce()
+    for library in ("absl", "asyncio"):  # orbax's threads; tensorstore's unretrieved write tasks
+        logging.getLogger(library).addFilter(_drop_traceback)
+    sys.unraisablehook = _UnraisableOnce(sys.unraisablehook)
     try:
         code = main()
-    except CliError as e:
-        code = e.code
-    except USER_ERRORS as e:
-        code = _report(e, 2)
-    except RUN_ERRORS as e:
-        code = _report(e, 1)
-    except KeyboardInterrupt as e:
-        if os.environ.get("PAX_EQX_TRACEBACK"):
-            raise
-        reason = f" ({e})" if str(e) else ""
-        print(
-            f"error: interrupted{reason}; nothing was saved since the newest checkpoint. Rerun the same command to "
-            "resume from it.",
-            file=sys.stderr,
-        )
-        code = 130
+    except BaseException as e:  # noqa: BLE001 -- sorted below; anything not ours is re-raised as it was
+        code = _handle(e)
     sys.exit(code)
 
 
-def _report(error: BaseException, code: int) -> int:
-    if os.environ.get("PAX_EQX_TRACEBACK"):
-        raise error
-    print(f"error: {error}", file=sys.stderr)
+def _handle(error: BaseException) -> int:
+    """The exit status for an error of ours (printed as one line); re-raises anything else."""
+    cli = sys.modules.get("pax_eqx.programs.cli")
+    if cli is not None and isinstance(error, cli.CliError):
+        return error.code
+    if _is(error, _USER_ERRORS):
+        return _report(error, 2)
+    if _is(error, _RUN_ERRORS):
+        return _report(error, 1)
+    if isinstance(error, KeyboardInterrupt):
+        reason = f" ({error})" if str(error) else ""
+        message = (
+            f"interrupted{reason}; nothing was saved since the newest checkpoint. Rerun the same command to resume "
+            "from it."
+        )
+        return _report(error, 130, message)
+    oom = out_of_memory(error)
+    if oom is not None:
+        return _report(error, 1, oom_message(oom))
+    raise
+
+
+def _report(error: BaseException, code: int, message: str | None = None) -> int:
+    """One `error:` line on stderr (after the traceback, when verbose); returns `code`."""
+    if verbose():
+        traceback.print_exception(error)
+    print(f"error: {error if message is None else message}", file=sys.stderr)
     return code
 
+
+# ------------------------------------------------------------------------------ out of memory
+
+_OOM_TEXT = ("resource_exhausted", "out of memory")
+
+
+def out_of_memory(error: BaseException) -> BaseException | None:
+    """`error`, or the exception that caused it, when it is running out of memory: a MemoryError
+    (host), or JAX's runtime error (jaxlib's XlaRuntimeError) saying RESOURCE_EXHAUSTED or
+    "Out of memory" (device, while compiling or running a step). None otherwise."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, MemoryError):
+            return error
+        names = {cls.__name__ for cls in type(error).__mro__}
+        if names & {"JaxRuntimeError", "XlaRuntimeError"} and any(t in str(error).lower() for t in _OOM_TEXT):
+            return error
+        error, seen = error.__cause__, seen + 1
+    return None
+
+
+def oom_message(error: BaseException) -> str:
+    """One line: what ran out, the planner's per-device estimate, the flags that use less
+    memory (with their current values), and what is kept."""
+    exp = _State.exp
+    host = isinstance(error, MemoryError)
+    detail = " ".join(str(error).split())
+    if len(detail) > 200:
+        detail = detail[:200] + "..."
+    if host:
+        what = "host memory (MemoryError" + (f": {detail})" if detail else ")")
+    else:
+        what = f"device memory ({detail})"
+    parts = [f"out of {what}"]
+    if exp is not None:
+        estimate = _planned(exp)
+        if estimate:
+            parts.append(estimate)
+        flags = _memory_flags(exp, _State.program)
+        if flags:
+            parts.append("to use less memory: " + ", ".join(flags))
+    parts.append(_kept(_State.job_dir) if _State.program.endswith("train") else "nothing was written")
+    return "; ".join(parts) + "."
+
+
+def _planned(exp: Any) -> str:
+    """The dry-run planner's per-device total, or "" when planning itself fails."""
+    try:
+        from pax_eqx.programs.dry_run import plan
+
+        result = plan(exp)
+    except Exception:  # noqa: BLE001 -- an estimate is a courtesy; the error line must come out regardless
+        return ""
+    gib = result.total_bytes / 1024**3
+    name = getattr(exp, "name", "") or "the experiment"
+    return f"the planner (--dry-run) estimates {gib:.2f} GiB per device for {name}{_device_memory()}"
+
+
+def _device_memory() -> str:
+    try:
+        import jax
+
+        limit = jax.local_devices()[0].memory_stats()["bytes_limit"]
+    except Exception:  # noqa: BLE001 -- CPU devices have no memory_stats
+        return ""
+    return f" (the device has {limit / 1024**3:.2f} GiB)"
+
+
+def _memory_flags(exp: Any, program: str) -> list[str]:
+    model, flags = getattr(exp, "model", None), []
+    if program.endswith("decode"):
+        decode = exp.decode
+        flags.append(f"fewer --decode.num-samples (now {decode.num_samples})")
+        if decode.beam_size > 1:
+            flags.append(f"a smaller --decode.beam-size (now {decode.beam_size})")
+        flags.append(f"fewer --decode.max-new-tokens (now {decode.max_new_tokens})")
+        return flags
+    split = "eval" if program.endswith("eval") else "train"
+    batch = getattr(exp.data, split).batch_size
+    flags.append(f"a smaller --data.{split}.batch-size (now {batch})")
+    if split == "train":
+        remat = getattr(model, "remat_policy", None)
+        if remat not in (None, "full"):
+            flags.append(f"--model.remat-policy full (now {remat}: recompute each layer's activations)")
+    chunk = getattr(model, "loss_chunk_size", None)
+    if chunk == 0:
+        seq = getattr(exp.data, "seq_len", 0)
+        flags.append(f"--model.loss-chunk-size {max(1, seq // 4)} (now 0: the logits of all positions at once)")
+    if split == "train":
+        micro = exp.learner.num_microbatches
+        flags.append(f"--learner.num-microbatches {2 * micro} (now {micro}: the batch in that many sequential parts)")
+    return flags
+
+
+def _kept(job_dir: str | None) -> str:
+    steps = []
+    if job_dir:
+        try:
+            steps = [int(p.name) for p in (Path(job_dir) / "checkpoints").iterdir() if p.name.isdigit()]
+        except OSError:
+            pass
+    if not steps:
+        return "no checkpoint had been written; nothing else is lost"
+    return (
+        f"the checkpoints written before are intact (the newest: step {max(steps)}); a rerun with changed flags "
+        "resumes from it with --checkpoint.allow-config-change"
+    )
+
+
+# ------------------------------------------------------------------------- warnings and logs
 
 _python_format_warning = warnings.formatwarning
 
@@ -91,19 +261,25 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
 
 
 def _drop_traceback(record: logging.LogRecord) -> bool:
-    """Keeps a library's log record, minus the traceback of a background thread's exception."""
-    record.exc_info, record.exc_text, record.stack_info = None, None, None
+    """Keeps a library's log record, minus the traceback of a background thread's exception
+    (unless verbose)."""
+    if not verbose():
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
     return True
 
 
 class _UnraisableOnce:
     """One line per distinct exception Python had to ignore (raised in a callback after its event
-    loop closed, in a __del__, ...), instead of a traceback each time."""
+    loop closed, in a __del__, ...), instead of a traceback each time (unless verbose)."""
 
-    def __init__(self):
+    def __init__(self, python_hook=sys.__unraisablehook__):
         self.seen: set[tuple[type, str]] = set()
+        self.python_hook = python_hook if not isinstance(python_hook, _UnraisableOnce) else python_hook.python_hook
 
     def __call__(self, unraisable) -> None:
+        if verbose():
+            self.python_hook(unraisable)
+            return
         key = (unraisable.exc_type, str(unraisable.exc_value))
         if key not in self.seen:
             self.seen.add(key)
