@@ -173,14 +173,13 @@ def oom_message(error: BaseException) -> str:
         what = f"device memory ({detail})"
     parts = [f"out of {what}"]
     if exp is not None:
-        estimate = _planned(exp)
-        if estimate:
-            parts.append(estimate)
-        flags = _memory_flags(exp, _State.program)
-        if flags:
-            parts.append("to use less memory: " + ", ".join(flags))
+        parts.append(_planned(exp))
+        try:
+            parts.append("to use less memory: " + ", ".join(_memory_flags(exp, _State.program)))
+        except Exception:  # noqa: BLE001 -- an experiment without these fields: the line comes out regardless
+            pass
     parts.append(_kept(_State.job_dir) if _State.program.endswith("train") else "nothing was written")
-    return "; ".join(parts) + "."
+    return "; ".join(p for p in parts if p) + "."
 
 
 def _planned(exp: Any) -> str:
@@ -188,12 +187,15 @@ def _planned(exp: Any) -> str:
     try:
         from pax_eqx.programs.dry_run import plan
 
-        result = plan(exp)
+        total = plan(exp).total_bytes
+        name = getattr(exp, "name", "") or "the experiment"
+        return f"the planner (--dry-run) estimates {_size(total)} per device for {name}{_device_memory()}"
     except Exception:  # noqa: BLE001 -- an estimate is a courtesy; the error line must come out regardless
         return ""
-    gib = result.total_bytes / 1024**3
-    name = getattr(exp, "name", "") or "the experiment"
-    return f"the planner (--dry-run) estimates {gib:.2f} GiB per device for {name}{_device_memory()}"
+
+
+def _size(nbytes: int | float) -> str:
+    return f"{nbytes / 1024**3:.2f} GiB" if nbytes >= 0.1 * 1024**3 else f"{nbytes / 1024**2:.1f} MiB"
 
 
 def _device_memory() -> str:
@@ -203,7 +205,7 @@ def _device_memory() -> str:
         limit = jax.local_devices()[0].memory_stats()["bytes_limit"]
     except Exception:  # noqa: BLE001 -- CPU devices have no memory_stats
         return ""
-    return f" (the device has {limit / 1024**3:.2f} GiB)"
+    return f" (the device has {_size(limit)})"
 
 
 def _memory_flags(exp: Any, program: str) -> list[str]:
