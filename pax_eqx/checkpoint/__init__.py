@@ -2,8 +2,10 @@
 
     from pax_eqx.checkpoint import Checkpointer, CheckpointConfig
 
-The directory layout, the commit protocol and the fallback past damaged checkpoints are in
-checkpointer.py.
+    reader = Checkpointer(job_dir / "checkpoints", cfg, read_only=True)   # eval, decode: beside a trainer
+
+The directory layout, the commit protocol, the fallback past damaged checkpoints and what a
+read-only Checkpointer promises a trainer writing the same directory are in checkpointer.py.
 """
 
 from pax_eqx.checkpoint.checkpointer import (

@@ -27,7 +27,22 @@ What this wrapper adds:
   `<step>.unreadable-<time>` (kept, but no longer steps), so the resumed run can write those
   steps again and keep-N does not count them;
 - save failures (disk full, permissions) raise `CheckpointSaveError` naming the step and the
-  directory; the previous checkpoint stays restorable.
+  directory; the previous checkpoint stays restorable. Before each save, process 0 creates and
+  deletes a small file in the directory, so a directory that cannot be written (read-only,
+  replaced by a file, no space left for a new entry) fails the save at once with the cause,
+  instead of in orbax's background thread, whose failure would leave the save waiting for its
+  signals until orbax's timeout (minutes);
+- the manifest covers everything a restore reads (integrity.py): the arrays, each host's data
+  iterator state, the manifest itself, and the step -- the directory's name, the manifest's
+  step and the restored state's step must agree; any disagreement is a damaged checkpoint.
+
+`Checkpointer(directory, cfg, read_only=True)` is for readers of a job dir that a trainer may
+be writing at the same time (eval, decode). It opens no CheckpointManager -- a manager deletes
+the `*.orbax-checkpoint-tmp*` directories it finds when it opens, which are the trainer's save
+in progress -- and never creates, deletes or renames anything: it lists the committed step
+directories and reads them with a plain orbax Checkpointer. If the trainer's keep-N deletes
+the checkpoint being read, the restore tries the newest committed one again; a damaged
+checkpoint is skipped with a warning but not set aside (that is the trainer's job).
 """
 
 from __future__ import annotations
@@ -42,23 +57,30 @@ from typing import Any
 
 import grain.checkpoint
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from pax_eqx.checkpoint.config import CheckpointConfig
 from pax_eqx.checkpoint.integrity import (
-    MANIFEST_FORMAT,
     build_manifest,
-    checksum_mismatches,
     leaf_path,
     leaf_summaries,
+    manifest_problems,
     nonfinite_paths,
+    restored_problems,
+    sha256,
+    state_step,
     structure_mismatches,
 )
 from pax_eqx.sharding.distributed import all_hosts, from_process_0
 
 _STATE, _MANIFEST, _DATA = "state", "manifest", "data"
 _MAX_LISTED = 12
+_WRITE_CHECK = ".pax_eqx-write-check"
+# A reader retries when the trainer's keep-N deletes the checkpoint it reads; bounded, in case a
+# trainer keeps committing and deleting faster than a restore can read.
+_MAX_VANISHED = 20
 
 
 class CheckpointError(RuntimeError):
@@ -101,11 +123,13 @@ class _IteratorState:
 
     def __init__(self, state: dict[str, Any] | None = None):
         self.state = state
+        self.raw: bytes | None = None
 
     def get_state(self) -> bytes:
         return json.dumps(self.state, indent=2, sort_keys=True).encode()
 
     def set_state(self, raw: bytes) -> None:
+        self.raw = raw  # checked against the manifest's digest after the restore
         self.state = json.loads(raw.decode())
 
     def start_prefetch(self) -> None:
@@ -153,11 +177,21 @@ class Checkpointer:
     same step (they run collectives). `should_save` with a time interval is also collective.
     """
 
-    def __init__(self, directory: str | os.PathLike, cfg: CheckpointConfig = CheckpointConfig()):
+    def __init__(
+        self, directory: str | os.PathLike, cfg: CheckpointConfig = CheckpointConfig(), *, read_only: bool = False
+    ):
         self.directory = Path(directory).absolute()
         self.cfg = cfg
+        self.read_only = read_only
         if self.directory.exists() and not self.directory.is_dir():
             raise CheckpointError(f"checkpoint directory {self.directory} is a file; choose another --job-log-dir.")
+        self._reader = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+        self._last_save_time = time.monotonic()
+        self._in_flight: int | None = None
+        self._closed = False
+        self._manager: ocp.CheckpointManager | None = None
+        if read_only:
+            return
         options = ocp.CheckpointManagerOptions(
             max_to_keep=cfg.max_to_keep or None,
             enable_async_checkpointing=cfg.async_save,
@@ -172,9 +206,6 @@ class Checkpointer:
             raise CheckpointError(
                 f"cannot use checkpoint directory {self.directory}: {e}; check it is writable."
             ) from e
-        self._last_save_time = time.monotonic()
-        self._in_flight: int | None = None
-        self._closed = False
 
     # ---------------------------------------------------------------- saving
 
@@ -207,11 +238,14 @@ class Checkpointer:
         anything if a float leaf holds NaN/Inf, and CheckpointSaveError if the write fails
         (here or, for an async save, at the next `save`/`wait_until_finished`).
         """
+        if self._manager is None:
+            raise CheckpointError(f"this Checkpointer of {self.directory} is read-only; it cannot save step {step}.")
         if not force and not self.should_save(step):
             return False
         self.wait_until_finished()
         if step in self.committed_steps():
             return False
+        self._check_writable(step)
         entries = leaf_summaries(train_state)
         bad = nonfinite_paths(entries)
         if bad:
@@ -221,6 +255,7 @@ class Checkpointer:
                 f"refusing to save the checkpoint for step {step}: NaN or Inf in {len(bad)} leaves of the train "
                 f"state ({kept}):{_listed(bad)}"
             )
+        data_sha256 = None
         if data_state is not None:
             try:
                 json.dumps(data_state)
@@ -228,10 +263,11 @@ class Checkpointer:
                 raise TypeError(
                     f"data_state for step {step} must be JSON-serialisable (the iterator's get_state() dict); {e}"
                 ) from None
-        items = {
-            _STATE: ocp.args.StandardSave(train_state),
-            _MANIFEST: ocp.args.JsonSave(build_manifest(step, entries, has_data=data_state is not None)),
-        }
+            data_sha256 = _every_host_digest(_IteratorState(data_state).get_state())
+        manifest = build_manifest(
+            step, entries, has_data=data_state is not None, state_step=state_step(train_state), data_sha256=data_sha256
+        )
+        items = {_STATE: ocp.args.StandardSave(train_state), _MANIFEST: ocp.args.JsonSave(manifest)}
         if data_state is not None:
             items[_DATA] = grain.checkpoint.CheckpointSave(_IteratorState(data_state))
         try:
@@ -243,13 +279,36 @@ class Checkpointer:
         self._last_save_time = time.monotonic()
         return True
 
-    def _save_error(self, step: int, cause: BaseException) -> CheckpointSaveError:
+    def _kept(self) -> str:
         latest = self.latest_step()
-        kept = (
-            f"the previous checkpoint (step {latest}) is intact and will be restored"
-            if latest is not None
-            else "no earlier checkpoint exists"
+        if latest is None:
+            return "no earlier checkpoint exists"
+        return f"the previous checkpoint (step {latest}) is intact and will be restored"
+
+    def _check_writable(self, step: int) -> None:
+        """Process 0 creates, writes and deletes a small file in the directory (see module doc);
+        every host raises CheckpointSaveError, naming the directory and the cause, if it could not."""
+        error: OSError | None = None
+        if jax.process_index() == 0:
+            probe = self.directory / _WRITE_CHECK
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                with open(probe, "wb") as f:
+                    f.write(b"pax_eqx checks this directory is writable before each save\n")
+                probe.unlink()
+            except OSError as e:
+                error = e
+        if all_hosts(error is None):
+            return
+        cause = f"{error.strerror or type(error).__name__}" if error is not None else "it failed on process 0"
+        raise CheckpointSaveError(
+            f"cannot write the checkpoint for step {step}: the checkpoint directory {self.directory} cannot be "
+            f"written ({cause}); nothing of step {step} was written, {self._kept()}. Make the directory writable "
+            "(or free space) and rerun the same command."
         )
+
+    def _save_error(self, step: int, cause: BaseException) -> CheckpointSaveError:
+        kept = self._kept()
         return CheckpointSaveError(
             f"saving the checkpoint for step {step} in {self.directory} failed: {_short(cause)}. "
             f"Its partial files are in a *.orbax-checkpoint-tmp* directory that restore ignores; {kept}. "
@@ -258,6 +317,8 @@ class Checkpointer:
 
     def wait_until_finished(self) -> None:
         """Blocks until an async save has committed; raises CheckpointSaveError if it failed."""
+        if self._manager is None:
+            return
         try:
             self._manager.wait_until_finished()
         except Exception as e:
@@ -270,6 +331,8 @@ class Checkpointer:
         if self._closed:
             return
         self._closed = True
+        if self._manager is None:
+            return
         try:
             self.wait_until_finished()
         finally:
@@ -279,9 +342,12 @@ class Checkpointer:
 
     def committed_steps(self) -> list[int]:
         """Steps whose directories are committed on disk, oldest first (never a tmp dir)."""
-        if not self.directory.exists():
+        if not self.directory.is_dir():
             return []
-        return sorted(ocp.path.step.checkpoint_steps(self.directory))
+        try:
+            return sorted(ocp.path.step.checkpoint_steps(self.directory))
+        except (FileNotFoundError, NotADirectoryError):  # deleted or replaced while it was listed
+            return []
 
     def latest_step(self) -> int | None:
         """The newest committed step, or None. A save still in flight does not count."""
@@ -315,17 +381,17 @@ class Checkpointer:
                     f"no committed checkpoint for step {step} in {self.directory}; "
                     f"committed steps: {self.committed_steps() or 'none'}."
                 )
-            candidates = [step]
-        else:
-            candidates = list(reversed(self.committed_steps()))
-            if not candidates:
-                raise NoReadableCheckpointError(
-                    f"no committed checkpoint in {self.directory}; nothing to restore "
-                    "(train first, or check --job-log-dir)."
-                )
-        failures, unreadable = [], []
-        for candidate in candidates:
-            candidate = from_process_0(candidate)
+        elif not self.committed_steps():
+            raise NoReadableCheckpointError(
+                f"no committed checkpoint in {self.directory}; nothing to restore "
+                "(train first, or check --job-log-dir)."
+            )
+        failures, unreadable, tried, vanished = [], [], set(), 0
+        while True:
+            candidate = self._next_candidate(step, tried)
+            if candidate is None:
+                break
+            tried.add(candidate)
             try:
                 state, data_state = self._restore_step(candidate, abstract, restore_data)
                 error = None
@@ -337,8 +403,18 @@ class Checkpointer:
                 if unreadable:
                     self._set_aside(unreadable)
                 return candidate, state, data_state
-            reason = _short(error) if error else "unreadable on another host"
             where = self.directory / str(candidate)
+            if self.read_only and step is None and vanished < _MAX_VANISHED and self._vanished(candidate):
+                # The trainer's keep-N deleted it while we read it: not damage. Take the newest again.
+                vanished += 1
+                warnings.warn(
+                    f"checkpoint {where} was deleted while it was being read (the trainer keeps only the newest "
+                    "checkpoint.max_to_keep); reading the newest committed checkpoint instead.",
+                    CheckpointFallbackWarning,
+                    stacklevel=2,
+                )
+                continue
+            reason = _short(error) if error else "unreadable on another host"
             if step is not None:
                 raise CheckpointCorruptError(f"checkpoint {where} is unreadable: {reason}") from error
             failures.append(f"{where}: {reason}")
@@ -349,9 +425,30 @@ class Checkpointer:
                 stacklevel=2,
             )
         raise NoReadableCheckpointError(
-            f"none of the {len(candidates)} committed checkpoints in {self.directory} could be read; refusing to "
+            f"none of the {len(failures)} committed checkpoints in {self.directory} could be read; refusing to "
             f"start from scratch over them. Move the directory aside to start afresh.{_listed(failures)}"
         )
+
+    def _next_candidate(self, step: int | None, tried: set[int]) -> int | None:
+        """The step to read next, the same on every host: `step` once, or the newest committed step
+        not tried yet (listed afresh each time: a trainer may have committed or deleted some)."""
+        if step is not None:
+            return None if step in tried else step
+        remaining = [s for s in reversed(self.committed_steps()) if s not in tried]
+        newest = from_process_0(remaining[0] if remaining else -1)
+        return None if newest < 0 else newest
+
+    def _vanished(self, step: int) -> bool:
+        """Whether `step` is no longer a committed checkpoint (deleted by the trainer's keep-N),
+        as process 0 sees it; a deletion still under way is given a moment to finish."""
+        gone = False
+        if jax.process_index() == 0:
+            path = self.directory / str(step)
+            gone = not path.exists()
+            if not gone:
+                time.sleep(0.5)
+                gone = not path.exists()
+        return bool(from_process_0(int(gone)))
 
     def _set_aside(self, steps: list[int]) -> None:
         """Renames unreadable checkpoints newer than the one restored to `<step>.unreadable-<time>`.
@@ -361,6 +458,8 @@ class Checkpointer:
         files are kept (renamed, not deleted) for inspection; the new name is not a step name
         to orbax (no trailing `_<digits>`), so nothing reads or deletes it.
         """
+        if self.read_only:
+            return  # a reader leaves the directory as it is; the trainer sets them aside
         stamp = time.strftime("%Y%m%dT%H%M%S")
         if jax.process_index() == 0:
             for step in steps:
@@ -385,15 +484,15 @@ class Checkpointer:
         self._manager.reload()
 
     def _restore_step(self, step: int, abstract: Any, restore_data: bool) -> tuple[Any, dict[str, Any] | None]:
-        manifest = self._manager.restore(step, args=ocp.args.Composite(**{_MANIFEST: ocp.args.JsonRestore()}))[
-            _MANIFEST
-        ]
-        if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-            raise CheckpointCorruptError(f"its manifest is not a {MANIFEST_FORMAT} manifest")
+        path = self.directory / str(step)
+        manifest = self._reader.restore(path, args=ocp.args.Composite(**{_MANIFEST: ocp.args.JsonRestore()}))[_MANIFEST]
+        problems = manifest_problems(manifest, step)
+        if problems:
+            raise CheckpointCorruptError("; ".join(problems))
         problems = structure_mismatches(manifest, abstract)
         if problems:
             raise CheckpointMismatchError(
-                f"checkpoint {self.directory / str(step)} does not match the state being restored "
+                f"checkpoint {path} does not match the state being restored "
                 f"({len(problems)} differences):{_listed(problems)}\n"
                 "It was written by a different model or optimizer configuration: restore with the config it was "
                 "saved with (DIR/config.json), or start a new --job-log-dir."
@@ -401,7 +500,7 @@ class Checkpointer:
         with_data = restore_data and manifest["has_data"]
         if with_data and manifest["process_count"] != jax.process_count():
             raise CheckpointMismatchError(
-                f"checkpoint {self.directory / str(step)} holds data iterator states for "
+                f"checkpoint {path} holds data iterator states for "
                 f"{manifest['process_count']} processes, but {jax.process_count()} are restoring it: each host's "
                 "position in its data shard cannot be remapped. Resume with the same number of processes, or "
                 "restore with restore_data=False (the data order then starts over)."
@@ -409,11 +508,19 @@ class Checkpointer:
         items = {_STATE: ocp.args.StandardRestore(abstract)}
         if with_data:
             items[_DATA] = grain.checkpoint.CheckpointRestore(_IteratorState())
-        restored = self._manager.restore(step, args=ocp.args.Composite(**items))
+        restored = self._reader.restore(path, args=ocp.args.Composite(**items))
         state = restored[_STATE]
-        damaged = checksum_mismatches(manifest, state)
-        if damaged:
-            raise CheckpointCorruptError(
-                f"{len(damaged)} restored arrays differ from the checksums written at save time: {damaged[:5]}"
-            )
-        return state, restored[_DATA].state if with_data else None
+        data = restored[_DATA] if with_data else None
+        problems = restored_problems(manifest, state, data.raw if data is not None else None)
+        if problems:
+            raise CheckpointCorruptError("; ".join(problems))
+        return state, data.state if data is not None else None
+
+
+def _every_host_digest(data: bytes) -> list[str]:
+    """SHA-256 of each host's `data`, indexed by process (a collective with several hosts)."""
+    digest = np.frombuffer(bytes.fromhex(sha256(data)), np.uint8)
+    if jax.process_count() == 1:
+        return [digest.tobytes().hex()]
+    gathered = np.asarray(multihost_utils.process_allgather(digest)).reshape(jax.process_count(), -1)
+    return [row.astype(np.uint8).tobytes().hex() for row in gathered]

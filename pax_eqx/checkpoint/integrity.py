@@ -18,10 +18,23 @@ computed on -- which is what a restore onto a different mesh needs -- and it is 
 devices, by one jitted reduction per leaf, on global arrays (every host gets the same numbers).
 It catches random damage with probability 1 - 2**-32, not a deliberate forgery: it is a
 corruption check, not a signature.
+
+The manifest also covers everything else a restore reads, and says which step it belongs to:
+- `data_sha256`: the SHA-256 of each host's data iterator state file (`data/process_<i>-of-<n>.json`),
+  one per process, so a damaged input position is noticed instead of resuming at a wrong batch;
+- `step` (the step directory's name at save time) and `state_step` (the train state's own `step`
+  field, when it has one), so a step directory renamed or copied over another, or a manifest
+  paired with another step's arrays, is caught;
+- `sha256`: the manifest's own digest (of its canonical JSON without this key), so a manifest
+  whose numbers were damaged is not trusted.
+A restore treats any disagreement as a damaged checkpoint (it falls back to the next newest).
+Manifests written before these fields existed lack them, and are checked for what they hold.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from typing import Any
 
@@ -138,15 +151,93 @@ def nonfinite_paths(entries: list[dict[str, Any]]) -> list[str]:
     return [e["path"] for e in entries if not e["finite"]]
 
 
-def build_manifest(step: int, entries: list[dict[str, Any]], has_data: bool) -> dict[str, Any]:
+def build_manifest(
+    step: int,
+    entries: list[dict[str, Any]],
+    has_data: bool,
+    *,
+    state_step: int | None = None,
+    data_sha256: list[str] | None = None,
+) -> dict[str, Any]:
+    """The manifest of `step` (see module doc), sealed with its own digest."""
     leaves = [{k: v for k, v in e.items() if k != "finite"} for e in entries]
-    return {
+    manifest: dict[str, Any] = {
         "format": MANIFEST_FORMAT,
         "step": step,
         "process_count": jax.process_count(),
         "has_data": has_data,
         "leaves": leaves,
     }
+    if state_step is not None:
+        manifest["state_step"] = state_step
+    if data_sha256 is not None:
+        manifest["data_sha256"] = data_sha256
+    manifest["sha256"] = manifest_digest(manifest)
+    return manifest
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest_digest(manifest: dict[str, Any]) -> str:
+    """SHA-256 of the manifest's canonical JSON, its own `sha256` key left out."""
+    body = {k: v for k, v in manifest.items() if k != "sha256"}
+    return sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+def state_step(tree: Any) -> int | None:
+    """The integer scalar `tree.step` (a TrainState's step counter), or None if there is none."""
+    value = getattr(tree, "step", None)
+    if isinstance(value, jax.Array):
+        if value.shape != () or not jnp.issubdtype(value.dtype, jnp.integer):
+            return None
+        return int(_to_host(value))
+    if isinstance(value, (np.ndarray, np.generic)) and value.shape == () and np.issubdtype(value.dtype, np.integer):
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return None
+
+
+def manifest_problems(manifest: Any, step: int) -> list[str]:
+    """Why the manifest read from step directory `step` cannot be trusted (empty: it can)."""
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        return [f"its manifest is not a {MANIFEST_FORMAT} manifest"]
+    problems = []
+    if "sha256" in manifest and manifest["sha256"] != manifest_digest(manifest):
+        problems.append("its manifest does not match its own checksum (the manifest file is damaged)")
+    if manifest.get("step") != step:
+        problems.append(
+            f"its directory is step {step} but its manifest was written for step {manifest.get('step')!r} (a step "
+            "directory renamed or copied over another)"
+        )
+    for key in ("leaves", "has_data", "process_count"):
+        if key not in manifest:
+            problems.append(f"its manifest has no {key!r}")
+    return problems
+
+
+def restored_problems(manifest: dict[str, Any], restored_state: Any, data_bytes: bytes | None) -> list[str]:
+    """Disagreements between the manifest and what was restored: the state's step, the arrays'
+    checksums and this host's data iterator state file."""
+    problems = []
+    expected_step = manifest.get("state_step")
+    if expected_step is not None:
+        got = state_step(restored_state)
+        if got != expected_step:
+            problems.append(f"the restored state's step is {got}, its manifest says {expected_step}")
+    damaged = checksum_mismatches(manifest, restored_state)
+    if damaged:
+        problems.append(f"{len(damaged)} restored arrays differ from the checksums written at save time: {damaged[:5]}")
+    digests = manifest.get("data_sha256")
+    if data_bytes is not None and digests is not None:
+        index = jax.process_index()
+        if index >= len(digests) or digests[index] != sha256(data_bytes):
+            problems.append(
+                f"the data iterator state of process {index} differs from the checksum written at save time"
+            )
+    return problems
 
 
 def structure_mismatches(manifest: dict[str, Any], abstract: Any) -> list[str]:
