@@ -17,11 +17,14 @@ import difflib
 import enum
 import functools
 import json
+import math
+import numbers
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 T = TypeVar("T")
+Bound = int | float | None  # a bound of `check_number` (beartype does not take an int as a float)
 
 
 class ConfigError(ValueError):
@@ -54,14 +57,123 @@ def check_fields(cls: type, names: typing.Iterable[str]) -> None:
             raise ConfigError(f"{cls.__name__} has no field {name!r}.{_suggest(name, valid)}")
 
 
-def require_positive(cfg: Any, names: typing.Iterable[str], prefix: str | None = None) -> None:
-    """ConfigError naming the first of `names` whose value in `cfg` is not > 0. `prefix` is how
-    the error names the config ("model", "SoftmaxConfig"); its class name by default."""
+# The largest int a config may hold by default: steps, sizes and counts end up in int32 arrays
+# and shapes, where anything larger overflows (or is absurd).
+INT32_MAX = 2**31 - 1
+# The largest seed: `jax.random.key` and grain keep 32 bits of a seed (without jax_enable_x64,
+# 2**32 silently gives the key of 0), so a seed is an int in [0, SEED_MAX].
+SEED_MAX = 2**32 - 1
+
+
+def _bounds_text(ge: Bound, gt: Bound, le: Bound, lt: Bound) -> str:
+    """ ">= 0", "> 0", "in [0, 1)", "<= 5": the bounds as the error states them."""
+    low = f"[{ge}" if ge is not None else f"({gt}" if gt is not None else None
+    high = f"{le}]" if le is not None else f"{lt})" if lt is not None else None
+    if low and high:
+        return f"in {low}, {high}"
+    if low:
+        return (">= " if ge is not None else "> ") + low[1:]
+    if high:
+        return ("<= " if le is not None else "< ") + high[:-1]
+    return ""
+
+
+def check_number(
+    where: str,
+    value: Any,
+    *,
+    integer: bool = False,
+    ge: Bound = None,
+    gt: Bound = None,
+    le: Bound = None,
+    lt: Bound = None,
+    note: str = "",
+    fix: str = "",
+) -> None:
+    """ConfigError unless `value` is a number of the right kind within the bounds: an int (not a
+    bool, not a float) when `integer`, else a finite int or float (no NaN, no +-inf); and
+    `ge <= value`, `gt < value`, `value <= le`, `value < lt` for the bounds given. An int with
+    no bound given on a side stays within int32 there (at most INT32_MAX).
+
+    The message names `where` (the flag: "learner.schedule.warmup_steps"), the bound, the value
+    and, when given, what a value means (`note`, e.g. "0 = off") and the `fix` (a sentence):
+    `learner.schedule.warmup_steps must be >= 0, got -1.`"""
+    bounds = _bounds_text(ge, gt, le, lt)
+    meaning = f" ({note})" if note else ""
+    tail = f" {fix}" if fix else ""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral if integer else numbers.Real):
+        kind = "an int" if integer else "a number"
+        raise ConfigError(f"{where} must be {kind}{' ' + bounds if bounds else ''}{meaning}, got {value!r}.{tail}")
+    if not integer and not math.isfinite(value):
+        raise ConfigError(
+            f"{where} must be a finite number{' ' + bounds if bounds else ''}{meaning}, got {value!r}.{tail}"
+        )
+    if (
+        (ge is not None and not value >= ge)
+        or (gt is not None and not value > gt)
+        or (le is not None and not value <= le)
+        or (lt is not None and not value < lt)
+    ):
+        raise ConfigError(f"{where} must be {bounds}{meaning}, got {value!r}.{tail}")
+    if integer and le is None and lt is None and value > INT32_MAX:
+        raise ConfigError(f"{where} must be <= {INT32_MAX} (int32), got {value!r}.{tail}")
+    if integer and ge is None and gt is None and value < -INT32_MAX - 1:
+        raise ConfigError(f"{where} must be >= {-INT32_MAX - 1} (int32), got {value!r}.{tail}")
+
+
+@functools.cache
+def _numeric_kind(cls: type, name: str) -> tuple[bool, bool]:
+    """(is an int, is a tuple of them) for the field `name` of the config class `cls`, from its
+    annotation: int, float, tuple[int, ...], tuple[float, float], ..."""
+    hint = typing.get_type_hints(cls)[name]
+    is_tuple = get_origin(hint) is tuple
+    element_types = {a for a in get_args(hint) if a is not Ellipsis} if is_tuple else {hint}
+    if element_types == {int}:
+        return True, is_tuple
+    if element_types <= {int, float} and element_types:
+        return False, is_tuple
+    raise TypeError(f"{cls.__name__}.{name} is annotated {hint}, not a number or a tuple of numbers.")
+
+
+def check_range(
+    cfg: Any,
+    names: str | typing.Iterable[str],
+    *,
+    prefix: str | None = None,
+    ge: Bound = None,
+    gt: Bound = None,
+    le: Bound = None,
+    lt: Bound = None,
+    note: str = "",
+    fix: str = "",
+) -> None:
+    """`check_number` for each field of `names` of `cfg` (one name or several), its kind (int or
+    float) read from the field's annotation; a tuple field is checked element by element, each
+    named `field[i]`. `prefix` is how the error names the config ("learner.schedule", "model",
+    "SoftmaxConfig"); its class name by default. One line per field (or group) in a validate:
+
+        check_range(self, "warmup_steps", ge=0, prefix="learner.schedule")
+        check_range(self, ("b1", "b2"), ge=0.0, lt=1.0, prefix="learner")
+    """
     prefix = type(cfg).__name__ if prefix is None else prefix
-    for name in names:
+    for name in (names,) if isinstance(names, str) else names:
+        integer, is_tuple = _numeric_kind(type(cfg), name)
         value = getattr(cfg, name)
-        if not value > 0:
-            raise ConfigError(f"{prefix}.{name} must be > 0, got {value}.")
+        bounds = dict(integer=integer, ge=ge, gt=gt, le=le, lt=lt, note=note, fix=fix)
+        if not is_tuple:
+            check_number(f"{prefix}.{name}", value, **bounds)
+            continue
+        if not isinstance(value, (tuple, list)):
+            raise ConfigError(f"{prefix}.{name} must be a sequence of numbers, got {value!r}.")
+        for i, item in enumerate(value):
+            check_number(f"{prefix}.{name}[{i}]", item, **bounds)
+
+
+def require_positive(cfg: Any, names: typing.Iterable[str], prefix: str | None = None) -> None:
+    """ConfigError naming the first of `names` whose value in `cfg` is not a number > 0 of the
+    field's kind (`check_range` with gt=0). `prefix` is how the error names the config
+    ("model", "SoftmaxConfig"); its class name by default."""
+    check_range(cfg, names, prefix=prefix, gt=0)
 
 
 def config(cls: type[T]) -> type[T]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pax_eqx.checkpoint import CheckpointConfig
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import SEED_MAX, Config, ConfigError, check_range, config
 from pax_eqx.data import DataConfig, is_seq2seq, target_length
 from pax_eqx.learners import LearnerConfig
 from pax_eqx.models.decoding import SampleConfig
@@ -46,6 +46,17 @@ class TrainConfig(Config):
     sample_at_end: bool = True
     layer_summaries: bool = False
 
+    def validate(self) -> None:
+        """Raises ConfigError naming the field, the value and the fix."""
+        check_range(
+            self, "num_steps", gt=0, prefix="train", note="the step a run trains up to",
+            fix="Pass e.g. --train.num-steps 1000.",
+        )  # fmt: skip
+        check_range(
+            self, ("eval_interval_steps", "summary_interval_steps"), ge=0, prefix="train", note="0 = only at the end"
+        )
+        check_range(self, "seed", ge=0, le=SEED_MAX, prefix="train")
+
 
 @config
 class DecodeConfig(SampleConfig):
@@ -55,6 +66,12 @@ class DecodeConfig(SampleConfig):
     seed: int = 0
     num_samples: int = 1
 
+    def validate(self, modes: bool = True) -> None:
+        """SampleConfig's checks, and the seed and sample count (see SampleConfig.validate for `modes`)."""
+        super().validate(modes)
+        check_range(self, "seed", ge=0, le=SEED_MAX, prefix="decode")
+        check_range(self, "num_samples", gt=0, prefix="decode")
+
 
 @config
 class ProfileConfig(Config):
@@ -63,6 +80,15 @@ class ProfileConfig(Config):
 
     steps: tuple[int, ...] = ()
     auto_pgle: bool = False
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field, the value and the fix."""
+        check_range(self, "steps", ge=0, prefix="profile")
+        if self.steps and (len(self.steps) != 2 or self.steps[0] > self.steps[1]):
+            raise ConfigError(
+                f"profile.steps must be (first, last) with first <= last, got {self.steps}; "
+                "pass e.g. --profile.steps 10 20, or nothing for no profile."
+            )
 
 
 @config
@@ -81,19 +107,14 @@ class ExperimentConfig(Config):
     def validate(self, num_devices: int | None = None, data_files: bool = True) -> None:
         """Every constraint that can be checked before the run starts; ValueError names the field.
         data_files=False leaves the data files unread (the --dry-run planner)."""
-        if self.train.num_steps <= 0:
-            raise ConfigError(
-                f"train.num_steps must be > 0 (the step a run trains up to), got {self.train.num_steps}; "
-                "pass e.g. --train.num-steps 1000."
-            )
-        for name in ("eval_interval_steps", "summary_interval_steps"):
-            if getattr(self.train, name) < 0:
-                flag = "--train." + name.replace("_", "-")
-                raise ConfigError(
-                    f"train.{name} must be >= 0 (0 = only at the end), got {getattr(self.train, name)}; "
-                    f"pass e.g. {flag} 100."
-                )
+        self.train.validate()
         self.model.validate()
+        self.learner.validate()
+        self.resolved_learner()  # a decay that follows train.num_steps must start before it
+        self.task.validate()
+        self.checkpoint.validate()
+        self.decode.validate(modes=False)  # the decode program checks what its mode reads
+        self.profile.validate()
         self.mesh.validate(num_devices)
         if isinstance(self.model, LanguageModelConfig | SequenceModelConfig):
             self._check_sequence_data()
@@ -108,9 +129,13 @@ class ExperimentConfig(Config):
                 f"data.train.batch_size={self.data.train.batch_size} is not divisible by "
                 f"learner.num_microbatches={micro}."
             )
-        if self.profile.steps and (len(self.profile.steps) != 2 or self.profile.steps[0] > self.profile.steps[1]):
-            raise ConfigError(f"profile.steps must be (first, last) with first <= last, got {self.profile.steps}.")
         self.data.validate(files=data_files)
+
+    def resolved_learner(self) -> LearnerConfig:
+        """The learner this run trains with: `learner` with what it leaves to the run filled in
+        (a decaying schedule's decay_end 0 becomes train.num_steps). `learner` itself keeps the 0,
+        so `--train.num-steps` moves the decay's end and config.json stores what was chosen."""
+        return self.learner.resolve(self.train.num_steps)
 
     def _check_sequence_data(self) -> None:
         """A token model's data: the right kind (LM rows or seq2seq pairs), lengths that fit."""
@@ -134,6 +159,11 @@ class ExperimentConfig(Config):
                     f"{name}={length} is longer than model.max_seq_len={self.model.max_seq_len}; "
                     f"lower {name.split(' ')[0]} or raise model.max_seq_len."
                 )
+        if self.decode.eos_id >= self.model.vocab_size:
+            raise ConfigError(
+                f"decode.eos_id={self.decode.eos_id} is not a token of model.vocab_size={self.model.vocab_size}, so "
+                "decoding would never stop at it; use an id below the vocabulary size, or -1 for the tokenizer's eos."
+            )
 
 
 def check_batch_divisible(exp: ExperimentConfig, num_hosts: int, divisor: int) -> None:

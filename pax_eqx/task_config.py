@@ -9,7 +9,7 @@ variational_noise: Pax's `vn`: Gaussian noise on the weights in the training for
 
 from __future__ import annotations
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, check_range, config
 
 
 @config
@@ -24,10 +24,12 @@ class VariationalNoiseConfig(Config):
     start_step: int = 0
 
     def __post_init__(self) -> None:
-        if not self.scale >= 0.0:
-            raise ConfigError(f"task.variational_noise.scale must be >= 0 (0 = off), got {self.scale}.")
-        if self.start_step < 0:
-            raise ConfigError(f"task.variational_noise.start_step must be >= 0, got {self.start_step}.")
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field, the value and the fix."""
+        check_range(self, "scale", ge=0, prefix="task.variational_noise", note="0 = off")
+        check_range(self, "start_step", ge=0, prefix="task.variational_noise")
         if self.scale == 0.0 and self.start_step != 0:
             raise ConfigError(
                 f"task.variational_noise.start_step={self.start_step} has no effect with scale=0; "
@@ -45,6 +47,13 @@ class TaskConfig(Config):
     variational_noise: VariationalNoiseConfig = VariationalNoiseConfig()
 
     def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field, the value and the fix (variational_noise checks itself)."""
+        check_range(self, "loss_weights", ge=0, prefix="task")
+        check_range(self, "aux_loss_weight", ge=0, prefix="task", note="0 = aux losses off")
+        self.variational_noise.validate()
         if self.loss_weights and len(self.loss_weights) != len(self.losses):
             raise ConfigError(
                 f"task.loss_weights={list(self.loss_weights)} needs one weight per loss in task.losses="
@@ -52,8 +61,6 @@ class TaskConfig(Config):
             )
         if len(set(self.losses)) != len(self.losses):
             raise ConfigError(f"task.losses={list(self.losses)} names a loss twice.")
-        if not self.aux_loss_weight >= 0.0:
-            raise ConfigError(f"task.aux_loss_weight must be >= 0, got {self.aux_loss_weight}.")
 
     def loss_terms(self, default: str) -> tuple[tuple[str, float], ...]:
         """(metric name, weight) pairs of the objective; the model's `default` loss when none."""

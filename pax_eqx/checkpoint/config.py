@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, check_range, config
 
 
 @config
@@ -23,7 +23,9 @@ class CheckpointConfig(Config):
     allow_config_change: bool = False
 
     def __post_init__(self):
-        for name in ("every_n_steps", "max_to_keep", "every_n_seconds"):
-            value = getattr(self, name)
-            if value < 0:
-                raise ConfigError(f"checkpoint.{name} must be >= 0 (0 turns it off), got {value}.")
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field, the value and the fix."""
+        check_range(self, ("every_n_steps", "every_n_seconds"), ge=0, prefix="checkpoint", note="0 turns it off")
+        check_range(self, "max_to_keep", ge=0, prefix="checkpoint", note="0 = keep all")

@@ -30,7 +30,7 @@ from typing import Any
 import grain
 import numpy as np
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, check_range, config
 
 
 @config
@@ -47,8 +47,7 @@ class AugmentConfig(Config):
     std: tuple[float, ...] = ()
 
     def validate(self, where: str = "data.augment") -> None:
-        if self.crop_padding < 0:
-            raise ConfigError(f"{where}.crop_padding must be >= 0 (0 = no random crop), got {self.crop_padding}.")
+        check_range(self, "crop_padding", ge=0, prefix=where, note="0 = no random crop")
         if len(self.mean) != len(self.std):
             raise ConfigError(
                 f"{where}.mean={self.mean} and {where}.std={self.std} must have one value per channel each; "
@@ -56,6 +55,8 @@ class AugmentConfig(Config):
             )
         if any(not s > 0 for s in self.std):
             raise ConfigError(f"{where}.std={self.std}: every std must be > 0.")
+        check_range(self, "mean", prefix=where)
+        check_range(self, "std", gt=0, prefix=where)
 
     @property
     def normalizes(self) -> bool:

@@ -46,7 +46,7 @@ from typing import Literal
 
 import grain
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, check_range, config
 from pax_eqx.data import digits, images, lm_examples, seq2seq_examples, shakespeare, sources
 from pax_eqx.data.augment import AugmentConfig
 from pax_eqx.data.host_sharding import (
@@ -130,12 +130,9 @@ class DataConfig(Config):
     def validate(self, files: bool = True) -> None:
         """Every data error that can be found before a run starts (fields, table, paths); files=False
         skips what reads the disk (a --dry-run plans a C4 experiment on a machine without C4)."""
-        if self.seq_len <= 0:
-            raise ConfigError(f"data.seq_len must be > 0, got {self.seq_len}.")
-        if not 0.0 < self.eval_fraction < 1.0:
-            raise ConfigError(f"data.eval_fraction must be in (0, 1), got {self.eval_fraction}.")
-        if self.num_synthetic_examples <= 0:
-            raise ConfigError(f"data.num_synthetic_examples must be > 0, got {self.num_synthetic_examples}.")
+        check_range(self, ("seq_len", "num_synthetic_examples"), gt=0, prefix="data")
+        check_range(self, "eval_fraction", gt=0, lt=1, prefix="data")
+        check_range(self, "target_seq_len", ge=0, prefix="data", note="0 = derived")
         self.tokenizer.validate()
         self.train.validate("train")
         self.eval.validate("eval")
@@ -214,8 +211,6 @@ class DataConfig(Config):
                 f"data.layout='span_corruption' needs text, but data.source={self.source!r} has none; use "
                 f"data.source {' / '.join(_TEXT_SOURCES)}, or another data.layout."
             )
-        if self.target_seq_len < 0:
-            raise ConfigError(f"data.target_seq_len must be >= 0 (0 = derived), got {self.target_seq_len}.")
         if self.target_seq_len and not is_seq2seq(self):
             raise ConfigError(
                 f"data.target_seq_len={self.target_seq_len} would do nothing: it sets the targets of seq2seq data "
@@ -251,6 +246,7 @@ class DataConfig(Config):
             return
         if self.image_shape:
             images.check_image_shape_field(self.image_shape)
+            check_range(self, "image_shape", gt=0, prefix="data")
             self.augment.check_image_shape(tuple(self.image_shape), self.source)
         if self.source in ("digits_images", "synthetic_images"):
             for name in ("path", "eval_path"):

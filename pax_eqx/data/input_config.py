@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import SEED_MAX, Config, ConfigError, check_range, config
 
 Split = Literal["train", "eval"]
 
@@ -69,31 +69,29 @@ class InputConfig(Config):
             )
         if len(set(self.metrics)) != len(self.metrics):
             raise ConfigError(f"{at}.metrics={list(self.metrics)} names a metric twice.")
-        if self.batch_size <= 0:
-            raise ConfigError(f"{at}.batch_size must be > 0, got {self.batch_size}.")
-        if self.num_infeed_hosts < 0:
-            raise ConfigError(
-                f"{at}.num_infeed_hosts must be >= 0 (0 = one per JAX process), got {self.num_infeed_hosts}."
-            )
+        check_range(self, "batch_size", gt=0, prefix=at)
+        check_range(self, "num_infeed_hosts", ge=0, prefix=at, note="0 = one per JAX process")
         if self.infeed_host_index < -1:
             raise ConfigError(
                 f"{at}.infeed_host_index must be >= 0, or -1 for jax.process_index(); got {self.infeed_host_index}."
             )
-        if self.num_infeed_hosts and self.infeed_host_index >= self.num_infeed_hosts:
-            raise ConfigError(
-                f"{at}.infeed_host_index={self.infeed_host_index} is out of range for "
-                f"{at}.num_infeed_hosts={self.num_infeed_hosts}; use 0..{self.num_infeed_hosts - 1}."
-            )
-        if not 0 <= self.input_random_seed < 2**32:
-            raise ConfigError(f"{at}.input_random_seed must be in [0, 2**32), got {self.input_random_seed}.")
+        check_range(self, "infeed_host_index", ge=-1, prefix=at, note="-1 = jax.process_index()")
+        check_range(self, "input_random_seed", ge=0, le=SEED_MAX, prefix=at)
         if self.num_workers < 0 or self.read_threads < 0:
             raise ConfigError(
                 f"{at}.num_workers={self.num_workers} and {at}.read_threads={self.read_threads} must be >= 0."
             )
+        check_range(self, ("num_workers", "read_threads"), ge=0, prefix=at, note="0 = in this process")
         if self.eval_loop_num_batches < -1:
             raise ConfigError(
                 f"{at}.eval_loop_num_batches={self.eval_loop_num_batches}: use N > 0 for N batches per eval run, "
                 "or 0 / -1 to read until the input is exhausted."
+            )
+        check_range(self, "eval_loop_num_batches", ge=-1, prefix=at, note="0 or -1 = until the input is exhausted")
+        if self.num_infeed_hosts and self.infeed_host_index >= self.num_infeed_hosts:
+            raise ConfigError(
+                f"{at}.infeed_host_index={self.infeed_host_index} is out of range for "
+                f"{at}.num_infeed_hosts={self.num_infeed_hosts}; use 0..{self.num_infeed_hosts - 1}."
             )
         if split == "train":
             if not self.repeat:

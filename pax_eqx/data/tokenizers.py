@@ -26,7 +26,7 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 from jaxtyping import ArrayLike, Int
 
-from pax_eqx.config import Config, ConfigError, MissingFileError, config
+from pax_eqx.config import Config, ConfigError, MissingFileError, check_range, config
 
 # Special ids shared by both tokenizers. pad = 0 so that an all-zero row is a padding row.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -57,14 +57,12 @@ class TokenizerConfig(Config):
     max_training_chars: int = 20_000_000
 
     def validate(self) -> None:
-        if self.kind == "sentencepiece":
-            if self.vocab_size < 8:
-                raise ConfigError(
-                    f"data.tokenizer.vocab_size={self.vocab_size} is too small for SentencePiece "
-                    "(it needs the 4 specials plus pieces); use e.g. 1024."
-                )
-            if self.max_training_chars <= 0:
-                raise ConfigError(f"data.tokenizer.max_training_chars must be > 0, got {self.max_training_chars}.")
+        """Raises ConfigError naming the field, the value and the fix."""
+        check_range(
+            self, "vocab_size", ge=8, prefix="data.tokenizer", note="SentencePiece's 4 specials plus pieces",
+            fix="Use e.g. 1024.",
+        )  # fmt: skip
+        check_range(self, "max_training_chars", gt=0, prefix="data.tokenizer")
 
 
 @runtime_checkable

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, check_range, config
 
 ActivationName = Literal[
     "relu", "relu6", "squared_relu", "leaky_relu", "elu", "sigmoid", "tanh",
@@ -73,6 +73,7 @@ class ActivationConfig(Config):
             raise ConfigError(
                 f"ActivationConfig.name={self.name!r} is unknown.{hint} Choose one of {', '.join(names)}."
             )
+        check_range(self, "negative_slope")
         if self.name != "leaky_relu" and self.negative_slope != _DEFAULT_NEGATIVE_SLOPE:
             raise ConfigError(
                 f"ActivationConfig.negative_slope={self.negative_slope} has no effect with name={self.name!r} "

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, check_range, config
 from pax_eqx.layers import attention_kernels as kernels
 from pax_eqx.layers.base import LAYER_STATISTICS_VERBOSITY, Context
 from pax_eqx.layers.initializers import WeightInit
@@ -79,12 +79,9 @@ class AttentionConfig(Config):
         choices = typing.get_args(kernels.Implementation)
         if self.implementation not in choices:
             raise ConfigError(f"AttentionConfig.implementation={self.implementation!r} is not one of {choices}.")
-        if not self.logit_cap >= 0.0:
-            raise ConfigError(f"AttentionConfig.logit_cap must be >= 0 (0 = off), got {self.logit_cap}.")
-        if not 0.0 <= self.dropout_prob < 1.0:
-            raise ConfigError(f"AttentionConfig.dropout_prob must be in [0, 1), got {self.dropout_prob}.")
-        if not self.rotary_max_timescale > 0.0:
-            raise ConfigError(f"AttentionConfig.rotary_max_timescale must be > 0, got {self.rotary_max_timescale}.")
+        check_range(self, "logit_cap", ge=0, note="0 = off")
+        check_range(self, "dropout_prob", ge=0, lt=1)
+        check_range(self, "rotary_max_timescale", gt=0)
         if self.implementation == "cudnn" and self.logit_cap > 0.0:
             raise ConfigError(
                 f"AttentionConfig.logit_cap={self.logit_cap} with implementation='cudnn': cuDNN's kernel has no "

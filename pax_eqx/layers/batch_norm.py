@@ -9,14 +9,12 @@ moving statistics are used and the state is untouched.
 
 from __future__ import annotations
 
-import math
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, check_range, config
 from pax_eqx.layers.base import Context, Variable, variable
 
 
@@ -39,14 +37,10 @@ class BatchNormConfig(Config):
         self.validate()
 
     def validate(self) -> None:
-        if self.dims <= 0:
-            raise ConfigError(f"BatchNormConfig.dims must be > 0, got {self.dims}.")
-        if not 0.0 <= self.decay <= 1.0:
-            raise ConfigError(f"BatchNormConfig.decay must be in [0, 1], got {self.decay}.")
-        if not self.epsilon >= 0.0:
-            raise ConfigError(f"BatchNormConfig.epsilon must be >= 0, got {self.epsilon}.")
-        if not math.isfinite(self.scale_init):
-            raise ConfigError(f"BatchNormConfig.scale_init must be a finite number, got {self.scale_init}.")
+        check_range(self, "dims", gt=0)
+        check_range(self, "decay", ge=0, le=1)
+        check_range(self, "epsilon", ge=0)
+        check_range(self, "scale_init")
 
     def build(self, key: PRNGKeyArray | None = None) -> BatchNorm:
         return BatchNorm(self)

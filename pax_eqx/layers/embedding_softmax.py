@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import Config, ConfigError, config, require_positive
+from pax_eqx.config import Config, check_range, config, require_positive
 from pax_eqx.layers.chunked_xent import chunked_softmax_xent
 from pax_eqx.layers.initializers import WeightInit, gaussian
 
@@ -81,7 +81,7 @@ class SoftmaxConfig(Config):
     def validate(self) -> None:
         """Raises ConfigError naming the field and the value."""
         require_positive(self, ("input_dims", "num_classes"))
-        _check_softmax_options("SoftmaxConfig", self.soft_cap_logits, self.label_smoothing_prob)
+        _check_softmax_options(self)
 
     def build(self, key: PRNGKeyArray) -> FullSoftmax:
         return FullSoftmax(self, key=key)
@@ -146,7 +146,7 @@ class SharedEmbeddingSoftmaxConfig(Config):
     def validate(self) -> None:
         """Raises ConfigError naming the field and the value."""
         require_positive(self, ("num_classes", "input_dims"))
-        _check_softmax_options("SharedEmbeddingSoftmaxConfig", self.soft_cap_logits, self.label_smoothing_prob)
+        _check_softmax_options(self)
 
     def build(self, key: PRNGKeyArray) -> SharedEmbeddingSoftmax:
         return SharedEmbeddingSoftmax(self, key=key)
@@ -205,11 +205,9 @@ def _lookup(table: Array, ids: Array, scale_sqrt_depth: bool) -> Array:
     return embs * math.sqrt(table.shape[-1]) if scale_sqrt_depth else embs
 
 
-def _check_softmax_options(owner: str, soft_cap_logits: float, label_smoothing_prob: float) -> None:
-    if not soft_cap_logits >= 0.0:
-        raise ConfigError(f"{owner}.soft_cap_logits must be >= 0 (0 = off), got {soft_cap_logits}.")
-    if not 0.0 <= label_smoothing_prob < 1.0:
-        raise ConfigError(f"{owner}.label_smoothing_prob must be in [0, 1), got {label_smoothing_prob}.")
+def _check_softmax_options(cfg: SoftmaxConfig | SharedEmbeddingSoftmaxConfig) -> None:
+    check_range(cfg, "soft_cap_logits", ge=0, note="0 = off")
+    check_range(cfg, "label_smoothing_prob", ge=0, lt=1)
 
 
 def soft_cap(logits: Array, cap: float) -> Array:

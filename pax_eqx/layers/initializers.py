@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, check_range, config
 
 InitMethod = Literal["xavier", "gaussian", "uniform", "constant"]
 
@@ -37,8 +37,10 @@ class WeightInit(Config):
     def validate(self) -> None:
         if self.method not in get_args(InitMethod):
             raise ConfigError(f"WeightInit.method={self.method!r} is not one of {get_args(InitMethod)}.")
-        if not math.isfinite(self.scale):
-            raise ConfigError(f"WeightInit.scale must be a finite number, got {self.scale}.")
+        if self.method == "constant":
+            check_range(self, "scale", note="every entry's value")
+        else:
+            check_range(self, "scale", ge=0, note=f"the {self.method} init's scale; 0 = all zeros")
 
     def __call__(self, key: PRNGKeyArray, shape: tuple[int, ...], dtype=jnp.float32) -> Array:
         if self.method == "constant":

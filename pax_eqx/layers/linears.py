@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from pax_eqx.config import Config, ConfigError, config, require_positive
+from pax_eqx.config import Config, ConfigError, check_range, config, require_positive
 from pax_eqx.layers.activations import Activation, ActivationConfig
 from pax_eqx.layers.initializers import WeightInit
 
@@ -173,9 +173,9 @@ class MLPBlockConfig(Config):
 
     def validate(self) -> None:
         """Raises ConfigError naming the field, the value and the fix."""
-        if self.num_layers < 1:
-            raise ConfigError(f"MLPBlockConfig.num_layers must be >= 1, got {self.num_layers}.")
+        check_range(self, "num_layers", ge=1)
         require_positive(self, ("input_dims", "output_dims"))
+        check_range(self, "hidden_dims", ge=0, note="0 with one layer")
         if self.num_layers > 1 and self.hidden_dims <= 0:
             raise ConfigError(
                 f"MLPBlockConfig.hidden_dims must be > 0 with num_layers={self.num_layers}, got {self.hidden_dims}."

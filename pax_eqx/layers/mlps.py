@@ -17,7 +17,7 @@ import equinox as eqx
 import jax
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, check_range, config
 from pax_eqx.layers.activations import Activation, ActivationConfig
 from pax_eqx.layers.base import Context, call
 from pax_eqx.layers.batch_norm import BatchNorm, BatchNormConfig
@@ -50,22 +50,19 @@ class MLPConfig(Config):
         self.validate()
 
     def validate(self) -> None:
-        if any(not h > 0 for h in self.hidden_dims):
-            raise ConfigError(f"MLPConfig.hidden_dims must all be > 0, got {list(self.hidden_dims)}.")
+        check_range(self, "hidden_dims", gt=0)
         if self.batch_norm and self.activation.gated:
             raise ConfigError(
                 "MLPConfig.activation.gated=True with batch_norm=True: the norm sits between the projection and "
                 "the activation, where a gate has no projection of its own; turn one of them off."
             )
-        if not 0.0 <= self.batch_norm_decay < 1.0:
-            raise ConfigError(f"MLPConfig.batch_norm_decay must be in [0, 1), got {self.batch_norm_decay}.")
+        check_range(self, "batch_norm_decay", ge=0, lt=1)
         if not self.batch_norm and self.batch_norm_decay != _DEFAULT_DECAY:
             raise ConfigError(
                 f"MLPConfig.batch_norm_decay={self.batch_norm_decay} has no effect with batch_norm=False; "
                 "turn batch_norm on, or leave the decay at its default."
             )
-        if not 0.0 <= self.dropout_prob < 1.0:
-            raise ConfigError(f"MLPConfig.dropout_prob must be in [0, 1), got {self.dropout_prob}.")
+        check_range(self, "dropout_prob", ge=0, lt=1)
         if not self.hidden_dims and (self.batch_norm or self.dropout_prob):
             raise ConfigError(
                 "MLPConfig.batch_norm / dropout_prob apply to hidden layers, and hidden_dims is empty; "

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, check_range, config
 
 NormKind = Literal["layer_norm", "rms_norm", "rms_norm_no_scale"]
 
@@ -49,8 +49,7 @@ class NormConfig(Config):
             close = difflib.get_close_matches(str(self.kind), kinds, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise ConfigError(f"NormConfig.kind={self.kind!r} is unknown.{hint} Choose one of {', '.join(kinds)}.")
-        if not self.epsilon >= 0.0:
-            raise ConfigError(f"NormConfig.epsilon must be >= 0, got {self.epsilon}.")
+        check_range(self, "epsilon", ge=0)
         if self.kind != "layer_norm" and not self.use_bias:
             raise ConfigError(
                 f"NormConfig.use_bias=False has no effect with kind={self.kind!r} (an RMS norm has no bias); "

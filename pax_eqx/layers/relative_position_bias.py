@@ -22,7 +22,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, check_range, config
 from pax_eqx.layers.initializers import WeightInit
 
 
@@ -45,15 +45,8 @@ class RelativePositionBiasConfig(Config):
     def validate(self) -> None:
         """Raises ConfigError naming the field, the value and the fix (what depends on the
         direction is checked by `build`)."""
-        if self.num_buckets < 2:
-            raise ConfigError(
-                f"RelativePositionBiasConfig.num_buckets must be >= 2 (half exact distances, half logarithmic), "
-                f"got {self.num_buckets}; T5 uses 32."
-            )
-        if self.max_distance < 1:
-            raise ConfigError(
-                f"RelativePositionBiasConfig.max_distance must be > 0, got {self.max_distance}; T5 uses 128."
-            )
+        check_range(self, "num_buckets", ge=2, note="half exact distances, half logarithmic", fix="T5 uses 32.")
+        check_range(self, "max_distance", gt=0, fix="T5 uses 128.")
 
     def build(
         self, key: PRNGKeyArray, *, num_heads: int, bidirectional: bool, init: WeightInit = WeightInit()

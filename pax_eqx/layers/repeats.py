@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, check_range, config
 from pax_eqx.layers.attentions import KVCache
 from pax_eqx.layers.base import Context, copy_state
 from pax_eqx.layers.initializers import WeightInit
@@ -119,9 +119,9 @@ class StackedTransformerConfig(Config):
     def validate(self) -> None:
         """Raises ConfigError naming the field, the value and the fix (the attention's head
         arithmetic is checked where it is used, by AttentionConfig.build)."""
-        for name in ("num_layers", "model_dims", "hidden_dims", "num_heads"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"StackedTransformerConfig.{name} must be >= 1, got {getattr(self, name)}.")
+        check_range(self, ("num_layers", "model_dims", "hidden_dims", "num_heads"), ge=1)
+        check_range(self, ("dim_per_head", "num_kv_heads"), ge=0, note="0 = its default")
+        check_range(self, "unroll", ge=1)
         if self.remat_policy != "none" and self.remat_policy not in _POLICIES:
             raise ConfigError(
                 f"StackedTransformerConfig.remat_policy={self.remat_policy!r} is not one of "

@@ -41,7 +41,7 @@ import equinox as eqx
 import jax
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from pax_eqx.config import Config, ConfigError, config, require_positive
+from pax_eqx.config import Config, ConfigError, check_range, config, require_positive
 from pax_eqx.layers.activations import Activation, ActivationConfig
 from pax_eqx.layers.base import Context, call
 from pax_eqx.layers.batch_norm import BatchNorm, BatchNormConfig
@@ -120,10 +120,8 @@ class ResNetBlockConfig(Config):
                 "ResNetBlockConfig.activation.gated=True is not supported: a convolution block has no gate "
                 "projection; use an ungated activation."
             )
-        if not 0.0 <= self.batch_norm_decay <= 1.0:
-            raise ConfigError(f"ResNetBlockConfig.batch_norm_decay must be in [0, 1], got {self.batch_norm_decay}.")
-        if not self.batch_norm_epsilon >= 0.0:
-            raise ConfigError(f"ResNetBlockConfig.batch_norm_epsilon must be >= 0, got {self.batch_norm_epsilon}.")
+        check_range(self, "batch_norm_decay", ge=0, le=1)
+        check_range(self, "batch_norm_epsilon", ge=0)
 
     def batch_norm(self, dims: int, scale_init: float = 1.0) -> BatchNormConfig:
         return BatchNormConfig(
@@ -243,8 +241,7 @@ class ResNetConfig(Config):
                     f"ResNetConfig.{name}={tuple(values)} has {len(values)} entries but blocks={tuple(self.blocks)} "
                     f"has {len(self.blocks)}: give one per stage."
                 )
-            if not all(v > 0 for v in values):
-                raise ConfigError(f"ResNetConfig.{name}={tuple(values)}: every entry must be > 0.")
+            check_range(self, name, gt=0)
         if self.block.bottleneck:
             bad = [c for c in self.channels if c % BOTTLENECK_EXPANSION]
             if bad:

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, check_range, config
 from pax_eqx.layers.base import Context
 
 
@@ -25,8 +25,7 @@ class DropoutConfig(Config):
         self.validate()
 
     def validate(self) -> None:
-        if not 0.0 <= self.rate < 1.0:
-            raise ConfigError(f"DropoutConfig.rate must be in [0, 1), got {self.rate}.")
+        check_range(self, "rate", ge=0, lt=1)
 
     def build(self, key=None) -> Dropout:
         return Dropout(self.rate)
@@ -54,8 +53,8 @@ class StochasticResidualConfig(Config):
         self.validate()
 
     def validate(self) -> None:
-        if not 0.0 < self.survival_prob <= 1.0:
-            raise ConfigError(f"StochasticResidualConfig.survival_prob must be in (0, 1], got {self.survival_prob}.")
+        check_range(self, "residual_weight")
+        check_range(self, "survival_prob", gt=0, le=1)
 
     def build(self, key=None) -> StochasticResidual:
         return StochasticResidual(self.residual_weight, self.survival_prob)

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, check_range, config
 from pax_eqx.layers.activations import ActivationConfig
 from pax_eqx.layers.attentions import Attention, AttentionConfig, KVCache
 from pax_eqx.layers.base import LAYER_STATISTICS_VERBOSITY, Context, call
@@ -77,9 +77,7 @@ class TransformerConfig(Config):
             raise ConfigError(
                 f"TransformerConfig.norm_policy={self.norm_policy!r} is not one of {typing.get_args(NormPolicy)}."
             )
-        for name in ("residual_dropout_prob", "relu_dropout_prob"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(f"TransformerConfig.{name} must be in [0, 1), got {getattr(self, name)}.")
+        check_range(self, ("residual_dropout_prob", "relu_dropout_prob"), ge=0, lt=1)
 
     def build(
         self,

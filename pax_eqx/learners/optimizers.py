@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import numbers
 from typing import Any, Literal, get_args
 
 import jax
@@ -43,7 +44,7 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Int
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, check_range, config
 from pax_eqx.learners.decay_mask import default_decay_mask
 from pax_eqx.learners.schedules import ScheduleConfig, build_schedule
 
@@ -115,32 +116,32 @@ class LearnerConfig(Config):
             close = difflib.get_close_matches(str(self.optimizer), choices, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise ConfigError(f"learner.optimizer={self.optimizer!r} is not one of {choices}.{hint}")
-        if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
-            raise ConfigError(f"learner.learning_rate must be a finite number > 0, got {self.learning_rate}.")
-        for name in ("b1", "b2", "momentum", "ema_decay"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise ConfigError(f"learner.{name} must be in [0, 1), got {value}.")
+        lr = self.learning_rate
+        if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not (math.isfinite(lr) and lr > 0):
+            raise ConfigError(f"learner.learning_rate must be a finite number > 0, got {lr!r}.")
+        check_range(self, ("b1", "b2", "momentum"), ge=0, lt=1, prefix="learner")
+        check_range(self, "ema_decay", ge=0, lt=1, prefix="learner", note="0 = off")
+        check_range(
+            self, ("eps", "eps_root", "weight_decay", "l2_regularization", "clip_grad_norm", "clip_update_rms"),
+            ge=0, prefix="learner", note="0 = off",
+        )  # fmt: skip
+        check_range(self, "num_microbatches", ge=1, prefix="learner", note="1 = no accumulation")
         if self.weight_decay_mask not in get_args(DecayMask):
             raise ConfigError(
                 f"learner.weight_decay_mask={self.weight_decay_mask!r} is not one of {get_args(DecayMask)}."
             )
-        for name in ("eps", "eps_root", "weight_decay", "l2_regularization", "clip_grad_norm", "clip_update_rms"):
-            value = getattr(self, name)
-            if not value >= 0.0:
-                raise ConfigError(f"learner.{name} must be >= 0 (0 = off), got {value}.")
         self._reject_unused_fields()
         if self.optimizer == "adam" and self.weight_decay > 0:
             raise ConfigError(
                 f"learner.weight_decay={self.weight_decay} with optimizer='adam': plain Adam has no weight "
                 "decay; set optimizer='adamw' for decoupled weight decay, or weight_decay=0."
             )
-        if isinstance(self.num_microbatches, bool) or not isinstance(self.num_microbatches, int):
-            raise ConfigError(f"learner.num_microbatches must be an int, got {self.num_microbatches!r}.")
-        if self.num_microbatches < 1:
-            raise ConfigError(
-                f"learner.num_microbatches must be >= 1 (1 = no accumulation), got {self.num_microbatches}."
-            )
+
+    def resolve(self, num_steps: int) -> LearnerConfig:
+        """This learner with its schedule's decay_end filled in (`ScheduleConfig.resolve`): what a
+        run of `num_steps` steps trains with. `ExperimentConfig.resolved_learner()` calls it."""
+        schedule = self.schedule.resolve(num_steps)
+        return self if schedule is self.schedule else self.replace(schedule=schedule)
 
     def _reject_unused_fields(self) -> None:
         """A field the chosen optimizer does not read must stay at its default: a value given for it

@@ -8,7 +8,8 @@ Pax's `LinearRampup*Decay` schedules:
     [warmup_steps, decay_start)    hold at `max` (no hold when decay_start <= warmup_steps)
     [decay_start, decay_end]       decay from `max` to `max * min_ratio`, then hold there
 
-`decay_start = 0` means "decay right after warmup". The decay of each kind:
+`decay_start = 0` means "decay right after warmup", `decay_end = 0` "at the end of the run"
+(train.num_steps, filled in by the experiment). The decay of each kind:
 
     kind          decay phase, t = step - start, T = decay_end - start     Pax equivalent
     constant      none: stays at `max`                                      Constant
@@ -37,7 +38,7 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, ArrayLike, Float
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, check_range, config
 
 ScheduleKind = Literal["constant", "cosine", "linear", "exponential", "rsqrt", "piecewise"]
 _DECAYING = ("cosine", "linear", "exponential")
@@ -61,7 +62,8 @@ class ScheduleConfig(Config):
     kind: constant, cosine, linear, exponential (Pax's LinearRampupExponentialDecay) or rsqrt.
     warmup_steps: linear ramp from 0 to `max` over this many steps (0 = start at `max`).
     decay_start: the step the decay starts (0 = when warmup ends); must be >= warmup_steps.
-    decay_end: the step the decay reaches `max * min_ratio` (cosine, linear, exponential).
+    decay_end: the step the decay reaches `max * min_ratio` (cosine, linear, exponential); 0 = the
+      run's last step, train.num_steps (the experiment fills it in: `ExperimentConfig.resolved_learner`).
     min_ratio: the floor, as a fraction of `max` (> 0 for exponential).
     max: the peak multiplier of the base learning rate (Pax's `max`).
     boundaries / values (piecewise): from step boundaries[i] on, the multiplier is max * values[i]
@@ -86,6 +88,25 @@ class ScheduleConfig(Config):
         self.validate()
 
     @property
+    def follows_num_steps(self) -> bool:
+        """Whether the decay ends at train.num_steps (a decaying kind with decay_end 0): only the
+        experiment knows that step, so `resolve(num_steps)` must fill it in before `build_schedule`."""
+        return self.kind in _DECAYING and self.decay_end == 0
+
+    def resolve(self, num_steps: int) -> ScheduleConfig:
+        """This schedule with decay_end = num_steps if it follows train.num_steps, else itself."""
+        if not self.follows_num_steps:
+            return self
+        if num_steps <= self.decay_begins:
+            raise ConfigError(
+                f"learner.schedule.decay_end=0 ends the learner.schedule.kind={self.kind!r} decay at "
+                f"train.num_steps={num_steps}, which is not after the step the decay starts ({self.decay_begins} = "
+                "max(warmup_steps, decay_start)); raise train.num_steps, lower the warmup, or set "
+                "learner.schedule.decay_end."
+            )
+        return self.replace(decay_end=num_steps)
+
+    @property
     def decay_begins(self) -> int:
         """The first step of the decay phase: max(warmup_steps, decay_start)."""
         return max(self.warmup_steps, self.decay_start)
@@ -97,35 +118,34 @@ class ScheduleConfig(Config):
             close = difflib.get_close_matches(str(self.kind), kinds, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise ConfigError(f"learner.schedule.kind={self.kind!r} is not one of {kinds}.{hint}")
-        for name in ("warmup_steps", "decay_start", "decay_end"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"learner.schedule.{name} must be >= 0, got {getattr(self, name)}.")
+        check_range(self, ("warmup_steps", "decay_start"), ge=0, prefix="learner.schedule")
+        check_range(self, "decay_end", ge=0, prefix="learner.schedule", note="0 = train.num_steps")
+        check_range(self, "min_ratio", ge=0, le=1, prefix="learner.schedule")
+        check_range(self, "max", gt=0, prefix="learner.schedule")
+        check_range(self, "boundaries", ge=0, prefix="learner.schedule")
+        check_range(self, "values", ge=0, prefix="learner.schedule")
         if 0 < self.decay_start < self.warmup_steps:
             raise ConfigError(
                 f"learner.schedule.decay_start={self.decay_start} is before the end of warmup_steps="
                 f"{self.warmup_steps}; set decay_start >= warmup_steps, or 0 to decay right after warmup."
             )
-        if self.kind in _DECAYING and self.decay_end <= self.decay_begins:
+        if self.kind in _DECAYING and 0 < self.decay_end <= self.decay_begins:
             raise ConfigError(
                 f"learner.schedule.decay_end={self.decay_end} must be after the step the learner.schedule.kind="
                 f"{self.kind!r} decay "
                 f"starts ({self.decay_begins} = max(warmup_steps, decay_start)); set decay_end to the step "
-                "where the decay should reach max * min_ratio (often train.num_steps)."
+                "where the decay should reach max * min_ratio, or 0 for train.num_steps."
             )
         if self.kind == "rsqrt" and self.decay_begins < 1:
             raise ConfigError(
                 "learner.schedule: kind='rsqrt' decays as sqrt(start / step) and needs warmup_steps or "
                 "decay_start >= 1, got both 0."
             )
-        if not 0.0 <= self.min_ratio <= 1.0:
-            raise ConfigError(f"learner.schedule.min_ratio must be in [0, 1], got {self.min_ratio}.")
         if self.kind == "exponential" and self.min_ratio <= 0.0:
             raise ConfigError(
                 f"learner.schedule.min_ratio must be > 0 for kind='exponential' (it decays geometrically "
                 f"towards it), got {self.min_ratio}."
             )
-        if not self.max > 0.0:
-            raise ConfigError(f"learner.schedule.max must be > 0, got {self.max}.")
         if self.kind == "piecewise":
             if not self.boundaries or len(self.values) != len(self.boundaries):
                 raise ConfigError(
@@ -138,8 +158,6 @@ class ScheduleConfig(Config):
                     f"learner.schedule.boundaries={list(self.boundaries)} must increase, after warmup_steps="
                     f"{self.warmup_steps}."
                 )
-            if any(not v >= 0.0 for v in self.values):
-                raise ConfigError(f"learner.schedule.values={list(self.values)} must all be >= 0.")
         defaults = ScheduleConfig.__dataclass_fields__
         for name in _UNREAD_BY_KIND.get(self.kind, ()):
             if getattr(self, name) != defaults[name].default:
@@ -173,9 +191,18 @@ def linear_rampup_cosine_decay(
 def build_schedule(cfg: ScheduleConfig, scale: float = 1.0) -> optax.Schedule:
     """`step -> scale * multiplier(step)` as a float32 scalar; `scale` is the base learning rate.
 
+    A decaying schedule must end somewhere: decay_end 0 (follow train.num_steps) is resolved by
+    the experiment first (`ExperimentConfig.resolved_learner`, `ScheduleConfig.resolve`).
+
     The phases are joined with `optax.join_schedules`, which hands each piece the steps since
     its own start; zero-length phases are left out (as Pax does).
     """
+    if cfg.follows_num_steps:
+        raise ConfigError(
+            f"learner.schedule.decay_end=0 with learner.schedule.kind={cfg.kind!r} means train.num_steps, which "
+            "the schedule alone does not know: build it from ExperimentConfig.resolved_learner() (the programs "
+            "do), or ScheduleConfig.resolve(num_steps), or set learner.schedule.decay_end."
+        )
     peak = scale * cfg.max
     start = cfg.decay_begins
     pieces, boundaries = [], []

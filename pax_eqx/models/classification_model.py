@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import ConfigError, config, require_positive
+from pax_eqx.config import ConfigError, check_range, config, require_positive
 from pax_eqx.layers.base import Context, Mode, call
 from pax_eqx.layers.embedding_softmax import FullSoftmax, SoftmaxConfig
 from pax_eqx.layers.initializers import WeightInit
@@ -61,8 +61,8 @@ class ClassificationModelConfig(ModelConfig):
                 f"model.input_shape must be one example's positive sizes, e.g. (64,) or (8, 8, 1); "
                 f"got {self.input_shape}."
             )
-        if not 0.0 <= self.label_smoothing_prob < 1.0:
-            raise ConfigError(f"model.label_smoothing_prob must be in [0, 1), got {self.label_smoothing_prob}.")
+        check_range(self, "input_shape", gt=0, prefix="model")
+        check_range(self, "label_smoothing_prob", ge=0, lt=1, prefix="model")
 
     def build(self, key: PRNGKeyArray) -> ClassificationModel:
         self.validate()

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, check_range, config
 from pax_eqx.models.incremental import IncrementalDecoder, LanguageModelDecoder
 from pax_eqx.models.language_model import LanguageModel
 
@@ -41,25 +41,25 @@ class SampleConfig(Config):
     beam_size: int = 1
     length_norm_alpha: float = 0.8
 
-    def validate(self) -> None:
-        if self.max_new_tokens <= 0:
-            raise ConfigError(f"decode.max_new_tokens must be > 0, got {self.max_new_tokens}.")
-        if self.temperature < 0:
-            raise ConfigError(f"decode.temperature must be >= 0, got {self.temperature}.")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ConfigError(f"decode.top_p must be in (0, 1], got {self.top_p}.")
-        if self.top_k < 0:
-            raise ConfigError(f"decode.top_k must be >= 0, got {self.top_k}.")
-        if self.beam_size < 1:
-            raise ConfigError(
-                f"decode.beam_size must be >= 1 (1 = sample, > 1 = beam search), got {self.beam_size}; "
-                "pass e.g. --decode.beam-size 4."
-            )
-        if not self.length_norm_alpha >= 0.0:
-            raise ConfigError(
-                f"decode.length_norm_alpha must be >= 0 (0 = rank by raw log-prob), got {self.length_norm_alpha}; "
-                "pass e.g. --decode.length-norm-alpha 0.8."
-            )
+    def validate(self, modes: bool = True) -> None:
+        """Raises ConfigError naming the field, the value and the fix. modes=False checks each
+        value alone, not which fields the mode (sampling or beam search) reads: an experiment's
+        settings are for its default mode, and the decode program checks the mode it runs."""
+        check_range(self, "max_new_tokens", gt=0, prefix="decode")
+        check_range(self, "temperature", ge=0, prefix="decode", note="0 = greedy")
+        check_range(self, "top_p", gt=0, le=1, prefix="decode", note="1 = off")
+        check_range(self, "top_k", ge=0, prefix="decode", note="0 = off")
+        check_range(self, "eos_id", ge=-1, prefix="decode", note="-1 = the tokenizer's eos, or none")
+        check_range(
+            self, "beam_size", ge=1, prefix="decode", note="1 = sample, > 1 = beam search",
+            fix="Pass e.g. --decode.beam-size 4.",
+        )  # fmt: skip
+        check_range(
+            self, "length_norm_alpha", ge=0, prefix="decode", note="0 = rank by raw log-prob",
+            fix="Pass e.g. --decode.length-norm-alpha 0.8.",
+        )  # fmt: skip
+        if not modes:
+            return
         default = SampleConfig()
         if self.beam_size > 1:
             for name in ("top_k", "top_p"):

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import ConfigError, config, require_positive
+from pax_eqx.config import ConfigError, check_range, config, require_positive
 from pax_eqx.layers.attentions import KVCache
 from pax_eqx.layers.base import Context, call
 from pax_eqx.layers.embedding_softmax import (
@@ -110,11 +110,12 @@ class LanguageModelConfig(ModelConfig):
         require_positive(
             self, ("vocab_size", "max_seq_len", "num_layers", "model_dims", "hidden_dims", "num_heads"), "model"
         )
-        if self.loss_chunk_size < 0:
-            raise ConfigError(f"model.loss_chunk_size must be >= 0 (0 = all at once), got {self.loss_chunk_size}.")
+        check_range(self, "loss_chunk_size", ge=0, prefix="model", note="0 = all at once")
+        check_range(self, ("dim_per_head", "num_kv_heads"), ge=0, prefix="model", note="0 = its default")
+        check_range(self, "unroll", ge=1, prefix="model")
+        check_range(self, "soft_cap_logits", ge=0, prefix="model", note="0 = off")
+        check_range(self, "label_smoothing_prob", ge=0, lt=1, prefix="model")
         check_stack_fields(self, num_layers=self.num_layers)
-        if not self.soft_cap_logits >= 0.0:
-            raise ConfigError(f"model.soft_cap_logits must be >= 0 (0 = off), got {self.soft_cap_logits}.")
 
     def build(self, key: PRNGKeyArray) -> LanguageModel:
         self.validate()

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import ConfigError, config, require_positive
+from pax_eqx.config import ConfigError, check_range, config, require_positive
 from pax_eqx.layers.attentions import KVCache
 from pax_eqx.layers.base import Context, Mode, call
 from pax_eqx.layers.embedding_softmax import EmbeddingConfig, SharedEmbeddingSoftmaxConfig, SoftmaxConfig
@@ -105,6 +105,9 @@ class SequenceModelConfig(ModelConfig):
              "num_heads"),
             "model",
         )  # fmt: skip
+        check_range(self, ("dim_per_head", "num_kv_heads"), ge=0, prefix="model", note="0 = its default")
+        check_range(self, "unroll", ge=1, prefix="model")
+        check_range(self, "label_smoothing_prob", ge=0, lt=1, prefix="model")
         check_stack_fields(self, num_layers=min(self.num_encoder_layers, self.num_decoder_layers))
         if not self.block.attention.causal:
             raise ConfigError(

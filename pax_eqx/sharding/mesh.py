@@ -20,7 +20,7 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, check_range, config
 
 AXES = ("data", "fsdp", "tensor")
 
@@ -46,10 +46,13 @@ class MeshConfig(Config):
         return math.prod(self.shape)
 
     def validate(self, num_devices: int | None = None) -> None:
+        """Raises ConfigError naming the field, the value and the fix; with `num_devices`, also
+        unless the mesh has exactly that many devices."""
         for name in ("ici_mesh_shape", "dcn_mesh_shape"):
             shape = getattr(self, name)
-            if len(shape) != 3 or any(s < 1 for s in shape):
+            if not isinstance(shape, (tuple, list)) or len(shape) != 3 or any(not s >= 1 for s in shape):
                 raise ConfigError(f"mesh.{name} must be 3 positive sizes (data, fsdp, tensor), got {shape}.")
+            check_range(self, name, ge=1, prefix="mesh")  # ints, and not absurdly large
         if num_devices is not None and self.num_devices != num_devices:
             raise ConfigError(
                 f"mesh.ici_mesh_shape {self.ici_mesh_shape} x mesh.dcn_mesh_shape {self.dcn_mesh_shape} = "
