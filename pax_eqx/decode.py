@@ -11,7 +11,11 @@ from collections.abc import Sequence
 
 from pax_eqx.programs import cli, entry
 
-DESCRIPTION = "Sample text (or beam-search an n-best list) from the newest checkpoint of a job dir."
+DESCRIPTION = (
+    "Sample text (or beam-search an n-best list) from the newest checkpoint of a job dir. Pass the --exp and model "
+    "flags the job was trained with. --prompt, --max-new-tokens, --temperature, --top-k, --top-p, --seed, "
+    "--num-samples, --eos-id, --beam-size and --length-norm-alpha are short for the --decode.* fields below."
+)
 _SHORT = (
     "prompt", "max-new-tokens", "temperature", "top-k", "top-p", "seed", "num-samples", "eos-id", "beam-size",
     "length-norm-alpha",

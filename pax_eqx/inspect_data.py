@@ -149,12 +149,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pax_eqx.programs import cli
 
     extra = (
-        ("--split", {"choices": ("train", "eval"), "default": "train"}),
-        ("--num-batches", {"type": int, "default": 2, "dest": "num_batches"}),
-        ("--num-infeed-hosts", {"type": int, "default": None, "dest": "num_infeed_hosts"}),
-        ("--infeed-host-index", {"type": int, "default": None, "dest": "infeed_host_index"}),
-        ("--image-grid", {"default": None, "dest": "image_grid", "metavar": "PATH"}),
-    )
+        ("--split", {"choices": ("train", "eval"), "default": "train", "help": "which input (default: train)"}),
+        ("--num-batches", {"type": int, "default": 2, "dest": "num_batches", "metavar": "N", "help": "default: 2"}),
+        (
+            "--num-infeed-hosts",
+            {"type": int, "default": None, "dest": "num_infeed_hosts", "metavar": "N",
+             "help": "look as one of N hosts would (default: the input's own setting)"},
+        ),
+        (
+            "--infeed-host-index",
+            {"type": int, "default": None, "dest": "infeed_host_index", "metavar": "I",
+             "help": "which of the --num-infeed-hosts to be"},
+        ),
+        (
+            "--image-grid",
+            {"default": None, "dest": "image_grid", "metavar": "PATH",
+             "help": "image inputs: draw the first batch into this PNG, titled with the labels"},
+        ),
+    )  # fmt: skip
     exp, job_dir, ns = cli.parse(
         argv, "python -m pax_eqx.inspect_data", DESCRIPTION, job_dir_required=False, extra=extra
     )

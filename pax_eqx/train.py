@@ -3,6 +3,10 @@
 Trains the experiment (default: shakespeare_char), resuming from DIR's newest checkpoint.
 `--dry-run` prints the sharding/memory plan without devices or writing anything; with
 `--dry-run-device-memory-gb G` it exits 1 when the plan does not fit G GiB per device.
+
+The first line, `Loading experiment NAME ...`, is printed before JAX, orbax, tyro and the
+experiment are imported (they take seconds), so a run says what it is doing at once; the
+second says what is being built and compiled.
 """
 
 from __future__ import annotations
@@ -11,12 +15,17 @@ import os
 import sys
 from collections.abc import Sequence
 
-from pax_eqx.programs import cli, entry
+from pax_eqx.programs import entry
 
 DESCRIPTION = "Train a pax_eqx experiment; a second run on the same --job-log-dir resumes it."
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not {"-h", "--help"} & set(argv):
+        print(f"Loading experiment {entry.experiment_named(argv)} ...", flush=True)
+    from pax_eqx.programs import cli
+
     exp, job_dir, ns = cli.parse(
         argv,
         "python -m pax_eqx.train",
@@ -24,7 +33,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         job_dir_required=False,
         extra=[
             ("--dry-run", dict(action="store_true", help="print the sharding and memory plan, then exit")),
-            ("--dry-run-device-memory-gb", dict(type=float, default=None, help="per-device memory to check against")),
+            (
+                "--dry-run-device-memory-gb",
+                dict(
+                    type=float,
+                    default=None,
+                    metavar="GIB",
+                    help="with --dry-run: the memory of one device; exit 1 when the plan does not fit it",
+                ),
+            ),
         ],
     )
     if ns.dry_run:
@@ -49,11 +66,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     initialize()
     exp.validate(num_devices=jax.device_count())
     if exp.train.sample_at_end:  # a decode flag the end-of-training decode would ignore is refused now
-        given = given_decode_fields(list(sys.argv[1:] if argv is None else argv))
+        given = given_decode_fields(argv)
         check_decode(exp.decode, given=given, examples=decodes_examples(exp))
     check_batch_divisible(exp, jax.process_count(), batch_divisor(build_mesh(exp.mesh), exp.mesh.rules))
     created = not os.path.exists(job_dir)
     path = prepare(job_dir)
+    print(
+        f"Building {exp.name or 'the experiment'}'s inputs and model, then compiling its train step "
+        "(the first step waits for the compile) ...",
+        flush=True,
+    )
     try:
         train(exp, path)
     except BaseException:

@@ -6,7 +6,8 @@ nested field of the experiment: `--model.num-layers 4 --train.num-steps 100`.
 experiment's shapes, no data files). `--exp` is read
 first with argparse; the rest is parsed by tyro with the chosen experiment as the default, so
 a typo fails at once with tyro's "did you mean" and a wrong type names the field.
-`--help` lists the experiments, then tyro's field help (with the config docstrings).
+`--help` lists the program's own flags and the experiments, then every field of `--exp` with its
+help, cut from its config class's docstring (`help_spec`).
 
 A config field may hold a subclass of its annotation (`model: ModelConfig` holding a
 `LanguageModelConfig`, or a user's own model config). tyro parses by annotation, so it would
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import inspect
 import io
 import re
 import sys
@@ -34,7 +36,7 @@ import tyro
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.programs import entry, registry
 
-DEFAULT_EXPERIMENT = "shakespeare_char"
+DEFAULT_EXPERIMENT = entry.DEFAULT_EXPERIMENT
 
 
 class CliError(SystemExit):
@@ -56,25 +58,67 @@ def parse(
 ) -> tuple[ExperimentConfig, str | None, argparse.Namespace]:
     """Returns (experiment, job dir, namespace of `extra` flags)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    pre = argparse.ArgumentParser(prog=prog, description=description, add_help=False, allow_abbrev=False)
-    pre.add_argument("--exp", default=DEFAULT_EXPERIMENT)
-    pre.add_argument("--job-log-dir", "--job_log_dir", dest="job_log_dir", default=None)
-    pre.add_argument("--data.synthetic", dest="data_synthetic", nargs="?", const="true", default=None)
-    pre.add_argument("-h", "--help", action="store_true")
-    pre.add_argument("--verbose", action="store_true")
+    usage = f"{prog} --exp NAME" + (" --job-log-dir DIR" if job_dir_required else " [--job-log-dir DIR]")
+    usage += "".join(f" [{flag}{' ' + _metavar(flag, kw) if _takes_value(kw) else ''}]" for flag, kw in extra)
+    pre = argparse.ArgumentParser(
+        prog=prog,
+        usage=usage + " [--verbose] [--section.field VALUE ...]",
+        description=description,
+        add_help=False,
+        allow_abbrev=False,
+    )
+    pre.add_argument(
+        "--exp",
+        default=DEFAULT_EXPERIMENT,
+        metavar="NAME",
+        help="a registered experiment (listed below) or alias, Pax's class name, or a dotted path "
+        f"package.module.function to your own (default: {DEFAULT_EXPERIMENT})",
+    )
+    pre.add_argument(
+        "--job-log-dir",
+        "--job_log_dir",
+        dest="job_log_dir",
+        default=None,
+        metavar="DIR",
+        help="the job's directory: config.json, checkpoints/, summaries/, metrics.jsonl, plots/",
+    )
+    pre.add_argument(
+        "--data.synthetic",
+        dest="data_synthetic",
+        nargs="?",
+        const="true",
+        default=None,
+        metavar="BOOL",
+        help="true: shorthand for --data.source synthetic (rows of the experiment's shapes, no data files)",
+    )
     for flag, kwargs in extra:
         pre.add_argument(flag, **kwargs)
+    pre.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print an error's Python traceback before its one line (or set PAX_EQX_VERBOSE=1)",
+    )
+    pre.add_argument("-h", "--help", action="store_true", help="this help: the experiments, then every field")
     ns, rest = pre.parse_known_args(argv)
     if ns.verbose:
         entry.set_verbose()
     # A bad --exp (unknown, or its code raises) is a ConfigError: entry.run prints its one line.
     default = registry.load_experiment(ns.exp)
     if ns.help:
-        extras = "".join(f" [{flag} ...]" for flag, _ in extra)
-        print(f"usage: {prog} --exp NAME --job-log-dir DIR{extras} [--section.field VALUE ...]\n")
-        print(description + "\n\nexperiments:\n" + registry.describe() + "\n\nfields of --exp " + ns.exp + ":")
-        spec = specialise(type(default), default)
-        tyro.cli(spec, default=_as(spec, default), args=["--help"], prog=prog)
+        print(pre.format_help())
+        print(
+            "experiments (--exp NAME, or its Pax class name in parentheses, or Pax's path "
+            f"tasks.<...>.params.<module>.<ClassName>):\n{registry.describe()}\n"
+        )
+        spec = help_spec(type(default), default)
+        tyro.cli(
+            spec,
+            default=_as(spec, default),
+            args=["--help"],
+            prog=f"{prog} --exp {ns.exp}",
+            description=f"The fields of --exp {ns.exp}, each a flag --section.field VALUE; the defaults shown are "
+            "this experiment's values.",
+        )
     if job_dir_required and not ns.job_log_dir:
         raise fail(f"--job-log-dir is required: {prog} --exp {ns.exp} --job-log-dir DIR")
     if ns.data_synthetic is not None and _flag_value("--data.synthetic", ns.data_synthetic):
@@ -82,6 +126,14 @@ def parse(
     exp = _parse_fields(default, rest, prog)
     entry.note_run(prog, exp, ns.job_log_dir)
     return exp, ns.job_log_dir, ns
+
+
+def _takes_value(kwargs: dict) -> bool:
+    return kwargs.get("action") not in ("store_true", "store_false")
+
+
+def _metavar(flag: str, kwargs: dict) -> str:
+    return kwargs.get("metavar") or flag.lstrip("-").rpartition(".")[2].replace("-", "_").upper()
 
 
 def _flag_value(flag: str, text: str) -> bool:
@@ -124,6 +176,73 @@ def specialise(cls: type, value: Any) -> type:
     return dataclasses.make_dataclass(
         cls.__name__, fields, bases=(cls,), namespace=namespace, frozen=params.frozen, eq=params.eq
     )
+
+
+def help_spec(cls: type, value: Any) -> type:
+    """`specialise` for `--help`: every config class in `value`'s tree becomes a subclass whose
+    fields carry their help (`tyro.conf.arg(help=...)`), cut out of the class docstring's
+    `field: text` sentences (`_field_helps`), and whose own description keeps the rest of the
+    docstring, each paragraph on one line (rich wraps it). Parsing never uses it."""
+    hints = typing.get_type_hints(cls)
+    prose, helps = _field_helps(cls)
+    fields = []
+    for f in dataclasses.fields(cls):
+        child = getattr(value, f.name)
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(child) and not isinstance(child, type):
+            hint = help_spec(type(child), child)
+        if helps.get(f.name):
+            hint = typing.Annotated[hint, tyro.conf.arg(help=helps[f.name])]
+        fields.append((f.name, hint, dataclasses.field(kw_only=True)))
+    namespace = {
+        "__doc__": prose or " ",  # not None: dataclass would write its signature there
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "_specialised_from": cls,
+    }
+    params = cls.__dataclass_params__
+    return dataclasses.make_dataclass(
+        cls.__name__, fields, bases=(cls,), namespace=namespace, frozen=params.frozen, eq=params.eq
+    )
+
+
+_SEPARATOR = r"\s*(?:/|,|\band\b)\s*"
+
+
+def _field_helps(cls: type) -> tuple[str, dict[str, str]]:
+    """(the docstring's prose, {field: its help}) of a config class whose docstring documents its
+    fields as sentences `name: text`, `a / b: text`, `a, b (note): text`. A sentence that names
+    no field stays in the prose; a class without a docstring of its own has neither."""
+    doc = vars(cls).get("__doc__") or ""
+    if doc.startswith(cls.__name__ + "("):  # the signature dataclass writes when there is no docstring
+        doc = ""
+    names = sorted((f.name for f in dataclasses.fields(cls)), key=len, reverse=True)
+    field = "(?:" + "|".join(map(re.escape, names)) + ")"
+    start = re.compile(rf"(?:^|(?<=[.;:]\s))({field}(?:{_SEPARATOR}{field})*)(?:\s*\([^()]*\))?:\s")
+    prose, helps = [], {}
+    for paragraph in re.split(r"\n\s*\n", inspect.cleandoc(doc)):
+        text = " ".join(paragraph.split())
+        found = list(start.finditer(text))
+        if not found:
+            prose.append(text)
+            continue
+        if found[0].start() > 0:
+            prose.append(text[: found[0].start()].strip())
+        for match, following in zip(found, [*found[1:], None]):
+            help_text = _tidy(text[match.end() : following.start() if following else len(text)])
+            for name in re.split(_SEPARATOR, match.group(1)):
+                helps[name] = f"{helps[name]} {help_text}" if name in helps else help_text
+    return "\n\n".join(p for p in prose if p), helps
+
+
+def _tidy(text: str) -> str:
+    """A field's help without the separator before the next field (`;`, `,`) or a trailing
+    sentence that introduces what follows ("Seq2seq (module doc):")."""
+    text = text.strip().rstrip(";,").strip()
+    if text.endswith(":"):
+        head, dot, _ = text.rpartition(". ")
+        text = head + dot.strip() if dot else ""
+    return text
 
 
 def _as(cls: Any, value: Any) -> Any:

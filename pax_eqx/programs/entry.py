@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 VERBOSE_ENV = ("PAX_EQX_VERBOSE", "PAX_EQX_TRACEBACK")
+DEFAULT_EXPERIMENT = "shakespeare_char"
 
 # (module, class name): ConfigError covers JobDirError, UnknownExperimentError and
 # ExperimentLoadError (its subclasses). A checkpoint that does not match the model is a bad input
@@ -72,6 +73,18 @@ def set_verbose(on: bool = True) -> None:
 def verbose() -> bool:
     """`--verbose` was given, or PAX_EQX_VERBOSE / PAX_EQX_TRACEBACK is set (to anything but 0)."""
     return _State.verbose or any(os.environ.get(name, "0") not in ("", "0") for name in VERBOSE_ENV)
+
+
+def experiment_named(argv: list[str]) -> str:
+    """The `--exp` value of a command line, read without the parser (for a first line printed
+    before the parser's imports)."""
+    name = DEFAULT_EXPERIMENT
+    for i, arg in enumerate(argv):
+        if arg == "--exp" and i + 1 < len(argv):
+            name = argv[i + 1]
+        elif arg.startswith("--exp="):
+            name = arg.partition("=")[2]
+    return name
 
 
 def note_run(program: str, exp: Any, job_dir: str | None) -> None:

@@ -124,15 +124,31 @@ def aliases() -> dict[str, str]:
     return dict(_ALIASES)
 
 
-def describe() -> str:
-    """One line per experiment: name, aliases and the first docstring line."""
+def describe(width: int | None = None) -> str:
+    """The experiments, one to a paragraph: the name and its short aliases (a Pax class name;
+    Pax's dotted paths are aliases too, not listed), then the first sentence of its docstring,
+    indented and wrapped to `width` (the terminal's by default)."""
+    import shutil
+    import textwrap
+
     load_entry_points()
+    width = max(width or shutil.get_terminal_size().columns, 40)
     lines = []
     for name in sorted(_REGISTRY):
-        alias = [a for a, n in _ALIASES.items() if n == name]
-        doc = (_REGISTRY[name].__doc__ or "").strip().splitlines()
-        lines.append(f"  {name}{' (' + ', '.join(alias) + ')' if alias else ''}: {doc[0] if doc else ''}")
+        alias = sorted(a for a, n in _ALIASES.items() if n == name and "." not in a)
+        lines.append(f"  {name}" + (f" ({', '.join(alias)})" if alias else ""))
+        text = _first_sentence(_REGISTRY[name].__doc__ or "")
+        lines += textwrap.wrap(
+            text, width, initial_indent=" " * 6, subsequent_indent=" " * 6, break_long_words=False,
+            break_on_hyphens=False,
+        )  # fmt: skip
     return "\n".join(lines)
+
+
+def _first_sentence(doc: str) -> str:
+    paragraph = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+    head, dot, _ = paragraph.partition(". ")
+    return head + "." if dot else paragraph
 
 
 def load_experiment(name: str) -> ExperimentConfig:
