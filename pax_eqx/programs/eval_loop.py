@@ -23,7 +23,9 @@ from pax_eqx.programs.errors import DataPipelineError, raised_at
 from pax_eqx.summaries import mean_summaries, step_scalars
 
 
-def evaluate(rt: Any, state: Any, log: Callable = print) -> dict[str, float]:
+def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = None) -> dict[str, float]:
+    """One eval run's metrics. Files an eval metric writes (the confusion matrix) go under
+    `files_dir` (default: the job dir; a separate `eval` passes its own, beside the trainer's)."""
     cfg = rt.exp.data.eval
     source = rt.input("eval")
     num_batches = eval_num_batches(cfg)
@@ -59,7 +61,7 @@ def evaluate(rt: Any, state: Any, log: Callable = print) -> dict[str, float]:
     if cfg.metrics:
         rows = eval_metrics.real_rows(per_example)
         num_classes = max(int(rows["label"].max(initial=0)), int(rows["predicted"].max(initial=0))) + 1
-        job_dir = rt.job_dir if jax.process_index() == 0 else None
+        job_dir = (rt.job_dir if files_dir is None else files_dir) if jax.process_index() == 0 else None
         result.update(eval_metrics.score(cfg.metrics, rows, num_classes, job_dir, int(jax.device_get(state.step))))
     if "log_pplx" in result:  # Pax reports a language model's perplexity beside its log
         result["pplx"] = float(np.exp(min(result["log_pplx"], 50.0)))

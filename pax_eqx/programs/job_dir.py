@@ -5,6 +5,19 @@
     DIR/summaries/{train,eval}/   TensorBoard events
     DIR/metrics.jsonl     one JSON object per logged step
     DIR/plots/*.png       loss and log-perplexity curves
+    DIR/train.lock        locked by the one trainer running in DIR (see `exclusive`)
+    DIR/train.lock.holder its pid and host, for the message that refuses a second trainer
+    DIR/eval_results.jsonl, DIR/summaries/eval_separate/   what separate `eval` runs measured
+
+One trainer at a time: `train` holds an exclusive OS lock on DIR/train.lock (flock, through the
+filelock library) for its whole run, so a second trainer on the same DIR is refused at once,
+naming the holder's pid and host. The lock dies with its holder (a SIGKILLed or crashed trainer
+leaves no stale lock: the file may stay, the lock does not). Eval and decode take no lock: they
+only read (checkpoints through a read-only Checkpointer; their results go to their own files).
+
+`prepare` refuses a --job-log-dir that exists, is not empty, and holds nothing pax_eqx writes
+(`--job-log-dir /`, a home directory, a source tree): a run would scatter its files among
+someone else's.
 
 A second run on the same DIR resumes. If its experiment differs from the saved config in a
 field that changes what a checkpoint means (the model, the data tokenizer), it is refused
@@ -15,8 +28,14 @@ check their experiment against config.json the same way (`check_config`), and ne
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import socket
+import time
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +46,24 @@ from pax_eqx.config import ConfigError
 _RESUMABLE = ("train.", "checkpoint.", "decode.", "mesh.", "name:", "profile.", "data.eval.")
 
 
+LOCK_FILE = "train.lock"
+HOLDER_FILE = "train.lock.holder"
+# What pax_eqx writes into a job dir: a directory holding only these is one of ours (a first run
+# that failed early may have left some of them without config.json).
+_OURS = frozenset({
+    "config.json", "config.json.tmp", "checkpoints", "metrics.jsonl", "summaries", "plots", "tokenizer", "profile",
+    "eval_results.jsonl", "eval_separate", LOCK_FILE, HOLDER_FILE,
+})  # fmt: skip
+# Any one of these makes a directory a job dir, whatever else the user put beside them.
+_MARKS = ("config.json", "checkpoints", "metrics.jsonl")
+
+
 class JobDirError(ConfigError):
     """The job dir cannot be used as given (a user error: exit 2)."""
+
+
+class JobDirLockWarning(UserWarning):
+    """The job dir's file system cannot lock files: a second trainer would not be refused."""
 
 
 def prepare(job_dir: str | os.PathLike, *, create: bool = True) -> Path:
@@ -46,7 +81,100 @@ def prepare(job_dir: str | os.PathLike, *, create: bool = True) -> Path:
             raise JobDirError(message) from None
     if create and not os.access(path, os.W_OK | os.X_OK):
         raise JobDirError(f"--job-log-dir {str(path)!r} is not writable; fix its permissions or choose another path.")
+    if create:
+        _refuse_foreign(path)
     return path
+
+
+def _refuse_foreign(path: Path) -> None:
+    """Raises JobDirError if DIR holds entries but none of the files a job dir has (see module doc)."""
+    try:
+        entries = sorted(os.listdir(path))
+    except OSError as e:
+        raise JobDirError(
+            f"--job-log-dir {str(path)!r} cannot be listed ({e.strerror}); choose another path."
+        ) from None
+    ours = [name in _OURS or name.startswith(LOCK_FILE) for name in entries]  # train.lock.holder.<pid>.tmp too
+    if not entries or any(name in entries for name in _MARKS) or all(ours):
+        return
+    shown = ", ".join(entries[:5]) + (f", ... ({len(entries)} entries)" if len(entries) > 5 else "")
+    raise JobDirError(
+        f"--job-log-dir {str(path)!r} is not empty and is not a pax_eqx job dir (it holds {shown}, but no "
+        "config.json, checkpoints/ or metrics.jsonl); choose a new or empty directory, e.g. "
+        f"{str(path / 'my_run')!r}."
+    )
+
+
+@contextlib.contextmanager
+def exclusive(path: Path, *, lock: bool = True) -> Iterator[None]:
+    """Holds DIR/train.lock for the block: the one trainer of DIR (see module doc).
+
+    Raises JobDirError, naming the holder's pid and host (which the holder writes into
+    DIR/train.lock.holder), if another process holds the lock, or if the lock file cannot be
+    created. `lock=False` (the other hosts of a multi-host run: process 0 locks for all) holds
+    nothing. Both files are removed on the way out, so a job dir a refused run created is left
+    empty.
+    """
+    if not lock:
+        yield
+        return
+    from filelock import FileLock, Timeout
+
+    file, holder = path / LOCK_FILE, path / HOLDER_FILE
+    # timeout: a few retries, for the instant in which a finishing trainer removes the file.
+    trainer_lock = FileLock(str(file), timeout=0.5)
+    try:
+        trainer_lock.acquire()
+    except Timeout:
+        raise JobDirError(
+            f"--job-log-dir {str(path)!r} is in use by another training run ({_holder(holder)}); a job dir has one "
+            "trainer at a time. Wait for that run to finish (or stop it), or train into another --job-log-dir; "
+            "eval and decode may read the job dir meanwhile."
+        ) from None
+    except OSError as e:
+        if e.errno not in (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP):
+            raise JobDirError(
+                f"--job-log-dir {str(path)!r}: cannot create its lock file {LOCK_FILE} ({e.strerror}); fix the "
+                "directory's permissions or choose another path."
+            ) from None
+        warnings.warn(
+            f"the file system of --job-log-dir {str(path)!r} cannot lock files ({e.strerror}): a second trainer on "
+            "it would not be refused; make sure only one runs.",
+            JobDirLockWarning,
+            stacklevel=3,
+        )
+        yield
+        return
+    try:
+        held = os.stat(file)  # the inode we hold: removed on the way out only if it is still this one
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+        tmp = holder.with_name(f"{HOLDER_FILE}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(info) + "\n")
+        os.replace(tmp, holder)
+    except OSError as e:
+        trainer_lock.release()
+        raise JobDirError(
+            f"--job-log-dir {str(path)!r}: cannot write {HOLDER_FILE} ({e.strerror}); fix the directory's "
+            "permissions or choose another path."
+        ) from None
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            holder.unlink()
+        with contextlib.suppress(OSError):
+            if os.path.samestat(os.lstat(file), held):
+                file.unlink()
+        trainer_lock.release()
+
+
+def _holder(file: Path) -> str:
+    """ "pid 123 on host h, since ..." from the lock file, or what is known when it cannot be read."""
+    try:
+        info = json.loads(file.read_text())
+        return f"pid {info['pid']} on host {info['host']}, running since {info['since']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"its pid and host are not recorded in {file}"
 
 
 def config_diff(old: Any, new: Any, prefix: str = "") -> list[str]:

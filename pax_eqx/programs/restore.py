@@ -4,6 +4,12 @@ The experiment given on the command line is checked against DIR/config.json firs
 resumed training run is: evaluating or sampling with another tokenizer or model than the one
 the job trained would silently give wrong numbers or text, so it is refused with the changed
 fields (unless --checkpoint.allow-config-change).
+
+Eval and decode may run while `train` writes the same job dir: the checkpoints are opened
+read-only (pax_eqx.checkpoint, `read_only=True`), so nothing in DIR/checkpoints is created,
+deleted or renamed -- not the trainer's save in progress, not a damaged checkpoint (skipped
+with a warning; the trainer sets it aside) -- and the newest *committed* checkpoint is read;
+if the trainer's keep-N deletes it meanwhile, the newest one again.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ def restore_for_inference(
     rt = Runtime.create(exp, path)
     if prompt is not None:
         check_prompt(rt.tokenizer, prompt)
-    ckpt = Checkpointer(path / "checkpoints", exp.checkpoint)
+    ckpt = Checkpointer(path / "checkpoints", exp.checkpoint, read_only=True)
     if ckpt.latest_step() is None:
         raise MissingFileError(
             f"no checkpoint in {path / 'checkpoints'}; train first: python -m pax_eqx.train --exp {exp.name} "

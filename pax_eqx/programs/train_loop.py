@@ -12,12 +12,20 @@ Everything numeric happens in `Programs.train_step`; this loop only
   a failing data pipeline, after letting an in-flight checkpoint commit,
 - and at the end saves a final checkpoint, draws the plots and prints a sample.
 
+The whole run holds DIR/train.lock (pax_eqx.programs.job_dir.exclusive): a second trainer on
+the same DIR is refused before it builds anything. A run whose newest checkpoint is already at
+`train.num_steps` says so and returns: no eval, plots or sample are redone, config.json is
+left as it was. A metrics or TensorBoard write that fails (disk full, permissions) stops the run
+at once with the file and the OS's reason (RunError, exit 1), as a checkpoint save that fails
+does (CheckpointSaveError); the checkpoints written before are intact.
+
 DIR/config.json is written only once the run has restored its checkpoint (or started from
 scratch) without error, so a refused or failed start never changes what the job dir records.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -37,15 +45,16 @@ from pax_eqx.learners import skipped_steps
 from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.models.sequence_model import SequenceModelConfig
 from pax_eqx.programs.decode_modes import check_decode
-from pax_eqx.programs.errors import DataPipelineError, NonFiniteLossError, raised_at
+from pax_eqx.programs.errors import DataPipelineError, NonFiniteLossError, RunError, raised_at
 from pax_eqx.programs.eval_loop import evaluate
-from pax_eqx.programs.job_dir import JobDirError, check_config, write_config
+from pax_eqx.programs.job_dir import JobDirError, check_config, exclusive, write_config
 from pax_eqx.programs.pgle import enable_auto_pgle
 from pax_eqx.programs.runtime import Runtime
 from pax_eqx.programs.sampling import check_prompt, print_samples
 from pax_eqx.programs.seq2seq_decoding import decodes_examples
 from pax_eqx.sharding.distributed import any_host
 from pax_eqx.summaries import Progress, SummaryWriter, step_scalars, write_plots
+from pax_eqx.summaries.writer import SummaryWriteError
 
 # Marks the data state a checkpoint holds as {"train": ..., "eval": ..., "eval_data": ...}; a
 # checkpoint without it (written before rolling eval positions were saved) holds the train
@@ -102,8 +111,25 @@ class _StopFlag:
 
 
 def train(exp: ExperimentConfig, job_dir: Path, log=print) -> TrainResult:
-    with _StopFlag() as stop:
+    with contextlib.ExitStack() as stack:
+        _lock_everywhere(stack, job_dir)
+        stop = stack.enter_context(_StopFlag())
         return _train(exp, job_dir, log, stop)
+
+
+def _lock_everywhere(stack: contextlib.ExitStack, job_dir: Path) -> None:
+    """Process 0 takes DIR/train.lock for the run (held until `stack` closes); every host learns
+    whether it could, so a refused run stops all of them."""
+    refusal = None
+    try:
+        stack.enter_context(exclusive(job_dir, lock=jax.process_index() == 0))
+    except JobDirError as e:
+        refusal = e
+    if any_host(refusal is not None):
+        raise refusal or JobDirError(
+            f"process 0 could not lock --job-log-dir {str(job_dir)!r} (its error names the holder); another "
+            "training run is using it."
+        )
 
 
 def _check_config_everywhere(exp: ExperimentConfig, job_dir: Path) -> list[str]:
@@ -156,16 +182,18 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
         log(f"Starting {exp.name or 'experiment'} from scratch in {job_dir}.")
     else:
         step, state, data_state = ckpt.restore(rt.programs.abstract_with_shardings())
+        if step >= exp.train.num_steps:
+            ckpt.close()
+            log(f"{exp.name or 'The experiment'} in {job_dir} is already trained to step {step} (train.num_steps="
+                f"{exp.train.num_steps}): nothing to do. Raise --train.num-steps to train further.")  # fmt: skip
+            return TrainResult(step, {}, {}, False, 0.0, time.time() - start)
         _restore_inputs(rt, exp, data_state, log)
         log(f"Resuming {exp.name or 'experiment'} from checkpoint at step {step} in {job_dir}.")
-        if step >= exp.train.num_steps:
-            log(f"Already trained to step {step} (train.num_steps={exp.train.num_steps}); raise --train.num-steps "
-                "to train further.")  # fmt: skip
     if primary:
         write_config(job_dir, exp.to_dict())
         if changed:
             log("Config changes since the last run in this job dir:\n  " + "\n  ".join(changed))
-    writer = SummaryWriter(job_dir, enabled=primary, start_step=step)
+    writer = _log_writes(ckpt, SummaryWriter, job_dir, enabled=primary, start_step=step)
     progress = Progress(exp.train.num_steps, step) if primary and step < exp.train.num_steps else None
     examples_per_step = exp.data.train.batch_size * jax.process_count()
     # A language model's throughput is counted in tokens (Pax's and nanoGPT's unit), a
@@ -197,14 +225,14 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
             train_metrics["examples_per_s"] = examples_per_step * window_steps / max(elapsed, 1e-9)
             train_metrics["steps_per_s"] = window_steps / max(elapsed, 1e-9)
             window_start, window_steps = time.time(), 0
-            writer.write(step, "train", train_metrics)
+            _log_writes(ckpt, writer.write, step, "train", train_metrics)
             if progress:
                 progress.update(step, train_metrics)
             _check_finite(exp, step, train_metrics, ckpt)
             skipped_so_far = _report_skipped(step, train_metrics, skipped_so_far, log)
         if exp.train.eval_interval_steps and step % exp.train.eval_interval_steps == 0:
             eval_metrics = _evaluate(rt, state, step, ckpt, log)
-            writer.write(step, "eval", eval_metrics)
+            _log_writes(ckpt, writer.write, step, "eval", eval_metrics)
         stopping = stop.agreed()
         if ckpt.should_save(step) or stopping or step == exp.train.num_steps:
             finite = {k: float(outputs.metrics[k].value) for k in ("total_loss", "grad_norm")}
@@ -223,12 +251,12 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
     interval = exp.train.eval_interval_steps
     if not preempted and (interval == 0 or step % interval):
         eval_metrics = _evaluate(rt, state, step, ckpt, log)
-        writer.write(step, "eval", eval_metrics)
+        _log_writes(ckpt, writer.write, step, "eval", eval_metrics)
     ckpt.wait_until_finished()
     ckpt.close()
-    writer.close()
+    _log_writes(ckpt, writer.close)
     if primary:
-        write_plots(job_dir)
+        _log_writes(ckpt, write_plots, job_dir, what=f"drawing the plots in {job_dir / 'plots'}")
     wall = time.time() - start
     if not preempted and primary:
         unit = "tokens" if tokens_per_example > 1 else "examples"
@@ -312,6 +340,19 @@ def _finish_in_flight_save(ckpt: Checkpointer, log) -> None:
         log(f"warning: {e}")
     except Exception as e:  # noqa: BLE001 -- never hide the error that ended the run
         log(f"warning: closing the checkpointer failed: {type(e).__name__}: {e}")
+
+
+def _log_writes(ckpt: Checkpointer, write: Any, *args: Any, what: str = "writing the logs", **kwargs: Any) -> Any:
+    """`write(*args, **kwargs)`, whose failure to write a log file (metrics.jsonl, TensorBoard, plots: a full
+    disk, a read-only directory) stops the run with the file, the reason and the checkpoint a
+    rerun resumes from."""
+    try:
+        return write(*args, **kwargs)
+    except (SummaryWriteError, OSError) as e:
+        cause = str(e) if isinstance(e, SummaryWriteError) else f"{what} failed ({e.strerror or e})"
+        raise RunError(
+            f"{cause}; {_kept(ckpt)}. Free space (or fix the permissions) and rerun the same command to resume."
+        ) from e
 
 
 def _evaluate(rt: Runtime, state: Any, step: int, ckpt: Checkpointer, log) -> dict[str, float]:

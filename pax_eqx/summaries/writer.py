@@ -19,6 +19,16 @@ and dashboards have one name to look for. Non-finite values are written as the s
 
 Only process 0 should write (`enabled=False` elsewhere makes every call a no-op and creates
 no files).
+
+A separate `python -m pax_eqx.eval` run writes its own records, never the trainer's:
+`SummaryWriter(job_dir, metrics_file=EVAL_RESULTS_FILE)` with split "eval_separate" appends to
+DIR/eval_results.jsonl and to the TensorBoard run DIR/summaries/eval_separate/ (the trainer may
+be writing metrics.jsonl and summaries/eval/ at the same time, and its resumes purge its own
+TensorBoard events past the restored step).
+
+A write that fails (disk full, a read-only or missing directory) raises SummaryWriteError
+naming the file and the OS's reason; the writer is then closed quietly (tensorboardX would
+otherwise retry the failing flush at exit and print a traceback).
 """
 
 from __future__ import annotations
@@ -31,8 +41,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, SupportsFloat
 
-SPLITS = ("train", "eval")
+SPLITS = ("train", "eval", "eval_separate")
 METRICS_FILE = "metrics.jsonl"
+EVAL_RESULTS_FILE = "eval_results.jsonl"
+
+
+class SummaryWriteError(RuntimeError):
+    """Writing DIR/metrics.jsonl (or eval_results.jsonl) or a TensorBoard event file failed."""
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return f"{type(error).__name__}: {error}"
 
 
 def _json_number(value: float) -> float | str:
@@ -59,18 +80,31 @@ class SummaryWriter:
     double back where a killed run had logged past its last checkpoint.
     """
 
-    def __init__(self, job_dir: str | os.PathLike, enabled: bool = True, *, start_step: int = 0):
+    def __init__(
+        self,
+        job_dir: str | os.PathLike,
+        enabled: bool = True,
+        *,
+        start_step: int = 0,
+        metrics_file: str = METRICS_FILE,
+    ):
         self.job_dir = Path(job_dir)
         self.enabled = enabled
+        self.metrics_path = self.job_dir / metrics_file
         self._start_step = start_step
         self._tensorboard: dict[str, Any] = {}
         self._jsonl = None
         self._closed = False
         if enabled:
-            self.job_dir.mkdir(parents=True, exist_ok=True)
-            self._jsonl = open(self.job_dir / METRICS_FILE, "a", encoding="utf-8")
-            if _ends_mid_line(self.job_dir / METRICS_FILE):
-                self._jsonl.write("\n")  # a killed run's torn line must not swallow our first record
+            try:
+                self.job_dir.mkdir(parents=True, exist_ok=True)
+                self._jsonl = open(self.metrics_path, "a", encoding="utf-8")
+                if _ends_mid_line(self.metrics_path):
+                    self._jsonl.write("\n")  # a killed run's torn line must not swallow our first record
+                    self._jsonl.flush()
+            except OSError as e:
+                self._close_quietly()
+                raise SummaryWriteError(f"cannot open {self.metrics_path} for appending ({_reason(e)})") from e
 
     def _board(self, split: str):
         """The split's tensorboardX writer, created on first use (an unused split gets no file)."""
@@ -100,21 +134,66 @@ class SummaryWriter:
         if "loss" not in values and "total_loss" in values:
             values = {"loss": values["total_loss"], **values}
         record = {"step": step, "split": split, **{k: _json_number(v) for k, v in values.items()}}
-        self._jsonl.write(json.dumps(record) + "\n")
-        self._jsonl.flush()
-        board = self._board(split)
-        for name, value in values.items():
-            board.add_scalar(name, value, global_step=step)
-        board.flush()
+        try:
+            self._jsonl.write(json.dumps(record) + "\n")
+            self._jsonl.flush()
+        except OSError as e:
+            self._close_quietly()
+            raise SummaryWriteError(f"writing {self.metrics_path} failed at step {step} ({_reason(e)})") from e
+        try:
+            board = self._board(split)
+            for name, value in values.items():
+                board.add_scalar(name, value, global_step=step)
+            board.flush()
+        except OSError as e:
+            self._close_quietly()
+            where = self.job_dir / "summaries" / split
+            raise SummaryWriteError(
+                f"writing the TensorBoard events in {where} failed at step {step} ({_reason(e)})"
+            ) from e
 
     def close(self) -> None:
-        """Flushes and closes every file; further writes are an error."""
-        for board in self._tensorboard.values():
-            board.close()
-        self._tensorboard = {}
+        """Flushes and closes every file; further writes are an error. Raises SummaryWriteError
+        (after closing everything) if the last flush fails."""
+        error = None
+        for split, board in self._tensorboard.items():
+            try:
+                board.close()
+            except OSError as e:
+                error = error or SummaryWriteError(
+                    f"writing the TensorBoard events in {self.job_dir / 'summaries' / split} failed ({_reason(e)})"
+                )
         if self._jsonl is not None:
-            self._jsonl.close()
-            self._jsonl = None
+            try:
+                self._jsonl.close()
+            except OSError as e:
+                error = error or SummaryWriteError(f"writing {self.metrics_path} failed ({_reason(e)})")
+        if error is not None:
+            self._close_quietly()
+            raise error
+        self._tensorboard = {}
+        self._jsonl = None
+        self._closed = True
+
+    def _close_quietly(self) -> None:
+        """After a failed write: release every file without flushing again, and without leaving
+        tensorboardX an exit hook that would retry the flush (and print its traceback)."""
+        for board in self._tensorboard.values():
+            writers = list((getattr(board, "all_writers", None) or {}).values())
+            try:
+                board.close()
+            except Exception:  # noqa: BLE001 -- the first error is the one reported
+                for writer in writers:
+                    event_writer = getattr(writer, "event_writer", None)
+                    if event_writer is not None:
+                        event_writer._closed = True
+        if self._jsonl is not None:
+            try:
+                self._jsonl.close()
+            except OSError:
+                pass
+        self._tensorboard = {}
+        self._jsonl = None
         self._closed = True
 
     def __enter__(self) -> SummaryWriter:
