@@ -44,6 +44,17 @@ from pax_eqx.layers.linears import (
     MLPBlockConfig,
 )
 from pax_eqx.layers.mlps import MLP, HiddenLayer, MLPConfig
+from pax_eqx.layers.moe import MoEFeedForward, MoEFeedForwardConfig
+from pax_eqx.layers.moe_routing import (
+    Routing,
+    RoutingStats,
+    capacity,
+    load_balance_loss,
+    router_entropy,
+    router_z_loss,
+    top2_gating,
+    topk_gating,
+)
 from pax_eqx.layers.normalizations import LayerNorm, NormConfig, RmsNorm, rms_norm_no_scale
 from pax_eqx.layers.poolings import GlobalPooling, GlobalPoolingConfig, Pooling, PoolingConfig, global_average_pool
 from pax_eqx.layers.position_embeddings import (
