@@ -6,7 +6,7 @@ import json
 import pytest
 import tyro
 
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, check_number, check_range, config, require_positive
 from pax_eqx.layers import (
     ActivationConfig,
     AttentionConfig,
@@ -195,3 +195,58 @@ def test_tyro_rejects_a_bad_choice(capsys):
     with pytest.raises(SystemExit):
         tyro.cli(StackedTransformerConfig, default=_stack(), args=["--remat-policy", "dots"])
     assert "remat-policy" in capsys.readouterr().err
+
+
+# Range checks -------------------------------------------------------------------------------
+@config
+class _Ranged(Config):
+    steps: int = 1
+    rate: float = 0.5
+    sizes: tuple[int, ...] = (2, 3)
+    name: str = ""
+
+
+@pytest.mark.parametrize(
+    "where, value, bounds, message",
+    [
+        ("a.warmup_steps", -1, dict(integer=True, ge=0), "a.warmup_steps must be >= 0, got -1."),
+        ("x.steps", 1.5, dict(integer=True, ge=0), "x.steps must be an int >= 0, got 1.5."),
+        ("x.steps", True, dict(integer=True, ge=0), "x.steps must be an int >= 0, got True."),
+        ("x.steps", 2**31, dict(integer=True, ge=0), "x.steps must be <= 2147483647 (int32), got 2147483648."),
+        ("x.steps", -(2**31) - 1, dict(integer=True), "x.steps must be >= -2147483648 (int32), got -2147483649."),
+        ("x.rate", float("nan"), dict(ge=0, lt=1), "x.rate must be a finite number in [0, 1), got nan."),
+        ("x.rate", float("-inf"), dict(), "x.rate must be a finite number, got -inf."),
+        ("x.rate", "0.5", dict(gt=0), "x.rate must be a number > 0, got '0.5'."),
+        ("x.rate", 1.0, dict(gt=0, lt=1, note="1 = off"), "x.rate must be in (0, 1) (1 = off), got 1.0."),
+        ("x.seed", 2**32, dict(integer=True, ge=0, le=2**32 - 1), "x.seed must be in [0, 4294967295], got 4294967296."),
+        ("x.n", 0, dict(integer=True, gt=0, fix="Pass e.g. --x.n 4."), "x.n must be > 0, got 0. Pass e.g. --x.n 4."),
+    ],
+)  # fmt: skip
+def test_check_number_names_the_flag_the_bound_and_the_value(where, value, bounds, message):
+    with pytest.raises(ConfigError) as error:
+        check_number(where, value, **bounds)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize(
+    "value, bounds", [(0, dict(integer=True, ge=0)), (2**31 - 1, dict(integer=True)), (1, dict(gt=0, le=1))]
+)
+def test_check_number_accepts_values_in_range(value, bounds):
+    check_number("x", value, **bounds)
+
+
+def test_check_range_reads_the_kind_from_the_annotation_and_checks_tuples_element_by_element():
+    check_range(_Ranged(rate=1), "rate", gt=0)  # an int is a float
+    with pytest.raises(ConfigError, match=r"^_Ranged.steps must be an int > 0, got 2.0\.$"):
+        check_range(_Ranged(steps=2.0), "steps", gt=0)
+    with pytest.raises(ConfigError, match=r"^model.sizes\[1\] must be > 0, got 0\.$"):
+        check_range(_Ranged(sizes=(2, 0)), ("steps", "sizes"), gt=0, prefix="model")
+    with pytest.raises(TypeError, match="not a number"):
+        check_range(_Ranged(), "name")
+
+
+def test_require_positive_checks_the_kind_too():
+    with pytest.raises(ConfigError, match=r"^_Ranged.rate must be a finite number > 0, got inf\.$"):
+        require_positive(_Ranged(rate=float("inf")), ("rate",))
+    with pytest.raises(ConfigError, match=r"^model.steps must be > 0, got 0\.$"):
+        require_positive(_Ranged(steps=0), ("steps",), "model")

@@ -241,7 +241,9 @@ class ResNetConfig(Config):
                     f"ResNetConfig.{name}={tuple(values)} has {len(values)} entries but blocks={tuple(self.blocks)} "
                     f"has {len(self.blocks)}: give one per stage."
                 )
-            check_range(self, name, gt=0)
+            if not all(v > 0 for v in values):
+                raise ConfigError(f"ResNetConfig.{name}={tuple(values)}: every entry must be > 0.")
+            check_range(self, name, gt=0)  # ints, within int32
         if self.block.bottleneck:
             bad = [c for c in self.channels if c % BOTTLENECK_EXPANSION]
             if bad:
