@@ -52,9 +52,9 @@ class TrainConfig(Config):
             self, "num_steps", gt=0, prefix="train", note="the step a run trains up to",
             fix="Pass e.g. --train.num-steps 1000.",
         )  # fmt: skip
-        check_range(
-            self, ("eval_interval_steps", "summary_interval_steps"), ge=0, prefix="train", note="0 = only at the end"
-        )
+        for name in ("eval_interval_steps", "summary_interval_steps"):
+            flag = "--train." + name.replace("_", "-")
+            check_range(self, name, ge=0, prefix="train", note="0 = only at the end", fix=f"Pass e.g. {flag} 100.")
         check_range(self, "seed", ge=0, le=SEED_MAX, prefix="train")
 
 
