@@ -1,0 +1,224 @@
+"""Every shell command in README.md and docs/*.md, run as a reader runs it.
+
+For each document: the lines of its ```bash blocks (a trailing backslash joins the next line)
+run in order, through bash, in one fresh temporary directory (the reader's working directory:
+relative job dirs such as `runs/x` land there), after the files the document tells the reader
+to create are written there (a fenced block whose first line is `# path/to/file.ext`). Each
+command must exit 0 -- or 1 where its comment starts with `exit 1` -- with no traceback and no
+`error:` line. A command prefix such as `PYTHONPATH=.` is bash's to honour.
+
+What is not run exactly as written is listed below, each with its reason:
+
+- `SHRINK`: a `python -m pax_eqx.train` that trains (no `--dry-run`, no `--help`) trains for
+  minutes; `--train.num-steps 2 --train.no-sample-at-end` is appended (the last value of a
+  repeated flag wins, so a `--train.num-steps 500` in the command is overridden; the sample
+  printed at the end is `decode`'s, run after it anyway). Nothing else changes: the eval and
+  decode commands after it read the job dir it wrote, with their own flags as written.
+- `DRY_RUN`: the model does not fit this machine (billions of parameters), or it needs data
+  that is not here (C4): `--dry-run` is appended, which parses every flag, builds the model
+  abstractly and plans its memory, without devices or data.
+- `INSTEAD`: a command replaced by another, and why.
+- `NOT_RUN`: the rest, and why.
+
+Every command of a document is in exactly one of: run as written, SHRINK, DRY_RUN, INSTEAD,
+NOT_RUN (`test_every_command_is_accounted_for`), so a new command in the docs is run by default.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SHRINK = ["--train.num-steps", "2", "--train.no-sample-at-end"]
+TIMEOUT_S = 600
+
+DRY_RUN = {
+    "python -m pax_eqx.train --exp lm_cloud_spmd_2b_limit_steps --job-log-dir runs/2b": "2.1B parameters: a GPU's job",
+    "python -m pax_eqx.train --exp LmCloudSpmd2BLimitSteps --job-log-dir runs/2b": "2.1B parameters: a GPU's job",
+    "python -m pax_eqx.train --exp tasks.lm.params.lm_cloud.LmCloudSpmd2BLimitSteps --job-log-dir runs/2b":
+        "2.1B parameters: a GPU's job",
+    "python -m pax_eqx.train --exp lm_cloud_spmd_2b --job-log-dir runs/2b "
+    "--mesh.ici-mesh-shape 1 1 1 --data.train.batch-size 8 --data.eval.batch-size 8": "2.1B parameters on one GPU",
+    "python -m pax_eqx.train --exp lm_cloud_transformer_adam --job-log-dir runs/adam "
+    "--mesh.ici-mesh-shape 8 1 1 --data.train.batch-size 128 --data.eval.batch-size 128": "eight GPUs",
+    "python -m pax_eqx.train --exp c4_spmd_1b_adam_4replicas --job-log-dir runs/c4_1b "
+    "--data.path ~/data/c4/en/c4-train.0000*-of-01024.json "
+    "--data.eval-path ~/data/c4/en/c4-validation.00000-of-00008.json": "C4 is not on this machine; 1.1B parameters",
+    "python -m pax_eqx.train --exp imagenet_resnet50 --data.source synthetic_images --job-log-dir runs/rn50":
+        "ResNet-50 at batch 512 on 224x224 images: hours of CPU",
+}  # fmt: skip
+
+INSTEAD = {
+    # command as written -> (what runs instead, why)
+    "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && "
+    "python -m pax_eqx.train --job-log-dir runs/shakespeare": (
+        "python -m pax_eqx.train --job-log-dir runs/shakespeare",
+        "making a venv and installing need the network; the tests already run in the installed venv",
+    ),
+    "pip install -e .": (
+        "SIMULATE_INSTALL",
+        "installing would change the venv the tests run in: the README's pyproject.toml is installed as pip "
+        "would make it visible, a .dist-info with its entry points on PYTHONPATH",
+    ),
+}
+
+NOT_RUN = {
+    "python -m pytest -n 2": "the test suite itself",
+    "python -m benchmarks.mfu --exp gpt3_xl --steps 20 --warmup 3": "a GPU benchmark (1.3B parameters)",
+    "python -m benchmarks.mfu --exp shakespeare_char --steps 5 --warmup 1":
+        "minutes of CPU for a smoke run; tests/benchmarks/test_benchmark_commands.py runs benchmarks.mfu shrunk",
+    "python -m benchmarks.step_breakdown --exp gpt3_xl": "needs a GPU profile; tests/benchmarks/test_step_breakdown.py",
+    "python -m benchmarks.sweep --variants benchmarks/sweeps/gpt3_xl_h100.txt --out runs/sweep.jsonl":
+        "runs its variants on an H100; tests/benchmarks/test_sweep.py",
+    "python -m benchmarks.images --exp digits_resnet --resnet50 --data.train.batch-size 2":
+        "compiles ResNet-50 (minutes of CPU); tests/benchmarks/test_images_benchmark.py",
+}  # fmt: skip
+
+
+def blocks(text: str) -> list[tuple[str, str]]:
+    """(language, body) of every fenced block."""
+    return [(m.group(1), m.group(2)) for m in re.finditer(r"^```(\w*)\n(.*?)^```", text, re.S | re.M)]
+
+
+def commands(document: Path) -> list[tuple[str, str]]:
+    """(command, comment) for each command line of the ```bash blocks, continuations joined."""
+    found = []
+    for language, body in blocks(document.read_text()):
+        if language != "bash":
+            continue
+        for line in body.replace("\\\n", " ").splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            command, _, comment = line.partition("  #")  # a comment is set off by two spaces
+            found.append((" ".join(command.split()), comment.strip().lstrip("#").strip()))
+    return found
+
+
+def files(document: Path) -> dict[str, str]:
+    """{path: text} of the blocks whose first line is `# path/to/file.ext`: files the reader makes."""
+    made = {}
+    for _, body in blocks(document.read_text()):
+        first = body.splitlines()[0] if body else ""
+        match = re.match(r"^# ([\w./-]+\.\w+)\s*$", first)
+        if match:
+            made[match.group(1)] = body
+    return made
+
+
+def trains(command: str) -> bool:
+    words = shlex.split(command)
+    return "pax_eqx.train" in words and not {"--dry-run", "--help", "-h"} & set(words)
+
+
+def to_run(command: str) -> tuple[str, str]:
+    """(the command line that runs, how it differs from the docs' line)."""
+    if command in NOT_RUN:
+        return "", "not run: " + NOT_RUN[command]
+    if command in INSTEAD:
+        command, why = INSTEAD[command]
+        if command == "SIMULATE_INSTALL":
+            return command, why
+        how = "instead: " + why
+    elif command in DRY_RUN:
+        return f"{command} --dry-run", "--dry-run appended: " + DRY_RUN[command]
+    else:
+        how = "as written"
+    if trains(command):
+        return f"{command} {shlex.join(SHRINK)}", how + f"; {shlex.join(SHRINK)} appended"
+    return command, how
+
+
+def environment(extra_path: str = "") -> dict[str, str]:
+    """A reader's shell: this venv, JAX on the CPU with its one device (not the tests' 8), no
+    verbose errors; one persistent compilation cache for all the commands."""
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "PAX_EQX_VERBOSE", "PAX_EQX_TRACEBACK")}
+    env.update(
+        JAX_PLATFORMS="cpu",
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        JAX_COMPILATION_CACHE_DIR=str(Path(os.environ.get("PAX_EQX_DOCS_CACHE", "/tmp")) / "pax_eqx_docs_jax_cache"),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+    )
+    env.pop("PYTHONPATH", None)
+    if extra_path:
+        env["PYTHONPATH"] = extra_path
+    return env
+
+
+def simulate_install(cwd: Path) -> str:
+    """What `pip install -e .` of the reader's project makes visible to Python: the project's
+    modules (they are in `cwd`) and a .dist-info holding the entry points its pyproject.toml
+    declares. Returns the directory to put on PYTHONPATH."""
+    project = tomllib.loads((cwd / "pyproject.toml").read_text())["project"]
+    site = cwd / ".installed"
+    dist = site / f"{project['name']}-{project['version']}.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
+    entry_points = "".join(
+        f"[{group}]\n" + "".join(f"{name} = {value}\n" for name, value in points.items())
+        for group, points in project.get("entry-points", {}).items()
+    )
+    (dist / "entry_points.txt").write_text(entry_points)
+    return os.pathsep.join([str(site), str(cwd)])
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.name)
+def test_every_command_is_accounted_for(document):
+    """Shell commands live in ```bash blocks (so they are run here); the lists above name only
+    commands that exist."""
+    for language, body in blocks(document.read_text()):
+        if language != "bash":
+            assert not re.search(r"^\s*(PYTHONPATH=\S+ )?python3? -m ", body, re.M), (
+                f"{document.name}: a shell command in a ```{language or '(unlabelled)'} block; label it ```bash"
+            )
+    known = {c for d in DOCUMENTS for c, _ in commands(d)}
+    for listed in (*DRY_RUN, *INSTEAD, *NOT_RUN):
+        assert listed in known, f"listed but in no document: {listed}"
+
+
+def documents_with_commands() -> list[Path]:
+    return [d for d in DOCUMENTS if any(to_run(c)[0] for c, _ in commands(d))]
+
+
+@pytest.mark.parametrize("document", documents_with_commands(), ids=lambda p: p.name)
+def test_the_commands_of_a_document_run(document, tmp_path, monkeypatch):
+    monkeypatch.setenv("PAX_EQX_DOCS_CACHE", str(tmp_path.parent))
+    for path, text in files(document).items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    extra_path, took = "", []
+    for command, comment in commands(document):
+        line, how = to_run(command)
+        if not line:
+            continue
+        if line == "SIMULATE_INSTALL":
+            extra_path = simulate_install(tmp_path)
+            continue
+        start = time.perf_counter()
+        result = subprocess.run(
+            ["bash", "-c", line],
+            cwd=tmp_path,
+            env=environment(extra_path),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+        took.append(f"{time.perf_counter() - start:6.1f}s  {line}")
+        expected = 1 if comment.startswith("exit 1") else 0
+        context = (
+            f"{document.name}: {command}\n({how})\nstdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"
+        )
+        assert result.returncode == expected, context
+        assert "Traceback" not in result.stderr, context
+        assert not [row for row in result.stderr.splitlines() if row.startswith("error:")], context
+    print(f"{document.name}:", *took, sep="\n  ")  # shown with -s: where the time goes
