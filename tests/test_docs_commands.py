@@ -181,6 +181,10 @@ def test_every_command_is_accounted_for(document):
             assert not re.search(r"^\s*(PYTHONPATH=\S+ )?python3? -m ", body, re.M), (
                 f"{document.name}: a shell command in a ```{language or '(unlabelled)'} block; label it ```bash"
             )
+    # tyro's booleans are flag pairs (--data.eval.repeat / --data.eval.no-repeat); `--flag False` is refused
+    # (`--data.synthetic true` is the one Pax-style boolean the CLI reads itself).
+    wrong = re.findall(r"--(?!data\.synthetic\b)[\w.-]+ (?:True|False|true|false)\b", document.read_text())
+    assert not wrong, f"{document.name}: boolean flags tyro refuses: {wrong}"
     known = {c for d in DOCUMENTS for c, _ in commands(d)}
     for listed in (*DRY_RUN, *INSTEAD, *NOT_RUN):
         assert listed in known, f"listed but in no document: {listed}"
