@@ -27,11 +27,12 @@ from pax_eqx.tasks.task import Task
 
 
 def build_task(exp: ExperimentConfig) -> Task:
-    """The experiment's Task: its model, learner and task configs, activation dtype and
-    summary verbosity. The one place an experiment becomes a Task."""
+    """The experiment's Task: its model, learner (an unset schedule decay_end resolved to
+    train.num_steps), task configs, activation dtype and summary verbosity. The one place an
+    experiment becomes a Task."""
     verbosity = LAYER_STATISTICS_VERBOSITY if exp.train.layer_summaries else DEFAULT_SUMMARY_VERBOSITY
     per_example = bool(exp.data.eval.metrics)
-    return Task(exp.model, exp.learner, exp.task, exp.train.fprop_dtype, verbosity, per_example)
+    return Task(exp.model, exp.resolved_learner(), exp.task, exp.train.fprop_dtype, verbosity, per_example)
 
 
 @dataclass

@@ -125,7 +125,6 @@ def test_schedule_runs_under_jit_with_traced_step():
     "fields, match",
     [
         (dict(kind="cosine", warmup_steps=10, decay_end=10), "decay_end=10"),
-        (dict(kind="linear"), "decay_end=0"),
         (dict(warmup_steps=10, decay_start=5), "decay_start=5"),
         (dict(warmup_steps=-1), "warmup_steps must be >= 0"),
         (dict(kind="exponential", decay_end=10, min_ratio=0.0), "min_ratio must be > 0"),
