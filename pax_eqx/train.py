@@ -71,11 +71,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_batch_divisible(exp, jax.process_count(), batch_divisor(build_mesh(exp.mesh), exp.mesh.rules))
     created = not os.path.exists(job_dir)
     path = prepare(job_dir)
-    print(
-        f"Building {exp.name or 'the experiment'}'s inputs and model, then compiling its train step "
-        "(the first step waits for the compile) ...",
-        flush=True,
-    )
     try:
         train(exp, path)
     except BaseException:

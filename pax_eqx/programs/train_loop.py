@@ -30,6 +30,7 @@ import json
 import math
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +114,11 @@ class _StopFlag:
 def train(exp: ExperimentConfig, job_dir: Path, log=print) -> TrainResult:
     with contextlib.ExitStack() as stack:
         _lock_everywhere(stack, job_dir)
+        log(
+            f"Building {exp.name or 'the experiment'}'s inputs and model, then compiling its train step "
+            "(the first step waits for the compile) ..."
+        )
+        sys.stdout.flush()
         stop = stack.enter_context(_StopFlag())
         return _train(exp, job_dir, log, stop)
 

@@ -10,7 +10,7 @@ from tiny import TINY, mesh_args, tiny_args
 
 from pax_eqx import decode, train
 from pax_eqx import eval as eval_main
-from pax_eqx.programs.cli import CliError
+from pax_eqx.programs.registry import UnknownExperimentError
 
 ONE_DEVICE = {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
 
@@ -69,10 +69,8 @@ def test_typo_in_a_flag_fails_with_a_suggestion(tmp_path, capsys):
 
 
 def test_unknown_experiment_is_named(tmp_path, capsys):
-    with pytest.raises(CliError):
+    with pytest.raises(UnknownExperimentError, match="'shakespeare_chars'.*Did you mean 'shakespeare_char'"):
         train.main(["--exp", "shakespeare_chars", "--job-log-dir", str(tmp_path)])
-    err = capsys.readouterr().err
-    assert "shakespeare_chars" in err and "Did you mean 'shakespeare_char'" in err
 
 
 def test_help_lists_experiments_and_fields(capsys):
