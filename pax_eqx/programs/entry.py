@@ -257,8 +257,8 @@ def _kept(job_dir: str | None) -> str:
     if not steps:
         return "no checkpoint had been written; nothing else is lost"
     return (
-        f"the checkpoints written before are intact (the newest: step {max(steps)}); a rerun with changed flags "
-        "resumes from it with --checkpoint.allow-config-change"
+        f"the checkpoints written before are intact (the newest: step {max(steps)}); a rerun with the model or "
+        "learner flags above resumes from it (a new batch size needs --checkpoint.allow-config-change)"
     )
 
 

@@ -57,12 +57,12 @@ entry.run(pax_eqx.train.main)
 """
 
 
-def run(tmp_path: Path, job: Path, *, kind: str | None, at: int = 0) -> subprocess.CompletedProcess:
+def run(tmp_path: Path, job: Path, *extra: str, kind: str | None, at: int = 0) -> subprocess.CompletedProcess:
     worker = tmp_path / "oom_worker.py"
     worker.write_text(WORKER)
     env = {k: v for k, v in os.environ.items() if k not in ("PAX_EQX_VERBOSE", "PAX_EQX_TRACEBACK", "XLA_FLAGS")}
     env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO), OOM_KIND=kind or "none", OOM_AT_CALL=str(at))
-    args = tiny_args(job, "--train.no-sample-at-end", num_devices=1)
+    args = tiny_args(job, "--train.no-sample-at-end", *extra, num_devices=1)
     command = [sys.executable, str(worker), *args] if kind else [sys.executable, "-m", "pax_eqx.train", *args]
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
@@ -91,12 +91,14 @@ def test_device_oom_mid_run_is_one_line_and_keeps_the_checkpoints(tmp_path):
         "; to use less memory: a smaller --data.train.batch-size (now 4), --model.remat-policy full (now none: ",
         "--model.loss-chunk-size 4 (now 0: the logits of all positions at once)",
         "--learner.num-microbatches 2 (now 1: ",
-        "; the checkpoints written before are intact (the newest: step 3); a rerun with changed flags resumes from "
-        "it with --checkpoint.allow-config-change.",
+        "; the checkpoints written before are intact (the newest: step 3); a rerun with the model or learner flags "
+        "above resumes from it (a new batch size needs --checkpoint.allow-config-change).",
     ):
         assert part in line, (part, line)
     assert steps(job) == [3]
-    rerun = run(tmp_path, job, kind=None)  # the same command, no fault: resumes from step 3 and finishes
+    # The advice taken, no fault: a memory flag changes no array of the state, so the run resumes
+    # from step 3 without --checkpoint.allow-config-change and finishes.
+    rerun = run(tmp_path, job, "--model.remat-policy", "full", "--learner.num-microbatches", "2", kind=None)
     assert rerun.returncode == 0, rerun.stderr
     assert "from checkpoint at step 3" in rerun.stdout
     assert steps(job)[-1] == 6
