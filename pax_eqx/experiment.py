@@ -60,7 +60,14 @@ class TrainConfig(Config):
 
 @config
 class DecodeConfig(SampleConfig):
-    """prompt: text to continue; seed: sampling seed; num_samples: continuations to print."""
+    """What decode (and the sample at the end of training) prints.
+
+    prompt: text to continue (a sequence-to-sequence model: its input, sentinels written
+      <extra_id_N>; empty = the first eval examples).
+    seed: the sampling seed.
+    num_samples: continuations to print (a sequence-to-sequence model without a prompt: eval
+      examples to decode).
+    """
 
     prompt: str = "ROMEO:"
     seed: int = 0
@@ -93,6 +100,21 @@ class ProfileConfig(Config):
 
 @config
 class ExperimentConfig(Config):
+    """One run: everything an experiment decides, each part overridable from the command line.
+
+    name: the experiment's name (printed, and recorded in config.json).
+    model: the model family and its sizes (a LanguageModelConfig, a ClassificationModelConfig, a
+      SequenceModelConfig or a user's own ModelConfig).
+    learner: the optimizer, its learning-rate schedule, clipping, EMA and microbatches.
+    task: which losses are minimised, their weights, aux losses and variational noise.
+    data: where examples come from, their tokenizer, and the train and eval inputs.
+    train: how long to train, how often to evaluate and log, the seed and activation dtype.
+    checkpoint: how often checkpoints are written and how many are kept.
+    mesh: the device mesh (data, fsdp, tensor), ICI x DCN, and the sharding rules.
+    decode: what decode and the end of training print.
+    profile: JAX profiler traces and XLA's profile-guided latency estimation.
+    """
+
     name: str = ""
     model: ModelConfig = LanguageModelConfig()
     learner: LearnerConfig = LearnerConfig()

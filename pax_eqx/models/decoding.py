@@ -24,8 +24,14 @@ from pax_eqx.models.language_model import LanguageModel
 
 @config
 class SampleConfig(Config):
-    """max_new_tokens: tokens to generate; temperature: 0 = greedy (argmax);
-    top_k: 0 = off; top_p: 1.0 = off (nucleus sampling); eos_id: -1 = never stop early.
+    """How continuations are drawn from a model that decodes.
+
+    max_new_tokens: tokens to generate.
+    temperature: divides the logits before sampling; 0 = greedy (argmax).
+    top_k: sample among the k most likely tokens; 0 = off.
+    top_p: nucleus sampling, among the fewest tokens holding this probability; 1.0 = off.
+    eos_id: the token that ends a continuation; -1 = the tokenizer's eos in the programs (never
+      stop, for a direct call).
     beam_size: 1 = sample (greedy at temperature 0); > 1 = beam search keeping that many
       hypotheses, scored by the model's log-probs (temperature, top-k and top-p do not apply).
     length_norm_alpha: beam search ranks hypotheses by log-prob / ((5 + length) / 6) ** alpha

@@ -212,7 +212,19 @@ _SEPARATOR = r"\s*(?:/|,|\band\b)\s*"
 def _field_helps(cls: type) -> tuple[str, dict[str, str]]:
     """(the docstring's prose, {field: its help}) of a config class whose docstring documents its
     fields as sentences `name: text`, `a / b: text`, `a, b (note): text`. A sentence that names
-    no field stays in the prose; a class without a docstring of its own has neither."""
+    no field stays in the prose; a class without a docstring of its own has neither. Inherited
+    fields take their help from the base class that documents them (DecodeConfig's sampling
+    fields from SampleConfig), unless the class documents them again."""
+    helps: dict[str, str] = {}
+    for base in reversed(cls.__mro__[1:]):
+        if dataclasses.is_dataclass(base) and base is not object:
+            helps.update(_own_field_helps(base)[1])
+    prose, own = _own_field_helps(cls)
+    return prose, {**helps, **own}
+
+
+def _own_field_helps(cls: type) -> tuple[str, dict[str, str]]:
+    """`_field_helps` from `cls`'s own docstring only."""
     doc = vars(cls).get("__doc__") or ""
     if doc.startswith(cls.__name__ + "("):  # the signature dataclass writes when there is no docstring
         doc = ""
