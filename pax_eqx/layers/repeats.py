@@ -20,6 +20,20 @@ rather than slicing them per layer. For decoding, `project_memory` computes ever
 cross-attention keys/values of the memory once, and `decode` takes them per layer beside the
 self-attention caches. `select_cache` gathers batch rows of either (beam search reorders and
 tiles beams with it) in this stack's layout.
+
+Mixture-of-Experts (`moe`, `moe_layer_interval`): the layers i with i % moe_layer_interval == 0
+have an MoE feed-forward (MoEFeedForward, experts `moe_hidden_dims` wide), the others the dense
+one -- GLaM's convention: Praxis scans blocks of [MoE, dense] (`moe_layers=[0]` in a 2-layer
+block), so with interval 2 layers 0, 2, 4, ... are MoE; interval 1 makes every layer MoE
+(Praxis' MoELarge). The scanned stack then scans over *blocks* of moe_layer_interval layers
+(one MoE layer followed by interval - 1 dense ones, each a module vmapped over the
+num_layers / interval blocks, so its `layers` field is a tuple of them), the body -- one whole
+block -- traced once and rematerialised as a whole. Its caches stay one per layer, in layer
+order ([num_layers, ...]); summaries come back with one entry per layer that records them, in
+layer order (a dense-and-MoE summary such as attention's [num_layers], an MoE-only one such as
+`moe/expert_load_e0` [num_layers / interval]); aux losses are summed over every layer, so the
+load-balancing losses of all MoE layers add up (as in Praxis: GLaM configs divide the weight
+themselves if they want a mean).
 """
 
 from __future__ import annotations
@@ -36,6 +50,7 @@ from pax_eqx.config import Config, ConfigError, check_range, config
 from pax_eqx.layers.attentions import KVCache
 from pax_eqx.layers.base import Context, copy_state
 from pax_eqx.layers.initializers import WeightInit
+from pax_eqx.layers.moe import MoEFeedForwardConfig
 from pax_eqx.layers.transformers import Transformer, TransformerConfig
 
 RematPolicy = Literal[
@@ -96,7 +111,13 @@ class StackedTransformerConfig(Config):
     init: every projection's weight init.
     repeat: stack weights on a leading `layers` axis and scan (True) or keep a list (False).
     remat_policy: "none" (keep all activations) or a jax.checkpoint policy name.
-    unroll: layers per scan iteration (1 = rolled; num_layers = fully unrolled); repeat=True only.
+    unroll: scan iterations per loop step (1 = rolled; num_layers = fully unrolled); repeat=True
+      only. An iteration is one layer, or one block of moe_layer_interval layers with MoE.
+    moe: the Mixture-of-Experts feed-forward template of the MoE layers; None: every layer dense.
+    moe_layer_interval: every moe_layer_interval-th layer is MoE, starting with layer 0 (GLaM's
+      [MoE, dense] blocks: 2; every layer: 1). num_layers must be a multiple of it.
+    moe_hidden_dims: each expert's feed-forward width; 0 = hidden_dims (Praxis' MoE layers use
+      the dense width).
     """
 
     num_layers: int
@@ -112,6 +133,9 @@ class StackedTransformerConfig(Config):
     repeat: bool = True
     remat_policy: RematPolicy = "none"
     unroll: int = 1
+    moe: MoEFeedForwardConfig | None = None
+    moe_layer_interval: int = 1
+    moe_hidden_dims: int = 0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -136,22 +160,47 @@ class StackedTransformerConfig(Config):
             raise ConfigError(
                 f"StackedTransformerConfig.unroll must be in [1, num_layers={self.num_layers}], got {self.unroll}."
             )
+        check_range(self, ("moe_layer_interval",), ge=1)
+        check_range(self, "moe_hidden_dims", ge=0, note="0 = hidden_dims")
+        if self.moe is None and (self.moe_layer_interval != 1 or self.moe_hidden_dims):
+            raise ConfigError(
+                f"StackedTransformerConfig.moe_layer_interval={self.moe_layer_interval} / moe_hidden_dims="
+                f"{self.moe_hidden_dims} have no effect without moe (every layer is dense); set moe or leave them "
+                "at 1 / 0."
+            )
+        if self.moe is not None and self.num_layers % self.moe_layer_interval:
+            raise ConfigError(
+                f"StackedTransformerConfig.num_layers={self.num_layers} is not a multiple of moe_layer_interval="
+                f"{self.moe_layer_interval}: the stack is made of [MoE, dense x (interval - 1)] blocks; change "
+                "either."
+            )
+
+    @property
+    def block_size(self) -> int:
+        """Layers per scanned block: moe_layer_interval with MoE, else 1."""
+        return 1 if self.moe is None else self.moe_layer_interval
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether layer i has the MoE feed-forward (i % moe_layer_interval == 0)."""
+        return self.moe is not None and i % self.moe_layer_interval == 0
 
     def build(self, key: PRNGKeyArray) -> StackedTransformer | StackedTransformerRepeated:
         cls = StackedTransformerRepeated if self.repeat else StackedTransformer
         return cls(self, key=key)
 
-    def build_layer(self, key: PRNGKeyArray) -> Transformer:
-        """One layer of the stack, with the stack's sizes and init."""
+    def build_layer(self, key: PRNGKeyArray, moe: bool = False) -> Transformer:
+        """One layer of the stack, with the stack's sizes and init; moe: with the MoE feed-forward."""
+        hidden = (self.moe_hidden_dims or self.hidden_dims) if moe else self.hidden_dims
         return self.block.build(
-            key, model_dims=self.model_dims, hidden_dims=self.hidden_dims, num_heads=self.num_heads,
+            key, model_dims=self.model_dims, hidden_dims=hidden, num_heads=self.num_heads,
             dim_per_head=self.dim_per_head, num_kv_heads=self.num_kv_heads, init=self.init,
-            use_rotary=self.use_rotary, cross_attention=self.cross_attention,
+            use_rotary=self.use_rotary, cross_attention=self.cross_attention, moe=self.moe if moe else None,
         )  # fmt: skip
 
 
-def _needs_key(block: TransformerConfig) -> bool:
-    return max(block.residual_dropout_prob, block.relu_dropout_prob, block.attention.dropout_prob) > 0
+def _needs_key(block: TransformerConfig, moe: MoEFeedForwardConfig | None = None) -> bool:
+    moe_random = moe is not None and (moe.jitter_eps > 0 or moe.second_expert_policy == "sampling")
+    return moe_random or max(block.residual_dropout_prob, block.relu_dropout_prob, block.attention.dropout_prob) > 0
 
 
 def _remat(fn, policy: str, prevent_cse: bool = True):
@@ -166,7 +215,8 @@ class StackedTransformer(eqx.Module):
     remat_policy: str = eqx.field(static=True)
 
     def __init__(self, cfg: StackedTransformerConfig, *, key: PRNGKeyArray):
-        self.layers = tuple(cfg.build_layer(k) for k in jax.random.split(key, cfg.num_layers))
+        keys = jax.random.split(key, cfg.num_layers)
+        self.layers = tuple(cfg.build_layer(k, cfg.is_moe_layer(i)) for i, k in enumerate(keys))
         self.remat_policy = cfg.remat_policy
 
     def __call__(self, x: Float[Array, "batch time embed"], ctx: Context, **kwargs) -> tuple[Array, Context]:
@@ -217,9 +267,11 @@ class StackedTransformer(eqx.Module):
 
 
 class StackedTransformerRepeated(eqx.Module):
-    """One Transformer whose arrays all carry a leading [num_layers] axis, applied by scan."""
+    """One Transformer whose arrays all carry a leading [num_layers] axis, applied by scan; with
+    MoE every moe_layer_interval > 1 layers, a tuple of moe_layer_interval such Transformers (the
+    block's MoE layer, then its dense ones) with a leading [num_layers / interval] axis."""
 
-    layers: Transformer
+    layers: typing.Any  # Transformer, or a tuple of them (MoE blocks)
     num_layers: int = eqx.field(static=True)
     remat_policy: str = eqx.field(static=True)
     unroll: int = eqx.field(static=True)
@@ -229,38 +281,74 @@ class StackedTransformerRepeated(eqx.Module):
 
     def __init__(self, cfg: StackedTransformerConfig, *, key: PRNGKeyArray):
         keys = jax.random.split(key, cfg.num_layers)
-        self.layers = eqx.filter_vmap(cfg.build_layer)(keys)
+        k = cfg.block_size
+        if k == 1:
+            self.layers = eqx.filter_vmap(lambda layer_key: cfg.build_layer(layer_key, cfg.moe is not None))(keys)
+        else:
+            # Layer i = block i // k, position i % k: the same keys as the list stack's layers.
+            keys = keys.reshape(cfg.num_layers // k, k)
+            self.layers = tuple(
+                eqx.filter_vmap(lambda layer_key, j=j: cfg.build_layer(layer_key, cfg.is_moe_layer(j)))(keys[:, j])
+                for j in range(k)
+            )
         self.num_layers = cfg.num_layers
         self.remat_policy = cfg.remat_policy
         self.unroll = cfg.unroll
-        self.needs_key = _needs_key(cfg.block)
+        self.needs_key = _needs_key(cfg.block, cfg.moe)
+
+    @property
+    def block(self) -> tuple:
+        """The scanned block's layers (one, or moe_layer_interval), each with a leading axis."""
+        return self.layers if isinstance(self.layers, tuple) else (self.layers,)
+
+    @property
+    def num_blocks(self) -> int:
+        return self.num_layers // len(self.block)
 
     def __call__(self, x: Float[Array, "batch time embed"], ctx: Context, **kwargs) -> tuple[Array, Context]:
-        """One scan over the layers; `kwargs` (segment_ids, segment_pos, paddings, bias, memory,
-        memory_paddings) are the same for every layer, so the body closes over them."""
+        """One scan over the layers (or blocks); `kwargs` (segment_ids, segment_pos, paddings,
+        bias, memory, memory_paddings) are the same for every layer, so the body closes over them."""
+        k = len(self.block)
         params, static = eqx.partition(self.layers, eqx.is_array)
         state = None if ctx.state is None else ctx.state.substate(self.layers)
         keys = None
         if self.needs_key and ctx.is_training:
             layer_keys, ctx = ctx.next_key()
-            keys = jax.random.split(layer_keys, self.num_layers)
+            keys = jax.random.split(layer_keys, self.num_blocks)
         outer = ctx
 
-        def body(h, xs):
-            layer_params, key, layer_state = xs
-            layer = eqx.combine(layer_params, static)
+        def run(layer, h, key, layer_state):
             inner = Context(
                 key=key, state=layer_state, mode=outer.mode, dtype=outer.dtype,
                 summary_verbosity=outer.summary_verbosity,
             )  # fmt: skip
             h, inner = layer(h, inner, **kwargs)
-            return h, (inner.state, inner.summaries, inner.aux_losses)
+            return h, inner
+
+        def body(h, xs):
+            layer_params, key, layer_state = xs
+            layers = eqx.combine(layer_params, static)
+            if k == 1:
+                h, inner = run(layers, h, key, layer_state)
+                return h, (inner.state, inner.summaries, inner.aux_losses)
+            sub_keys = (None,) * k if key is None else tuple(jax.random.split(key, k))
+            summaries, aux = {}, {}
+            for layer, sub_key in zip(layers, sub_keys, strict=True):
+                h, inner = run(layer, h, sub_key, layer_state)
+                layer_state = inner.state
+                for name, value in inner.summaries.items():
+                    summaries.setdefault(name, []).append(value)
+                for name, value in inner.aux_losses.items():
+                    aux[name] = aux[name] + value if name in aux else value
+            return h, (layer_state, {n: jnp.stack(v) for n, v in summaries.items()}, aux)
 
         # Inside a rolled scan XLA cannot CSE the recomputation into the forward, so jax's
         # CSE barriers would only block fusion (measurably slower on GPU); a fully unrolled
         # scan has no loop to protect it, so there they stay.
-        body = _remat(body, self.remat_policy, prevent_cse=self.unroll >= self.num_layers)
+        body = _remat(body, self.remat_policy, prevent_cse=self.unroll >= self.num_blocks)
         x, (state, summaries, aux) = jax.lax.scan(body, x, (params, keys, state), unroll=self.unroll)
+        if k > 1:  # [blocks, layers of the block that record it, ...] -> one entry per layer, in order
+            summaries = {n: v.reshape(-1, *v.shape[2:]) for n, v in summaries.items()}
         if state is not None:
             ctx = ctx._replace(state=copy_state(ctx.state).update(state))
         ctx = ctx.push("repeat")
@@ -271,7 +359,7 @@ class StackedTransformerRepeated(eqx.Module):
         return x, ctx.pop()
 
     def init_cache(self, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
-        attention = self.layers.attention
+        attention = self.block[0].attention
         shape = (self.num_layers, batch, max_len, attention.num_kv_heads, attention.head_dim)
         return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
 
@@ -288,24 +376,51 @@ class StackedTransformerRepeated(eqx.Module):
         memory_valid: Bool[Array, "batch memory"] | None = None,
     ) -> tuple[Float[Array, "batch new embed"], KVCache]:
         """Every layer's Transformer.decode, by scan: the caches and memory_kv (`project_memory`'s)
-        have a leading [num_layers] axis and are sliced per layer; bias and memory_valid are
-        shared."""
+        have a leading [num_layers] axis and are sliced per layer (per block of layers with MoE
+        every moe_layer_interval > 1 layers); bias and memory_valid are shared."""
         params, static = eqx.partition(self.layers, eqx.is_array)
+        k = len(self.block)
 
-        def body(h, xs):
-            layer_params, cache, layer_memory = xs
-            h, cache = eqx.combine(layer_params, static).decode(
+        def decode_one(layer, h, cache, layer_memory):
+            return layer.decode(
                 h, cache, start, positions, key_valid, bias=bias, memory_kv=layer_memory, memory_valid=memory_valid
             )
-            return h, cache
 
-        return jax.lax.scan(body, x, (params, caches, memory_kv))
+        if k == 1:
+
+            def body(h, xs):
+                layer_params, cache, layer_memory = xs
+                return decode_one(eqx.combine(layer_params, static), h, cache, layer_memory)
+
+            return jax.lax.scan(body, x, (params, caches, memory_kv))
+
+        def body(h, xs):
+            block_params, block_caches, block_memory = xs
+            new = []
+            for j, layer in enumerate(eqx.combine(block_params, static)):
+                take = lambda tree, j=j: None if tree is None else jax.tree.map(lambda a: a[j], tree)
+                h, cache = decode_one(layer, h, take(block_caches), take(block_memory))
+                new.append(cache)
+            return h, jax.tree.map(lambda *a: jnp.stack(a), *new)
+
+        x, caches = jax.lax.scan(body, x, (params, self._to_blocks(caches), self._to_blocks(memory_kv)))
+        return x, jax.tree.map(lambda a: a.reshape(self.num_layers, *a.shape[2:]), caches)
+
+    def _to_blocks(self, tree: typing.Any) -> typing.Any:
+        """[num_layers, ...] leaves -> [num_blocks, layers per block, ...] (layer order kept)."""
+        k = len(self.block)
+        return None if tree is None else jax.tree.map(lambda a: a.reshape(self.num_blocks, k, *a.shape[1:]), tree)
 
     def project_memory(self, memory: Float[Array, "batch memory embed"]) -> KVCache:
         """Every layer's cross-attention keys/values of `memory`, [num_layers, B, S, kv_heads,
         head_dim] each, computed once for decoding (one batched matmul over the layers)."""
-        _require_cross_attention(self.layers)
-        return eqx.filter_vmap(lambda attention: attention.project_memory(memory))(self.layers.cross_attention)
+        _require_cross_attention(self.block[0])
+        project = lambda layer: eqx.filter_vmap(lambda a: a.project_memory(memory))(layer.cross_attention)
+        per_position = [project(layer) for layer in self.block]
+        if len(per_position) == 1:
+            return per_position[0]
+        stacked = jax.tree.map(lambda *a: jnp.stack(a, axis=1), *per_position)  # [blocks, k, ...]
+        return jax.tree.map(lambda a: a.reshape(self.num_layers, *a.shape[2:]), stacked)
 
     def select_cache(self, cache: typing.Any, rows: Int[Array, " n"]) -> typing.Any:
         """The batch rows `rows` of a cache in this stack's layout (batch on axis 1, under the

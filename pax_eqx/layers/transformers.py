@@ -12,6 +12,16 @@ A layer built with `cross_attention=True` (an encoder-decoder's decoder layer, P
 q and kv weights since they project different inputs), the same residual dropout. Whether a
 layer has it is the stack's decision, so it is a `build` argument, not a field.
 
+A layer built with `moe=<MoEFeedForwardConfig>` (Praxis' TransformerFeedForwardMoe in a
+`moe_layers` position) has a Mixture-of-Experts feed-forward instead of the dense one: the
+same norm policy, residual and residual dropout around it, the experts built at this layer's
+model_dims / hidden_dims / init with relu_dropout_prob on their hidden activations, `paddings`
+passed so padded tokens are never routed. Its experts have no biases (Praxis' have none), so
+`ff_has_bias` and `activation` are the dense layers' only; the experts' activation is the MoE
+template's. Which layers are MoE is again the stack's decision (`build` argument). Its side
+outputs (aux losses, routing summaries) are named under "moe"; a decode step calls it with no
+Context (EVAL routing, no side outputs).
+
 The layer is a template for the stacks in `repeats.py`: its sizes and init are arguments of
 `build` given by the stack (a config holds only what its user chooses), and the children's
 configs (attention, norm, activation) are child templates this layer builds at its sizes, as
@@ -38,6 +48,7 @@ from pax_eqx.layers.attentions import Attention, AttentionConfig, KVCache
 from pax_eqx.layers.base import LAYER_STATISTICS_VERBOSITY, Context, call
 from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.linears import Bias, BiasConfig, FeedForward, FeedForwardConfig, Linear, LinearConfig
+from pax_eqx.layers.moe import MoEFeedForward, MoEFeedForwardConfig
 from pax_eqx.layers.normalizations import NormConfig
 from pax_eqx.layers.stochastics import Dropout, DropoutConfig
 
@@ -91,6 +102,7 @@ class TransformerConfig(Config):
         init: WeightInit = WeightInit(),
         use_rotary: bool = False,
         cross_attention: bool = False,
+        moe: MoEFeedForwardConfig | None = None,
     ) -> Transformer:
         """The layer at width `model_dims`, feed-forward width `hidden_dims`; the attention's
         arguments (num_heads, dim_per_head, num_kv_heads, use_rotary) are AttentionConfig.build's,
@@ -100,6 +112,9 @@ class TransformerConfig(Config):
         Attention built from `attention` at the same sizes and init, but not causal, without
         rotary positions and with separate q and kv projections (`combine_qkv=False`: a fused
         weight would project x and memory in two matmuls anyway).
+
+        moe: a Mixture-of-Experts feed-forward from this template (experts of width
+        `hidden_dims`, no biases) instead of the dense one; None: dense.
         """
         if model_dims <= 0 or hidden_dims <= 0 or num_heads <= 0:
             raise ConfigError(
@@ -121,6 +136,12 @@ class TransformerConfig(Config):
                 k_cross[0], input_dims=model_dims, num_heads=num_heads, dim_per_head=dim_per_head,
                 num_kv_heads=num_kv_heads, init=init, use_rotary=False,
             )  # fmt: skip
+        if moe is not None:
+            experts = moe.build(
+                k_in, model_dims=model_dims, hidden_dims=hidden_dims, init=init,
+                relu_dropout_prob=self.relu_dropout_prob,
+            )  # fmt: skip
+            return Transformer(self, model_dims=model_dims, attention=attention, cross_attention=cross, moe=experts)
         ff_in = FeedForwardConfig(
             input_dims=model_dims, output_dims=hidden_dims, has_bias=self.ff_has_bias, activation=self.activation,
             init=init, axes=("embed", "mlp"),
@@ -141,9 +162,10 @@ class Transformer(eqx.Module):
     cross_attention: Attention | None
     ff_norm: eqx.Module
     ff_post_norm: eqx.Module | None
-    ff_in: FeedForward
-    ff_out: Linear
+    ff_in: FeedForward | None  # the dense feed-forward: None in an MoE layer
+    ff_out: Linear | None
     ff_out_bias: Bias | None
+    moe: MoEFeedForward | None  # the MoE feed-forward: None in a dense layer
     residual_dropout: Dropout
     relu_dropout: Dropout
     norm_policy: str = eqx.field(static=True)
@@ -154,9 +176,10 @@ class Transformer(eqx.Module):
         *,
         model_dims: int,
         attention: Attention,
-        ff_in: FeedForward,
-        ff_out: Linear,
+        ff_in: FeedForward | None = None,
+        ff_out: Linear | None = None,
         cross_attention: Attention | None = None,
+        moe: MoEFeedForward | None = None,
     ):
         """Made by `TransformerConfig.build`, which builds the projections."""
         hybrid = cfg.norm_policy == "primer_hybrid"
@@ -170,7 +193,9 @@ class Transformer(eqx.Module):
         self.attention = attention
         self.ff_in = ff_in
         self.ff_out = ff_out
-        self.ff_out_bias = BiasConfig(dims=model_dims, axis="embed").build() if cfg.ff_has_bias else None
+        self.moe = moe
+        dense_bias = cfg.ff_has_bias and moe is None
+        self.ff_out_bias = BiasConfig(dims=model_dims, axis="embed").build() if dense_bias else None
         self.residual_dropout = DropoutConfig(rate=cfg.residual_dropout_prob).build()
         self.relu_dropout = DropoutConfig(rate=cfg.relu_dropout_prob).build()
         self.norm_policy = cfg.norm_policy
@@ -209,7 +234,10 @@ class Transformer(eqx.Module):
         x, ctx = self._residual(x, ctx, attend, self.attention_norm, self.attention_post_norm)
         if self.cross_attention is not None:
             x, ctx = self._residual(x, ctx, cross_attend, self.cross_attention_norm, self.cross_attention_post_norm)
-        x, ctx = self._residual(x, ctx, self._feed_forward, self.ff_norm, self.ff_post_norm)
+        feed_forward = self._feed_forward
+        if self.moe is not None:
+            feed_forward = lambda h, ctx: call(self.moe, h, ctx, "moe", paddings=paddings)
+        x, ctx = self._residual(x, ctx, feed_forward, self.ff_norm, self.ff_post_norm)
         if ctx.records(LAYER_STATISTICS_VERBOSITY):
             rms = jnp.sqrt(jnp.mean(jnp.square(x.astype(jnp.float32))))
             ctx = ctx.add_summary("activation_rms", rms, LAYER_STATISTICS_VERBOSITY)
@@ -237,7 +265,10 @@ class Transformer(eqx.Module):
         self._check_memory(memory_kv is not None, "memory_kv")
         attend = lambda h, c: self.attention.decode(h, c, start, positions, key_valid, bias=bias)
         cross_attend = lambda h, c: (self.cross_attention.decode_cross(h, memory_kv, memory_valid), c)
-        feed_forward = lambda h, c: (self._feed_forward(h, None)[0], c)
+        if self.moe is None:
+            feed_forward = lambda h, c: (self._feed_forward(h, None)[0], c)
+        else:
+            feed_forward = lambda h, c: (self.moe(h, None)[0], c)
         x, cache = self._residual(x, cache, attend, self.attention_norm, self.attention_post_norm)
         if self.cross_attention is not None:
             norms = self.cross_attention_norm, self.cross_attention_post_norm
