@@ -8,9 +8,7 @@ newest committed step, and if the trainer's keep-N deletes it meanwhile, the new
 
 from __future__ import annotations
 
-import gc
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -31,16 +29,6 @@ from pax_eqx.checkpoint import (
 from pax_eqx.checkpoint.integrity import manifest_digest
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _quiet_asyncio():
-    asyncio_log = logging.getLogger("asyncio")
-    level = asyncio_log.level
-    asyncio_log.setLevel(logging.CRITICAL)
-    yield
-    gc.collect()
-    asyncio_log.setLevel(level)
 
 
 def data(step: int) -> dict:

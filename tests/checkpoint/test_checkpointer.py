@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import errno
-import gc
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -41,16 +39,6 @@ HERE = Path(__file__).parent
 # asyncio reports them when they are garbage collected ("Future exception was never retrieved",
 # "Event loop is closed"). That is orbax's noise, not a failure: keep it out of the test log.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _quiet_asyncio():
-    asyncio_log = logging.getLogger("asyncio")
-    level = asyncio_log.level
-    asyncio_log.setLevel(logging.CRITICAL)
-    yield
-    gc.collect()
-    asyncio_log.setLevel(level)
 
 
 DATA_1 = {"next_index": 12, "epoch": 0, "seed": 3}
