@@ -286,7 +286,7 @@ class StackedTransformerRepeated(eqx.Module):
             self.layers = eqx.filter_vmap(lambda layer_key: cfg.build_layer(layer_key, cfg.moe is not None))(keys)
         else:
             # Layer i = block i // k, position i % k: the same keys as the list stack's layers.
-            keys = keys.reshape(cfg.num_layers // k, k)
+            keys = keys.reshape(cfg.num_layers // k, k, *keys.shape[1:])  # typed or raw uint32 keys
             self.layers = tuple(
                 eqx.filter_vmap(lambda layer_key, j=j: cfg.build_layer(layer_key, cfg.is_moe_layer(j)))(keys[:, j])
                 for j in range(k)

@@ -7,6 +7,12 @@
 same modules against a KV cache (`prefill` then `extend_step`); `pax_eqx.models.decoding`
 builds sampling on top of them.
 
+Mixture-of-Experts: `moe_layer_interval` > 0 gives every moe_layer_interval-th layer (0, interval,
+2 * interval, ...: GLaM's [MoE, dense] blocks with 2, every layer with 1) the feed-forward of
+the `moe` template (experts `moe_hidden_dims` wide, 0 = hidden_dims); 0 is a dense model, and
+then `moe` and `moe_hidden_dims` must stay at their defaults. The routers' aux losses
+(load balancing, z-loss) reach the Task's loss through the Context, summed over the MoE layers.
+
 The experiment-level numbers (num_layers, model_dims, ...) are top-level fields, as Pax
 experiments set them as class constants; the `block` template carries everything else about
 a layer and gets its dimensions from here.
@@ -30,13 +36,14 @@ from pax_eqx.layers.embedding_softmax import (
     SoftmaxConfig,
 )
 from pax_eqx.layers.initializers import WeightInit, gaussian
+from pax_eqx.layers.moe import MoEFeedForwardConfig
 from pax_eqx.layers.normalizations import NormConfig
 from pax_eqx.layers.position_embeddings import TrainablePositionalEmbeddingConfig, sinusoidal_position_embedding
 from pax_eqx.layers.repeats import RematPolicy, StackedTransformerConfig
 from pax_eqx.layers.transformers import TransformerConfig
 from pax_eqx.metrics import Metrics, weighted_mean
 from pax_eqx.models.model import Batch, Model, ModelConfig
-from pax_eqx.models.stack_checks import check_stack_fields
+from pax_eqx.models.stack_checks import check_moe_fields, check_stack_fields
 
 PositionEmbedding = Literal["trainable", "sinusoidal", "rotary", "none"]
 
@@ -62,6 +69,10 @@ class LanguageModelConfig(ModelConfig):
       time, vocab] logits (6.6 GB for GPT3-XL at batch 16) and their gradient never exist
       whole, at no extra matmul; 0 = all at once.
     init: weight init of the projections; embedding_init: of the embedding table(s).
+    moe_layer_interval: 0 = dense; n > 0: layers 0, n, 2n, ... have a Mixture-of-Experts
+      feed-forward (Praxis' moe_layers; GLaM: 2, MoELarge: 1); num_layers must be a multiple.
+    moe: the MoE feed-forward template (experts, top-k, capacity, aux-loss weights, activation).
+    moe_hidden_dims: each expert's width; 0 = hidden_dims.
     """
 
     decodes: ClassVar[bool] = True
@@ -88,6 +99,9 @@ class LanguageModelConfig(ModelConfig):
     loss_chunk_size: int = 0
     init: WeightInit = gaussian(0.02)
     embedding_init: WeightInit = gaussian(0.02)
+    moe_layer_interval: int = 0
+    moe: MoEFeedForwardConfig = MoEFeedForwardConfig()
+    moe_hidden_dims: int = 0
 
     @property
     def head_dim(self) -> int:
@@ -101,6 +115,8 @@ class LanguageModelConfig(ModelConfig):
             num_heads=self.num_heads, dim_per_head=self.dim_per_head, num_kv_heads=self.num_kv_heads,
             use_rotary=self.position_embedding == "rotary", init=self.init, block=self.block, repeat=self.repeat,
             remat_policy=self.remat_policy, unroll=self.unroll,
+            moe=self.moe if self.moe_layer_interval else None, moe_layer_interval=max(self.moe_layer_interval, 1),
+            moe_hidden_dims=self.moe_hidden_dims,
         )  # fmt: skip
 
     def validate(self) -> None:
@@ -116,6 +132,7 @@ class LanguageModelConfig(ModelConfig):
         check_range(self, "soft_cap_logits", ge=0, prefix="model", note="0 = off")
         check_range(self, "label_smoothing_prob", ge=0, lt=1, prefix="model")
         check_stack_fields(self, num_layers=self.num_layers)
+        check_moe_fields(self, num_layers=self.num_layers)
 
     def build(self, key: PRNGKeyArray) -> LanguageModel:
         self.validate()

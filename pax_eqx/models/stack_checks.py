@@ -7,10 +7,13 @@ a bad combination of them is refused here once, naming `model.<field>`, the valu
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from pax_eqx.config import ConfigError
+from pax_eqx.config import Config, ConfigError
 from pax_eqx.layers.attentions import AttentionConfig
+from pax_eqx.layers.moe import MoEFeedForwardConfig
+from pax_eqx.layers.transformers import TransformerConfig
 
 
 def check_stack_fields(cfg: Any, *, num_layers: int) -> None:
@@ -58,3 +61,52 @@ def check_stack_fields(cfg: Any, *, num_layers: int) -> None:
         raise ConfigError(f"model.unroll must be in [1, {num_layers}] (layers per stack), got {cfg.unroll}.")
     if not 0.0 <= cfg.label_smoothing_prob < 1.0:
         raise ConfigError(f"model.label_smoothing_prob must be in [0, 1), got {cfg.label_smoothing_prob}.")
+
+
+def changed_fields(cfg: Config, default: Config, prefix: str) -> list[str]:
+    """The leaf fields of `cfg` that differ from `default`'s, as 'prefix.a.b' paths."""
+    out = []
+    for f in dataclasses.fields(cfg):
+        value, base = getattr(cfg, f.name), getattr(default, f.name)
+        if isinstance(value, Config) and type(value) is type(base):
+            out += changed_fields(value, base, f"{prefix}.{f.name}")
+        elif value != base:
+            out.append(f"{prefix}.{f.name}")
+    return out
+
+
+def check_moe_fields(cfg: Any, *, num_layers: int) -> None:
+    """ConfigError for a Mixture-of-Experts setting that does nothing or cannot be built:
+    `moe` / `moe_hidden_dims` changed in a dense model (moe_layer_interval=0), an interval
+    that does not divide num_layers, or the dense feed-forward's fields changed when every
+    layer is MoE (interval 1: the dense feed-forward is never built)."""
+    interval = cfg.moe_layer_interval
+    if interval < 0 or cfg.moe_hidden_dims < 0:
+        raise ConfigError(
+            f"model.moe_layer_interval={interval} / model.moe_hidden_dims={cfg.moe_hidden_dims} must be >= 0 "
+            "(0 = dense / hidden_dims)."
+        )
+    if interval == 0:
+        changed = changed_fields(cfg.moe, MoEFeedForwardConfig(), "model.moe")
+        changed += ["model.moe_hidden_dims"] if cfg.moe_hidden_dims else []
+        if changed:
+            raise ConfigError(
+                f"{', '.join(changed)} has no effect with model.moe_layer_interval=0 (a dense model); set "
+                "model.moe_layer_interval (1 = every layer MoE, 2 = every other layer) or leave it at its default."
+            )
+        return
+    if num_layers % interval:
+        raise ConfigError(
+            f"model.num_layers={num_layers} is not a multiple of model.moe_layer_interval={interval} (the stack "
+            "is made of [MoE, dense x (interval - 1)] blocks); change either."
+        )
+    if interval == 1:
+        default = TransformerConfig()
+        changed = changed_fields(cfg.block.activation, default.activation, "model.block.activation")
+        changed += ["model.block.ff_has_bias"] if cfg.block.ff_has_bias != default.ff_has_bias else []
+        if changed:
+            raise ConfigError(
+                f"{', '.join(changed)} has no effect with model.moe_layer_interval=1: every layer is MoE, so the "
+                "dense feed-forward is never built (the experts' activation is model.moe.activation; experts have "
+                "no biases); leave it at its default."
+            )
