@@ -71,6 +71,10 @@ def _shrink_language_model(m: LanguageModelConfig) -> LanguageModelConfig:
         vocab_size=32, max_seq_len=SEQ, num_layers=2, model_dims=dims, hidden_dims=32, num_heads=heads,
         dim_per_head=dims // heads if m.dim_per_head else 0, num_kv_heads=kv, unroll=min(m.unroll, 2),
         loss_chunk_size=4 if m.loss_chunk_size else 0, embedding_init=embedding_init,
+        # MoE: at most 8 experts and 2 groups, so the 8-token groups still have a capacity that
+        # capacity_factor / min_capacity change (with 16 experts or 1-token groups it is always 1).
+        moe=m.moe.replace(num_experts=min(m.moe.num_experts, 8), num_groups=min(m.moe.num_groups, 2)),
+        moe_hidden_dims=16 if m.moe_hidden_dims else 0,
     )  # fmt: skip
 
 

@@ -1,0 +1,130 @@
+"""Mixture-of-Experts language models: `shakespeare_moe` (CPU-sized) and Pax's MoE LM classes.
+
+shakespeare_moe: `shakespeare_char` (experiments/shakespeare.py) with 8 experts in every other
+layer (layers 0 and 2 of 4: GLaM's [MoE, dense] blocks), GShard top-2 routing, capacity factor
+2.0, the GLaM load-balancing weight 0.01 (summed over the 2 MoE layers). Each expert is
+hidden_dims / 2 = 256 wide, so a token's two experts hold as many weights as the dense layer's
+512-wide feed-forward: the same active parameters per token (plus the 128 x 8 router), 4x the
+feed-forward parameters in an MoE layer. The experts use the dense layers' exact GELU, no biases
+(Praxis' experts have none; the dense default has none either).
+
+Pax's classes, paxml/tasks/lm/params/nvidia.py (@ google/paxml; its NVIDIA1_3B base: PERCORE
+batch 4, seq 2048, vocab 51200, GELU not gated, trainable positions, Gaussian init 0.023 for the
+projections and the softmax, bf16, repeated layers; Adam b1 0.9, b2 0.95, eps 1e-8, eps_root 0,
+gradient clip-norm 1.0, update clip 1.0, lr 6e-4 x LinearRampupCosineDecay(warmup 0,
+decay_start 1, decay_end 500000, min_ratio 0.1), weight decay 1e-3):
+
+- MoELarge: 12 layers, d 4096, ffn 16384, 32 heads x 128, 16 experts in every layer
+  (moe_layers = all), NUM_GROUPS 16, capacity factor 2.0, load-balance weight 1.0
+  (maybe_setup_moe_params), experts GELU not gated (the dense template's), ICI [1, 16, 1] DCN
+  [1, 2, 1] = our (data, fsdp, tensor) as lm_cloud.py documents: 32 devices, global batch
+  4 x 32 = 128.
+- GLaM64B64EProxy_EP: 8 layers, d 8192, ffn = expert hidden 32768, 64 heads x 128, 8 experts,
+  GLaM blocks [MoE, dense] (moe_layer_interval 2), NUM_GROUPS 128, capacity 2.0, load-balance
+  weight 0.01, z-loss 1e-4, RMSNorm; Praxis' glam.py builds the dense feed-forward gated GELU
+  but the MoE experts plain ReLU (use_gated_activation reaches only the dense layers: a quirk
+  kept here). Its ICI [1, 16, 8, 1] over (replica, data, data_expert, mdl) has an extra expert
+  axis; we have none, so data x data_expert = 128 is our fsdp axis, on which the experts (and
+  Pax's "data"-sharded weights) live: (1, 128, 1), global batch 4 x 128 = 512.
+  Departure: GlamUniTransformerLm uses T5-style relative position biases, which our
+  LanguageModel does not have; rotary embeddings are the nearest relative-position scheme we
+  have (not the same function: a learned bias per bucket vs. a fixed rotation). Its attention
+  extra logit is 0 (off) here as in Pax.
+
+Both: NUM_GROUPS tokens groups route on their own (our num_groups, a divisor of batch x seq).
+"""
+
+from __future__ import annotations
+
+from experiments.lm_cloud import PaxLm, pax_names
+from experiments.registry import register
+from experiments.shakespeare import shakespeare_char
+from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.layers import ActivationConfig, MoEFeedForwardConfig, NormConfig
+from pax_eqx.layers.initializers import gaussian
+from pax_eqx.learners import linear_rampup_cosine_decay, pax_adam
+
+
+@register("shakespeare_moe", aliases=("ShakespeareMoE",))
+def shakespeare_moe() -> ExperimentConfig:
+    """shakespeare_char with 8 top-2 experts (hidden 256) in layers 0 and 2: its active parameters."""
+    exp = shakespeare_char()
+    moe = MoEFeedForwardConfig(
+        num_experts=8, top_k=2, capacity_factor=2.0, load_balance_loss_weight=0.01,
+        activation=ActivationConfig(name="gelu_exact"),
+    )  # fmt: skip
+    model = exp.model.replace(moe_layer_interval=2, moe=moe, moe_hidden_dims=exp.model.hidden_dims // 2)
+    return exp.replace(name="shakespeare_moe", model=model)
+
+
+NVIDIA_LEARNER = pax_adam(
+    learning_rate=6e-4,
+    schedule=linear_rampup_cosine_decay(warmup_steps=0, decay_start=1, decay_end=500_000, min_ratio=0.1, max=1.0),
+    beta1=0.9,
+    beta2=0.95,
+    epsilon=1e-8,
+    epsilon_root=0.0,
+    clip_threshold=1.0,
+    weight_decay=1e-3,
+    clip_gradient_norm_to_value=1.0,
+)
+
+# nvidia.NVIDIA1_3B's constants, as PaxLm fields.
+NVIDIA_1_3B = PaxLm(
+    num_layers=24,
+    model_dims=2048,
+    hidden_dims=8192,
+    num_heads=32,
+    dims_per_head=64,
+    vocab_size=51200,
+    max_seq_len=2048,
+    percore_batch_size=4,
+    ici_mesh_shape=(16, 1, 1),
+    use_repeated_layer=True,
+    activation="gelu",
+    trainable_position_emb=True,
+    trainable_pe_max_seq_len=2048,
+    params_init=gaussian(0.023),
+    softmax_init_std=0.023,
+    learner=NVIDIA_LEARNER,
+)
+
+MOE_LARGE = NVIDIA_1_3B.replace(
+    num_layers=12, num_heads=32, model_dims=4096, hidden_dims=16384, dims_per_head=128,
+    ici_mesh_shape=(1, 16, 1), dcn_mesh_shape=(1, 2, 1),
+)  # fmt: skip
+
+GLAM_64B_64E_PROXY_EP = NVIDIA_1_3B.replace(
+    num_layers=8, num_heads=64, model_dims=8192, hidden_dims=32768, dims_per_head=128, ici_mesh_shape=(1, 128, 1)
+)
+
+
+@register("moe_large", aliases=pax_names("nvidia", "MoELarge"))
+def moe_large() -> ExperimentConfig:
+    """nvidia.MoELarge: 12 layers, every one with 16 GELU experts (26.8B parameters)."""
+    exp = MOE_LARGE.experiment("moe_large")
+    m = exp.model
+    moe = MoEFeedForwardConfig(
+        num_experts=16, num_groups=16, top_k=2, capacity_factor=2.0, load_balance_loss_weight=1.0,
+        activation=ActivationConfig(name="gelu"),
+    )  # fmt: skip
+    # Every layer is MoE, so the dense feed-forward's activation (moved to the experts) stays default.
+    block = m.block.replace(activation=ActivationConfig())
+    return exp.replace(model=m.replace(block=block, moe_layer_interval=1, moe=moe))
+
+
+@register("glam_64b_64e_proxy_ep", aliases=pax_names("nvidia", "GLaM64B64EProxy_EP"))
+def glam_64b_64e_proxy_ep() -> ExperimentConfig:
+    """nvidia.GLaM64B64EProxy_EP: 8 layers of GLaM [MoE, dense] blocks, 8 ReLU experts, RMSNorm."""
+    exp = GLAM_64B_64E_PROXY_EP.experiment("glam_64b_64e_proxy_ep")
+    m = exp.model
+    rms = NormConfig(kind="rms_norm", epsilon=1e-6)
+    moe = MoEFeedForwardConfig(
+        num_experts=8, num_groups=128, top_k=2, capacity_factor=2.0, load_balance_loss_weight=0.01,
+        z_loss_weight=1e-4, activation=ActivationConfig(name="relu"),
+    )  # fmt: skip
+    block = m.block.replace(norm=rms, activation=ActivationConfig(name="gelu", gated=True))
+    model = m.replace(
+        block=block, final_norm=rms, position_embedding="rotary", max_seq_len=2048, moe_layer_interval=2, moe=moe,
+    )  # fmt: skip
+    return exp.replace(model=model)
