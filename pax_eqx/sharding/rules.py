@@ -9,6 +9,12 @@ parallelism on a (N, 1, 1) mesh:
     kv, layers, seq -> replicated
     conv_out -> fsdp, conv_in -> replicated   a convolution's HWIO kernel, like embed x mlp
                                               (the spatial dims are never sharded)
+    expert   -> fsdp           the experts of an MoE layer (expert parallelism over an existing
+                               axis: Pax's v1 rules put w_emh on its "data" axis, which is our
+                               fsdp; the tokens, sharded by batch over data+fsdp, reach their
+                               experts by all-to-all over fsdp). An expert weight [expert, embed,
+                               mlp] is then [fsdp, -, tensor]: fsdp is taken by the experts, so
+                               embed stays whole, exactly Pax's [data, None, mdl].
 
 A dimension whose size is not divisible by its mesh axes is left replicated rather than
 failing (e.g. 4 kv heads on an 8-way tensor axis); the dry-run planner reports these.
@@ -40,6 +46,7 @@ DEFAULT_RULES: tuple[str, ...] = (
     "seq=",
     "conv_in=",
     "conv_out=fsdp",
+    "expert=fsdp",
 )
 
 
