@@ -116,6 +116,7 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> Plan:
         param_count += leaf.size
         param_bytes += _shard_bytes(leaf.shape, leaf.dtype, spec, mesh_shape)
     lines.append(f"Parameters: {param_count:,} ({_short_count(param_count)})")
+    lines += _expert_lines(specs, axes, [leaf for _, leaf in leaves], param_count, table)
     lines.append("Parameter groups (shape, logical axes -> PartitionSpec):")
     for name, items in groups.items():
         leaf, spec, ax = items[0]
@@ -149,6 +150,25 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> Plan:
     if fits is not None:
         lines.append(f"Verdict: {'fits' if fits else 'does NOT fit'} in {device_memory_gb:g} GiB per device.")
     return Plan("\n".join(lines), total, fits)
+
+
+def _expert_lines(specs, axes, leaves, param_count: int, table: dict) -> list[str]:
+    """MoE: how many parameters are experts' (an "expert" logical axis), where that axis lives,
+    and that tokens reach their experts by all-to-all over it (none when it is replicated)."""
+    expert = [(leaf, spec, ax) for leaf, spec, ax in zip(leaves, specs, axes) if "expert" in tuple(ax)]
+    if not expert:
+        return []
+    count = sum(leaf.size for leaf, _, _ in expert)
+    placed = {spec[tuple(ax).index("expert")] for _, spec, ax in expert}
+    where = ", ".join(str(p) for p in sorted(placed, key=str))
+    moving = (
+        f"dispatch/combine are all-to-alls over {where}"
+        if placed != {None}
+        else f"the expert axis is not sharded (rule expert={'+'.join(table.get('expert', ())) or '-'}: that mesh axis "
+        "is 1 or its size does not divide the experts), so no all-to-all; the experts are split by their other axes"
+    )
+    return [f"Expert weights: {count:,} ({_short_count(count)}, {count / param_count:.0%}); expert axis -> {where}; "
+            f"{moving}"]  # fmt: skip
 
 
 def _short_count(n: int) -> str:
