@@ -43,6 +43,7 @@ import jax.tree_util as jtu
 
 from pax_eqx.config import ConfigError
 from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.layers.moe_routing import capacity
 from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.programs.runtime import build_task
 from pax_eqx.sharding.logical import LogicalAxes, logical_axes
@@ -117,6 +118,7 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> Plan:
         param_bytes += _shard_bytes(leaf.shape, leaf.dtype, spec, mesh_shape)
     lines.append(f"Parameters: {param_count:,} ({_short_count(param_count)})")
     lines += _expert_lines(specs, axes, [leaf for _, leaf in leaves], param_count, table)
+    lines += _all_to_all_lines(exp, mesh_shape, table)
     lines.append("Parameter groups (shape, logical axes -> PartitionSpec):")
     for name, items in groups.items():
         leaf, spec, ax = items[0]
@@ -169,6 +171,39 @@ def _expert_lines(specs, axes, leaves, param_count: int, table: dict) -> list[st
     )
     return [f"Expert weights: {count:,} ({_short_count(count)}, {count / param_count:.0%}); expert axis -> {where}; "
             f"{moving}"]  # fmt: skip
+
+
+def _all_to_all_lines(exp: ExperimentConfig, mesh_shape: dict[str, int], table: dict) -> list[str]:
+    """The bytes an MoE language model's train step moves by all-to-all: every MoE layer sends its
+    dispatch buffer [E, G, C, M] to the experts and the combine buffer back, forward and again in
+    the backward (4 buffers a layer a step); a device keeps its own (n - 1) / n share of each."""
+    m = exp.model
+    if not isinstance(m, LanguageModelConfig) or not m.moe_layer_interval:
+        return []
+    ways = math.prod(mesh_shape[a] for a in table.get("expert", ()))
+    if ways <= 1 or m.moe.num_experts % ways:
+        return []
+    if m.moe.dropless:
+        return ["All-to-all: none (dropless routing computes every expert on its tokens in place)"]
+    batch, time = exp.data.train.batch_size // exp.learner.num_microbatches, exp.data.seq_len
+    groups = m.moe.num_groups or batch
+    group_size = batch * time // groups
+    slots = capacity(group_size, m.moe.num_experts, m.moe.capacity_factor, m.moe.min_capacity)
+    nbytes = jnp.dtype(exp.train.fprop_dtype).itemsize
+    layer = 4 * m.moe.num_experts * groups * slots * m.model_dims * nbytes
+    moe_layers = m.num_layers // m.moe_layer_interval
+    total = layer * moe_layers * exp.learner.num_microbatches
+    per_device = total * (ways - 1) / ways / ways
+    return [
+        f"All-to-all per step: {_bytes(total)} over the expert axis ({moe_layers} MoE layers x 4 buffers of "
+        f"[{m.moe.num_experts} experts, {groups} groups, capacity {slots}, {m.model_dims}] {exp.train.fprop_dtype}"
+        f"{f' x {exp.learner.num_microbatches} microbatches' if exp.learner.num_microbatches > 1 else ''}); "
+        f"each of the {ways} devices sends {_bytes(per_device)}"
+    ]
+
+
+def _bytes(n: int | float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
 
 
 def _short_count(n: int) -> str:

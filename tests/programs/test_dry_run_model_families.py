@@ -27,3 +27,23 @@ def test_a_classifier_is_planned_without_the_language_model_activation_estimate(
 def test_a_language_model_keeps_its_activation_estimate():
     text = str(plan(load_experiment("lm_cloud_spmd_test")))
     assert re.search(r"^  activations \(estimate\)\s+[\d.]+ GiB  \(per-device batch \d+, seq \d+, remat", text, re.M)
+
+
+def test_an_moe_plan_counts_expert_weights_and_the_all_to_all_bytes():
+    """shakespeare_moe with experts on fsdp = 8: 2 MoE layers x 4 buffers (dispatch and combine,
+    forward and backward) of [8 experts, 16 groups (one per row), capacity 16, 128] float32;
+    capacity = round_up_4(64 tokens x 2.0 / 8 experts) = 16."""
+    exp = load_experiment("shakespeare_moe")
+    exp = exp.replace(
+        mesh=exp.mesh.replace(ici_mesh_shape=(1, 8, 1)),
+        data=exp.data.replace(train=exp.data.train.replace(batch_size=16), eval=exp.data.eval.replace(batch_size=16)),
+    )
+    text = str(plan(exp))
+    assert re.search(r"^Expert weights: [\d,]+ .*expert axis -> fsdp; dispatch/combine are all-to-alls", text, re.M)
+    total = 2 * 4 * 8 * 16 * 16 * 128 * 4
+    assert total == 8 * 2**20
+    assert (
+        "All-to-all per step: 8.00 MiB over the expert axis (2 MoE layers x 4 buffers of [8 experts, 16 groups, "
+        in text
+    )
+    assert f"each of the 8 devices sends {total * 7 / 64 / 2**20:.2f} MiB" in text
