@@ -21,7 +21,8 @@ decay_start 1, decay_end 500000, min_ratio 0.1), weight decay 1e-3):
   4 x 32 = 128.
 - GLaM64B64EProxy_EP: 8 layers, d 8192, ffn = expert hidden 32768, 64 heads x 128, 8 experts,
   GLaM blocks [MoE, dense] (moe_layer_interval 2), NUM_GROUPS 128, capacity 2.0, load-balance
-  weight 0.01, z-loss 1e-4, RMSNorm; Praxis' glam.py builds the dense feed-forward gated GELU
+  weight 0.01, RMSNorm; Pax's z-loss 1e-4 is on the output logits (GShardSharedEmbeddingSoftmax),
+  not the router, and our softmax has none: not reproduced (the router z-loss stays 0); Praxis' glam.py builds the dense feed-forward gated GELU
   but the MoE experts plain ReLU (use_gated_activation reaches only the dense layers: a quirk
   kept here). Its ICI [1, 16, 8, 1] over (replica, data, data_expert, mdl) has an extra expert
   axis; we have none, so data x data_expert = 128 is our fsdp axis, on which the experts (and
@@ -121,7 +122,7 @@ def glam_64b_64e_proxy_ep() -> ExperimentConfig:
     rms = NormConfig(kind="rms_norm", epsilon=1e-6)
     moe = MoEFeedForwardConfig(
         num_experts=8, num_groups=128, top_k=2, capacity_factor=2.0, load_balance_loss_weight=0.01,
-        z_loss_weight=1e-4, activation=ActivationConfig(name="relu"),
+        activation=ActivationConfig(name="relu"),
     )  # fmt: skip
     block = m.block.replace(norm=rms, activation=ActivationConfig(name="gelu", gated=True))
     model = m.replace(
