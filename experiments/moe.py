@@ -22,11 +22,12 @@ decay_start 1, decay_end 500000, min_ratio 0.1), weight decay 1e-3):
 - GLaM64B64EProxy_EP: 8 layers, d 8192, ffn = expert hidden 32768, 64 heads x 128, 8 experts,
   GLaM blocks [MoE, dense] (moe_layer_interval 2), NUM_GROUPS 128, capacity 2.0, load-balance
   weight 0.01, RMSNorm; Pax's z-loss 1e-4 is on the output logits (GShardSharedEmbeddingSoftmax),
-  not the router, and our softmax has none: not reproduced (the router z-loss stays 0); Praxis' glam.py builds the dense feed-forward gated GELU
-  but the MoE experts plain ReLU (use_gated_activation reaches only the dense layers: a quirk
-  kept here). Its ICI [1, 16, 8, 1] over (replica, data, data_expert, mdl) has an extra expert
-  axis; we have none, so data x data_expert = 128 is our fsdp axis, on which the experts (and
-  Pax's "data"-sharded weights) live: (1, 128, 1), global batch 4 x 128 = 512.
+  not the router, and our softmax has none: not reproduced (the router z-loss stays 0);
+  Praxis' glam.py builds the dense feed-forward gated GELU but the MoE experts plain ReLU
+  (use_gated_activation reaches only the dense layers: a quirk kept here). Its ICI
+  [1, 16, 8, 1] over (replica, data, data_expert, mdl) has an extra expert axis; we have none,
+  so data x data_expert = 128 is our fsdp axis, on which the experts (and Pax's "data"-sharded
+  weights) live: (1, 128, 1), global batch 4 x 128 = 512.
   Departure: GlamUniTransformerLm uses T5-style relative position biases, which our
   LanguageModel does not have; rotary embeddings are the nearest relative-position scheme we
   have (not the same function: a learned bias per bucket vs. a fixed rotation). Its attention
