@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from pax_eqx.config import Config, ConfigError
+from pax_eqx.config import Config, ConfigError, check_range
 from pax_eqx.layers.attentions import AttentionConfig
 from pax_eqx.layers.moe import MoEFeedForwardConfig
 from pax_eqx.layers.transformers import TransformerConfig
@@ -80,12 +80,9 @@ def check_moe_fields(cfg: Any, *, num_layers: int) -> None:
     `moe` / `moe_hidden_dims` changed in a dense model (moe_layer_interval=0), an interval
     that does not divide num_layers, or the dense feed-forward's fields changed when every
     layer is MoE (interval 1: the dense feed-forward is never built)."""
+    check_range(cfg, "moe_layer_interval", prefix="model", ge=0, note="0 = dense")
+    check_range(cfg, "moe_hidden_dims", prefix="model", ge=0, note="0 = hidden_dims")
     interval = cfg.moe_layer_interval
-    if interval < 0 or cfg.moe_hidden_dims < 0:
-        raise ConfigError(
-            f"model.moe_layer_interval={interval} / model.moe_hidden_dims={cfg.moe_hidden_dims} must be >= 0 "
-            "(0 = dense / hidden_dims)."
-        )
     if interval == 0:
         changed = changed_fields(cfg.moe, MoEFeedForwardConfig(), "model.moe")
         changed += ["model.moe_hidden_dims"] if cfg.moe_hidden_dims else []
