@@ -231,7 +231,7 @@ class LanguageModel(Model):
         xent_sum, correct_sum = softmax.chunked_xent_sums(
             self.final_norm(predictions), labels, weights, self.loss_chunk_size
         )
-        return _lm_metrics(xent_sum, correct_sum, jnp.sum(weights))
+        return lm_metrics(xent_sum, correct_sum, jnp.sum(weights))
 
     # Whole-sequence forward ------------------------------------------------------------------
     def __call__(
@@ -281,7 +281,7 @@ class LanguageModel(Model):
         weights = weights.astype(jnp.float32)
         xent = self.xent(logits, labels)
         correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
-        return _lm_metrics(jnp.sum(xent * weights), jnp.sum(correct * weights), jnp.sum(weights))
+        return lm_metrics(jnp.sum(xent * weights), jnp.sum(correct * weights), jnp.sum(weights))
 
     # Decoding ---------------------------------------------------------------------------------
     def init_cache(self, batch: int, max_len: int, dtype=jnp.float32) -> KVCache | tuple[KVCache, ...]:
@@ -305,7 +305,7 @@ class LanguageModel(Model):
         return self.logits(x), cache
 
 
-def _lm_metrics(xent_sum, correct_sum, num) -> Metrics:
+def lm_metrics(xent_sum, correct_sum, num) -> Metrics:
     """avg_xent (= log_pplx, Pax reports both) and accuracy over `num` weighted predictions."""
     avg_xent = weighted_mean(xent_sum, num)
     return {"avg_xent": avg_xent, "log_pplx": avg_xent, "accuracy": weighted_mean(correct_sum, num)}

@@ -39,8 +39,9 @@ from pax_eqx.layers.position_embeddings import TrainablePositionalEmbeddingConfi
 from pax_eqx.layers.relative_position_bias import RelativePositionBiasConfig
 from pax_eqx.layers.repeats import RematPolicy, StackedTransformerConfig
 from pax_eqx.layers.transformers import TransformerConfig
-from pax_eqx.metrics import Metrics, weighted_mean
+from pax_eqx.metrics import Metrics
 from pax_eqx.models.incremental import IncrementalDecoder
+from pax_eqx.models.language_model import lm_metrics
 from pax_eqx.models.model import Batch, Model, ModelConfig
 from pax_eqx.models.stack_checks import check_stack_fields
 
@@ -255,9 +256,7 @@ class SequenceModel(Model):
         logits = self.logits(predictions)
         xent = (self.embedding if self.softmax is None else self.softmax).xent(logits, targets)
         correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
-        num = jnp.sum(weights)
-        avg_xent = weighted_mean(jnp.sum(xent * weights), num)
-        return {"avg_xent": avg_xent, "log_pplx": avg_xent, "accuracy": weighted_mean(jnp.sum(correct * weights), num)}
+        return lm_metrics(jnp.sum(xent * weights), jnp.sum(correct * weights), jnp.sum(weights))
 
     def __call__(self, batch: Batch, ctx: Context) -> tuple[Float[Array, "batch tgt vocab"], Context]:
         """Logits for every target position (teacher forcing)."""
