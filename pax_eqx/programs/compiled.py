@@ -30,6 +30,23 @@ from pax_eqx.tasks.task import Task
 from pax_eqx.tasks.train_state import TrainState
 
 
+class UnderMesh:
+    """A jitted function traced, lowered and run with `mesh` as the current mesh (`jax.set_mesh`),
+    so that layers may constrain activations with bare PartitionSpecs (the pipeline puts its
+    stage buffer on the `stage` axis); on a mesh without such axes nothing changes."""
+
+    def __init__(self, fn: Any, mesh: Mesh):
+        self.fn, self.mesh = fn, mesh
+
+    def __call__(self, *args: Any) -> Any:
+        with jax.set_mesh(self.mesh):
+            return self.fn(*args)
+
+    def lower(self, *args: Any) -> Any:
+        with jax.set_mesh(self.mesh):
+            return self.fn.lower(*args)
+
+
 class Programs:
     def __init__(self, task: Task, mesh: Mesh, rules: tuple[str, ...] = ()):
         self.task, self.mesh, self.rules = task, mesh, rules
@@ -39,13 +56,18 @@ class Programs:
         self.init_state_fn = jax.jit(
             lambda seed: task.init_state(jax.random.PRNGKey(seed)), out_shardings=self.state_shardings
         )
-        self.train_step = jax.jit(
-            task.train_step,
-            in_shardings=(self.state_shardings, None),
-            out_shardings=(self.state_shardings, rep),
-            donate_argnums=(0,),
+        self.train_step = UnderMesh(
+            jax.jit(
+                task.train_step,
+                in_shardings=(self.state_shardings, None),
+                out_shardings=(self.state_shardings, rep),
+                donate_argnums=(0,),
+            ),
+            mesh,
         )
-        self.eval_step = jax.jit(task.eval_step, in_shardings=(self.state_shardings, None), out_shardings=rep)
+        self.eval_step = UnderMesh(
+            jax.jit(task.eval_step, in_shardings=(self.state_shardings, None), out_shardings=rep), mesh
+        )
 
     def _state_shardings(self, abstract: TrainState) -> TrainState:
         rep = replicated(self.mesh)
