@@ -51,6 +51,7 @@ from pax_eqx.layers.attentions import KVCache
 from pax_eqx.layers.base import Context, copy_state
 from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.moe import MoEFeedForwardConfig
+from pax_eqx.layers.pipeline import PipelineConfig, run_pipeline
 from pax_eqx.layers.transformers import Transformer, TransformerConfig
 
 RematPolicy = Literal[
@@ -118,6 +119,8 @@ class StackedTransformerConfig(Config):
       [MoE, dense] blocks: 2; every layer: 1). num_layers must be a multiple of it.
     moe_hidden_dims: each expert's feed-forward width; 0 = hidden_dims (Praxis' MoE layers use
       the dense width).
+    pipeline: pipeline parallelism over the mesh's `stage` axis (layers.pipeline); repeat=True
+      only. unroll then applies to each stage's scan over its own layers.
     """
 
     num_layers: int
@@ -136,6 +139,7 @@ class StackedTransformerConfig(Config):
     moe: MoEFeedForwardConfig | None = None
     moe_layer_interval: int = 1
     moe_hidden_dims: int = 0
+    pipeline: PipelineConfig = PipelineConfig()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -174,6 +178,21 @@ class StackedTransformerConfig(Config):
                 f"{self.moe_layer_interval}: the stack is made of [MoE, dense x (interval - 1)] blocks; change "
                 "either."
             )
+
+        if self.pipeline.enabled:
+            if not self.repeat:
+                raise ConfigError(
+                    "StackedTransformerConfig.pipeline needs repeat=True: the stages are slices of the stacked "
+                    "[num_layers, ...] weights."
+                )
+            num_blocks = self.num_layers // self.block_size
+            self.pipeline.check(num_units=num_blocks, prefix="StackedTransformerConfig.pipeline")
+            per_stage = num_blocks // self.pipeline.num_chunks
+            if self.unroll > per_stage:
+                raise ConfigError(
+                    f"StackedTransformerConfig.unroll={self.unroll} is more than the {per_stage} layers of a "
+                    "pipeline stage's chunk (each stage scans its own); lower unroll."
+                )
 
     @property
     def block_size(self) -> int:
@@ -276,6 +295,7 @@ class StackedTransformerRepeated(eqx.Module):
     remat_policy: str = eqx.field(static=True)
     unroll: int = eqx.field(static=True)
     needs_key: bool = eqx.field(static=True)
+    pipeline: PipelineConfig = eqx.field(static=True)
     # The logical-axis walker (pax_eqx.sharding.logical) prepends "layers" below this field.
     stacked_field = "layers"
 
@@ -295,6 +315,7 @@ class StackedTransformerRepeated(eqx.Module):
         self.remat_policy = cfg.remat_policy
         self.unroll = cfg.unroll
         self.needs_key = _needs_key(cfg.block, cfg.moe)
+        self.pipeline = cfg.pipeline
 
     @property
     def block(self) -> tuple:
@@ -306,16 +327,40 @@ class StackedTransformerRepeated(eqx.Module):
         return self.num_layers // len(self.block)
 
     def __call__(self, x: Float[Array, "batch time embed"], ctx: Context, **kwargs) -> tuple[Array, Context]:
-        """One scan over the layers (or blocks); `kwargs` (segment_ids, segment_pos, paddings,
-        bias, memory, memory_paddings) are the same for every layer, so the body closes over them."""
-        k = len(self.block)
+        """One scan over the layers (or blocks), or the pipeline's schedule of them; `kwargs`
+        (segment_ids, segment_pos, paddings, bias, memory, memory_paddings) are the same for
+        every layer, so the body closes over them."""
         params, static = eqx.partition(self.layers, eqx.is_array)
         state = None if ctx.state is None else ctx.state.substate(self.layers)
-        keys = None
+        key = None
         if self.needs_key and ctx.is_training:
-            layer_keys, ctx = ctx.next_key()
-            keys = jax.random.split(layer_keys, self.num_blocks)
-        outer = ctx
+            key, ctx = ctx.next_key()
+        if self.pipeline.enabled:
+            x, summaries, aux = self._pipelined(params, static, x, key, state, ctx, kwargs)
+        else:
+            keys = None if key is None else jax.random.split(key, self.num_blocks)
+            body = self._body(static, ctx, kwargs)
+            # Inside a rolled scan XLA cannot CSE the recomputation into the forward, so jax's
+            # CSE barriers would only block fusion (measurably slower on GPU); a fully unrolled
+            # scan has no loop to protect it, so there they stay.
+            body = _remat(body, self.remat_policy, prevent_cse=self.unroll >= self.num_blocks)
+            x, (state, summaries, aux) = jax.lax.scan(body, x, (params, keys, state), unroll=self.unroll)
+            aux = {name: jnp.sum(value) for name, value in aux.items()}
+            if state is not None:
+                ctx = ctx._replace(state=copy_state(ctx.state).update(state))
+        if len(self.block) > 1:  # [blocks, layers of the block that record it, ...] -> one entry per layer
+            summaries = {n: v.reshape(-1, *v.shape[2:]) for n, v in summaries.items()}
+        ctx = ctx.push("repeat")
+        for name, value in summaries.items():
+            ctx = ctx.add_summary(name, value, verbosity=0)  # filtered inside the body already
+        for name, value in aux.items():
+            ctx = ctx.add_aux_loss(name, value)
+        return x, ctx.pop()
+
+    def _body(self, static: typing.Any, outer: Context, kwargs: dict) -> typing.Callable:
+        """The scan body over blocks: (h, (block params, key, state)) -> (h, (state, summaries,
+        aux losses)), each layer run in a fresh Context of `outer`'s mode and dtype."""
+        k = len(self.block)
 
         def run(layer, h, key, layer_state):
             inner = Context(
@@ -342,21 +387,28 @@ class StackedTransformerRepeated(eqx.Module):
                     aux[name] = aux[name] + value if name in aux else value
             return h, (layer_state, {n: jnp.stack(v) for n, v in summaries.items()}, aux)
 
-        # Inside a rolled scan XLA cannot CSE the recomputation into the forward, so jax's
-        # CSE barriers would only block fusion (measurably slower on GPU); a fully unrolled
-        # scan has no loop to protect it, so there they stay.
-        body = _remat(body, self.remat_policy, prevent_cse=self.unroll >= self.num_blocks)
-        x, (state, summaries, aux) = jax.lax.scan(body, x, (params, keys, state), unroll=self.unroll)
-        if k > 1:  # [blocks, layers of the block that record it, ...] -> one entry per layer, in order
-            summaries = {n: v.reshape(-1, *v.shape[2:]) for n, v in summaries.items()}
-        if state is not None:
-            ctx = ctx._replace(state=copy_state(ctx.state).update(state))
-        ctx = ctx.push("repeat")
-        for name, value in summaries.items():
-            ctx = ctx.add_summary(name, value, verbosity=0)  # filtered inside the body already
-        for name, value in aux.items():
-            ctx = ctx.add_aux_loss(name, jnp.sum(value))
-        return x, ctx.pop()
+        return body
+
+    def _pipelined(self, params, static, x, key, state, ctx: Context, kwargs: dict):
+        """The layers as `self.pipeline` schedules them (layers.pipeline): each stage scans its
+        own blocks with the same body; per-example kwargs travel with their microbatch."""
+        if state is not None and jax.tree.leaves(state):
+            raise ValueError("a pipelined stack cannot carry non-trainable state (its layers have none today).")
+        shared = {n: kwargs[n] for n in ("bias", "memory", "memory_paddings") if kwargs.get(n) is not None}
+        if shared:
+            raise ValueError(
+                f"a pipelined stack takes no {sorted(shared)}: only decoder-only language models are pipelined."
+            )
+        per_example = {n: v for n, v in kwargs.items() if v is not None}
+
+        def stage(stage_params, h, stage_inputs, stage_key):
+            n = jax.tree.leaves(stage_params)[0].shape[0]
+            keys = None if stage_key is None else jax.random.split(stage_key, n)
+            body = _remat(self._body(static, ctx, stage_inputs), self.remat_policy, prevent_cse=False)
+            h, (_, summaries, aux) = jax.lax.scan(body, h, (stage_params, keys, None), unroll=self.unroll)
+            return h, summaries, {name: jnp.sum(value) for name, value in aux.items()}
+
+        return run_pipeline(stage, params, x, per_example, key, self.pipeline)
 
     def init_cache(self, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
         attention = self.block[0].attention

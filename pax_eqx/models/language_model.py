@@ -38,6 +38,7 @@ from pax_eqx.layers.embedding_softmax import (
 from pax_eqx.layers.initializers import WeightInit, gaussian
 from pax_eqx.layers.moe import MoEFeedForwardConfig
 from pax_eqx.layers.normalizations import NormConfig
+from pax_eqx.layers.pipeline import PipelineConfig
 from pax_eqx.layers.position_embeddings import TrainablePositionalEmbeddingConfig, sinusoidal_position_embedding
 from pax_eqx.layers.repeats import RematPolicy, StackedTransformerConfig
 from pax_eqx.layers.transformers import TransformerConfig
@@ -73,6 +74,8 @@ class LanguageModelConfig(ModelConfig):
       feed-forward (Praxis' moe_layers; GLaM: 2, MoELarge: 1); num_layers must be a multiple.
     moe: the MoE feed-forward template (experts, top-k, capacity, aux-loss weights, activation).
     moe_hidden_dims: each expert's width; 0 = hidden_dims.
+    pipeline: pipeline parallelism of the layers over the mesh's `stage` axis (Pax's NUM_STAGES,
+      NUM_MICROBATCHES, CIRCULAR_REPEAT; see layers.pipeline); needs repeat=True.
     """
 
     decodes: ClassVar[bool] = True
@@ -102,6 +105,7 @@ class LanguageModelConfig(ModelConfig):
     moe_layer_interval: int = 0
     moe: MoEFeedForwardConfig = MoEFeedForwardConfig()
     moe_hidden_dims: int = 0
+    pipeline: PipelineConfig = PipelineConfig()
 
     @property
     def head_dim(self) -> int:
@@ -116,7 +120,7 @@ class LanguageModelConfig(ModelConfig):
             use_rotary=self.position_embedding == "rotary", init=self.init, block=self.block, repeat=self.repeat,
             remat_policy=self.remat_policy, unroll=self.unroll,
             moe=self.moe if self.moe_layer_interval else None, moe_layer_interval=max(self.moe_layer_interval, 1),
-            moe_hidden_dims=self.moe_hidden_dims,
+            moe_hidden_dims=self.moe_hidden_dims, pipeline=self.pipeline,
         )  # fmt: skip
 
     def validate(self) -> None:
@@ -133,6 +137,13 @@ class LanguageModelConfig(ModelConfig):
         check_range(self, "label_smoothing_prob", ge=0, lt=1, prefix="model")
         check_stack_fields(self, num_layers=self.num_layers)
         check_moe_fields(self, num_layers=self.num_layers)
+        if self.pipeline.enabled:
+            if not self.repeat:
+                raise ConfigError(
+                    "model.pipeline.num_stages > 1 needs model.repeat=True: the stages are slices of the stacked "
+                    "[num_layers, ...] layer weights."
+                )
+            self.pipeline.check(num_units=self.num_layers // max(self.moe_layer_interval, 1), prefix="model.pipeline")
 
     def build(self, key: PRNGKeyArray) -> LanguageModel:
         self.validate()

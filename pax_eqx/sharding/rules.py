@@ -6,7 +6,10 @@ parallelism on a (N, 1, 1) mesh:
     batch    -> (data, fsdp)   every data-like axis splits the batch
     embed    -> fsdp           weights are sharded along the model dimension (ZeRO-3 style)
     mlp, heads, kv_heads, vocab -> tensor   column/row parallel attention and MLP
-    kv, layers, seq -> replicated
+    kv, seq  -> replicated
+    layers   -> stage          a stack's leading layer axis: each pipeline stage holds its own
+                               contiguous layers (GPipe); on a mesh without a stage axis (size 1)
+                               the layers are replicated, as before
     conv_out -> fsdp, conv_in -> replicated   a convolution's HWIO kernel, like embed x mlp
                                               (the spatial dims are never sharded)
     expert   -> fsdp           the experts of an MoE layer (expert parallelism over an existing
@@ -33,6 +36,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pax_eqx.config import ConfigError
 from pax_eqx.sharding.logical import LogicalAxes, logical_axes
+from pax_eqx.sharding.mesh import AXES
 
 DEFAULT_RULES: tuple[str, ...] = (
     "batch=data+fsdp",
@@ -42,7 +46,7 @@ DEFAULT_RULES: tuple[str, ...] = (
     "kv_heads=tensor",
     "vocab=tensor",
     "kv=",
-    "layers=",
+    "layers=stage",
     "seq=",
     "conv_in=",
     "conv_out=fsdp",
@@ -59,9 +63,9 @@ def parse_rules(rules: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
             raise ConfigError(f"mesh.rules entry {rule!r} must look like 'embed=fsdp' or 'kv=' (replicated).")
         table[name.strip()] = tuple(a.strip() for a in axes.split("+") if a.strip())
     for name, axes in table.items():
-        bad = [a for a in axes if a not in ("data", "fsdp", "tensor")]
+        bad = [a for a in axes if a not in AXES]
         if bad:
-            raise ConfigError(f"mesh.rules maps {name!r} to unknown mesh axes {bad}; use data, fsdp, tensor.")
+            raise ConfigError(f"mesh.rules maps {name!r} to unknown mesh axes {bad}; use {', '.join(AXES)}.")
     return table
 
 
