@@ -1,0 +1,188 @@
+"""Importing Paxml checkpoints (pax_eqx.checkpoint.pax_import, `python -m pax_eqx.import_pax`).
+
+The fixtures in tests/fixtures/paxml/ were written by Paxml 1.4 itself (generate_fixtures.py): a
+tiny TransformerLm trained 3 steps, with a StackedTransformerRepeated or a StackedTransformer,
+separate or combined QKV, and the logits Praxis computes for fixed ids. The imported model must
+give those logits (<= 1e-5) in both of pax_eqx's stack forms; a model that does not fit is refused
+with every misfit listed in one error; and the command line imports a checkpoint that `train`
+resumes and fine-tunes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pax_eqx.checkpoint.pax_import import (
+    PaxImportError,
+    adam_moments,
+    read_checkpoint,
+    to_model_params,
+    with_adam_moments,
+)
+from pax_eqx.layers.base import Context
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "paxml"
+sys.path.insert(0, str(FIXTURES))
+import pax_experiment  # noqa: E402
+
+FORMS = ("repeated", "repeated_qkv", "layers", "layers_qkv")
+
+
+def _meta(form: str) -> dict:
+    return json.loads((FIXTURES / form / "meta.json").read_text())
+
+
+def _imported(form: str, repeat: bool):
+    model = pax_experiment.model_config(_meta(form), repeat=repeat).build(jax.random.PRNGKey(0))
+    params, static = eqx.partition(model, eqx.is_array)
+    new = to_model_params(read_checkpoint(FIXTURES / form).params, params)
+    return eqx.combine(jax.tree.map(jnp.asarray, new), static)
+
+
+@pytest.mark.parametrize("repeat", [True, False], ids=["scanned", "list"])
+@pytest.mark.parametrize("form", FORMS)
+def test_the_imported_model_gives_pax_logits(form, repeat):
+    expected = np.load(FIXTURES / form / "expected.npz")
+    logits, _ = _imported(form, repeat)(jnp.asarray(expected["ids"]), Context())
+    np.testing.assert_allclose(np.asarray(logits), expected["logits"], rtol=0, atol=1e-5)
+
+
+def test_the_checkpoint_is_read_with_its_step_and_adam_moments():
+    pax = read_checkpoint(FIXTURES / "repeated" / "checkpoints")
+    assert pax.directory.name == "checkpoint_00000003" and pax.step == 3 and pax.adam_count == 3
+    w = pax.params["lm.transformer.repeat.sub.x_layers_0.self_attention.query.w"]
+    assert w.shape == (2, 16, 2, 8)  # [x_times, D, N, H]
+    assert set(pax.moments["m"]) == set(pax.params) == set(pax.moments["v"])
+
+
+def test_adam_moments_become_optax_uncorrected_moments():
+    import optax
+
+    pax = read_checkpoint(FIXTURES / "layers")
+    model = pax_experiment.model_config(_meta("layers")).build(jax.random.PRNGKey(0))
+    params = eqx.filter(model, eqx.is_array)
+    mu, nu, count = adam_moments(pax, params, b1=0.9, b2=0.99)
+    m = pax.moments["m"]["lm.final_ln.scale"]
+    np.testing.assert_allclose(mu.final_norm.scale, m * (1 - 0.9**3), rtol=1e-6)
+    v = pax.moments["v"]["lm.transformer.x_layers_1.self_attention.post.w"]
+    np.testing.assert_allclose(nu.stack.layers[1].attention.w_o, np.transpose(v, (1, 2, 0)) * (1 - 0.99**3), rtol=1e-6)
+    state = optax.chain(optax.scale_by_adam(), optax.scale_by_learning_rate(1.0)).init(params)
+    state, replaced = with_adam_moments(state, mu, nu, count)
+    assert replaced == 1 and int(state[0].count) == 3
+
+
+def _problems(error: PaxImportError) -> list[str]:
+    return [line.strip() for line in str(error).splitlines()[1:-1]]
+
+
+def test_shapes_that_differ_are_listed_in_one_error():
+    meta = {**_meta("layers"), "hidden_dims": 64}
+    model = pax_experiment.model_config(meta).build(jax.random.PRNGKey(0))
+    with pytest.raises(PaxImportError) as caught:
+        to_model_params(read_checkpoint(FIXTURES / "layers").params, eqx.filter(model, eqx.is_array))
+    problems = _problems(caught.value)
+    # ff_in's weight and bias and ff_out's weight, in each of the two layers
+    assert len(problems) == 6, problems
+    assert (
+        "model parameter stack.layers[0].ff_in.linear.w (16, 64): Praxis variable "
+        "lm.transformer.x_layers_0.ff_layer.ffn_layer1.linear.w gives shape (16, 32)" in problems
+    )
+    assert "--model.hidden-dims" in str(caught.value)
+
+
+def test_variables_without_counterpart_and_parameters_without_value_are_listed():
+    pax = read_checkpoint(FIXTURES / "repeated_qkv").params
+    pax = {**pax, "lm.transformer.repeat.sub.x_layers_0.self_attention.relative_bias.w": np.zeros((2, 4))}
+    meta = {**_meta("repeated_qkv"), "per_dim_scale": True}  # a parameter the checkpoint does not have
+    model = pax_experiment.model_config(meta).build(jax.random.PRNGKey(0))
+    with pytest.raises(PaxImportError) as caught:
+        to_model_params(pax, eqx.filter(model, eqx.is_array))
+    problems = _problems(caught.value)
+    assert problems == [
+        "model parameter stack.layers.attention.per_dim_scale (2, 8): no Praxis variable gives it",
+        "Praxis variable lm.transformer.repeat.sub.x_layers_0.self_attention.relative_bias.w (2, 4): no "
+        "counterpart in the model",
+    ]
+
+
+def test_a_model_without_biases_lists_every_bias():
+    meta = _meta("layers_qkv")
+    cfg = pax_experiment.model_config(meta)
+    cfg = cfg.replace(block=cfg.block.replace(attention=cfg.block.attention.replace(use_bias=False)))
+    with pytest.raises(PaxImportError) as caught:
+        to_model_params(
+            read_checkpoint(FIXTURES / "layers_qkv").params, eqx.filter(cfg.build(jax.random.PRNGKey(0)), eqx.is_array)
+        )
+    problems = _problems(caught.value)
+    assert sorted(problems) == sorted(
+        f"Praxis variable lm.transformer.x_layers_{i}.self_attention.{name} ({shape}): no counterpart in the model"
+        for i in (0, 1)
+        for name, shape in (("combined_qkv.b", "3, 2, 8"), ("post.b", "16,"))
+    )
+
+
+def test_a_missing_checkpoint_is_a_user_error(tmp_path):
+    from pax_eqx.config import ConfigError
+
+    with pytest.raises(ConfigError, match="holds no Paxml checkpoint"):
+        read_checkpoint(tmp_path)
+
+
+# ------------------------------------------------------------------------------ command line
+
+
+def _run(module: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", module, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.fixture
+def spm_model(tmp_path) -> str:
+    """A 32-token SentencePiece model (the fixtures' vocabulary size)."""
+    from pax_eqx.data import TokenizerConfig
+    from pax_eqx.data.tokenizers import train_sentencepiece
+
+    letters = "abcdefghijklmnopqrstuvwxyz. "
+    lines = [" ".join(letters[(i * 7 + j) % len(letters)] * (1 + j % 3) for j in range(20)) for i in range(200)]
+    proto = train_sentencepiece(lines, TokenizerConfig(kind="sentencepiece", vocab_size=32, model_type="char"))
+    path = tmp_path / "spm.model"
+    path.write_bytes(proto)
+    return str(path)
+
+
+def test_import_then_fine_tune_through_the_command_line(tmp_path, spm_model):
+    out = tmp_path / "run"
+    flags = ["--exp", "pax_experiment.tiny_pax_lm", "--job-log-dir", str(out), "--data.tokenizer.model-path", spm_model]
+    imported = _run("pax_eqx.import_pax", "--pax-checkpoint", str(FIXTURES / "layers"), *flags)
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    assert "Imported step 3" in imported.stdout
+    assert "warning" not in imported.stderr  # the learner matches: Adam's moments were imported
+    assert sorted(os.listdir(out / "checkpoints")) == ["3"]
+
+    trained = _run("pax_eqx.train", *flags, "--train.num-steps", "5")
+    assert trained.returncode == 0, trained.stdout + trained.stderr
+    assert "Resuming tiny_pax_lm from checkpoint at step 3" in trained.stdout
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert 4 in steps and 5 in steps and min(steps) > 3
+    assert "5" in os.listdir(out / "checkpoints")
+
+
+def test_the_command_line_refuses_a_model_that_does_not_fit(tmp_path, spm_model):
+    out = tmp_path / "run"
+    flags = ["--exp", "pax_experiment.tiny_pax_lm", "--job-log-dir", str(out), "--data.tokenizer.model-path", spm_model]
+    result = _run("pax_eqx.import_pax", "--pax-checkpoint", str(FIXTURES / "repeated_qkv"), *flags)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "error: the Paxml checkpoint does not fit the experiment's model" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()  # nothing was written
