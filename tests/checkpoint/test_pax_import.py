@@ -161,9 +161,19 @@ def spm_model(tmp_path) -> str:
     return str(path)
 
 
+def _flags(out: Path, spm_model: str) -> list[str]:
+    """The experiment, with data parallelism over every (fake) device, as tests/programs/tiny.py."""
+    n = jax.device_count()
+    batch = str(max(4, n))
+    return [
+        "--exp", "pax_experiment.tiny_pax_lm", "--job-log-dir", str(out), "--data.tokenizer.model-path", spm_model,
+        "--mesh.ici-mesh-shape", str(n), "1", "1", "--data.train.batch-size", batch, "--data.eval.batch-size", batch,
+    ]  # fmt: skip
+
+
 def test_import_then_fine_tune_through_the_command_line(tmp_path, spm_model):
     out = tmp_path / "run"
-    flags = ["--exp", "pax_experiment.tiny_pax_lm", "--job-log-dir", str(out), "--data.tokenizer.model-path", spm_model]
+    flags = _flags(out, spm_model)
     imported = _run("pax_eqx.import_pax", "--pax-checkpoint", str(FIXTURES / "layers"), *flags)
     assert imported.returncode == 0, imported.stdout + imported.stderr
     assert "Imported step 3" in imported.stdout
@@ -180,7 +190,7 @@ def test_import_then_fine_tune_through_the_command_line(tmp_path, spm_model):
 
 def test_the_command_line_refuses_a_model_that_does_not_fit(tmp_path, spm_model):
     out = tmp_path / "run"
-    flags = ["--exp", "pax_experiment.tiny_pax_lm", "--job-log-dir", str(out), "--data.tokenizer.model-path", spm_model]
+    flags = _flags(out, spm_model)
     result = _run("pax_eqx.import_pax", "--pax-checkpoint", str(FIXTURES / "repeated_qkv"), *flags)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "error: the Paxml checkpoint does not fit the experiment's model" in result.stderr
