@@ -179,6 +179,7 @@ def test_import_then_fine_tune_through_the_command_line(tmp_path, spm_model):
     assert "Imported step 3" in imported.stdout
     assert "warning" not in imported.stderr  # the learner matches: Adam's moments were imported
     assert sorted(os.listdir(out / "checkpoints")) == ["3"]
+    _check_restores_as_pax(flags)
 
     trained = _run("pax_eqx.train", *flags, "--train.num-steps", "5")
     assert trained.returncode == 0, trained.stdout + trained.stderr
@@ -186,6 +187,26 @@ def test_import_then_fine_tune_through_the_command_line(tmp_path, spm_model):
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert 4 in steps and 5 in steps and min(steps) > 3
     assert "5" in os.listdir(out / "checkpoints")
+
+
+def _check_restores_as_pax(flags: list[str]) -> None:
+    """What eval and decode restore from the imported job dir is Pax's model at step 3: Pax's
+    logits, and Adam's moments at Praxis' update count."""
+    import optax
+
+    from pax_eqx.programs import cli
+    from pax_eqx.programs.restore import restore_for_inference
+
+    exp, job_dir, _ = cli.parse(flags, "test", "test")
+    rt, state, step = restore_for_inference(exp, job_dir)
+    assert step == 3 and int(state.step) == 3
+    expected = np.load(FIXTURES / "layers" / "expected.npz")
+    logits, _ = rt.programs.task.model(state.params)(jnp.asarray(expected["ids"]), Context())
+    np.testing.assert_allclose(np.asarray(logits), expected["logits"], rtol=0, atol=1e-5)
+    adam = [s for s in jax.tree.leaves(state.opt_state, is_leaf=lambda n: isinstance(n, optax.ScaleByAdamState))
+            if isinstance(s, optax.ScaleByAdamState)]  # fmt: skip
+    assert len(adam) == 1 and int(adam[0].count) == 3
+    assert float(jnp.abs(adam[0].mu.final_norm.scale).max()) > 0
 
 
 def test_the_command_line_refuses_a_model_that_does_not_fit(tmp_path, spm_model):
