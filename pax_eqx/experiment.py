@@ -138,6 +138,7 @@ class ExperimentConfig(Config):
         self.decode.validate(modes=False)  # the decode program checks what its mode reads
         self.profile.validate()
         self.mesh.validate(num_devices)
+        self._check_pipeline_mesh()
         if isinstance(self.model, LanguageModelConfig | SequenceModelConfig):
             self._check_sequence_data()
         if self.train.sample_at_end and not self.model.decodes:
@@ -158,6 +159,24 @@ class ExperimentConfig(Config):
         (a decaying schedule's decay_end 0 becomes train.num_steps). `learner` itself keeps the 0,
         so `--train.num-steps` moves the decay's end and config.json stores what was chosen."""
         return self.learner.resolve(self.train.num_steps)
+
+    def _check_pipeline_mesh(self) -> None:
+        """The mesh's stage axis is the model's pipeline stages (or 1: every stage on each device)."""
+        pipeline = getattr(self.model, "pipeline", None)
+        stages = pipeline.num_stages if pipeline is not None else 1
+        mesh_stages = self.mesh.num_stages
+        if mesh_stages > 1 and stages == 1:
+            raise ConfigError(
+                f"mesh.ici_mesh_shape {self.mesh.ici_mesh_shape} x mesh.dcn_mesh_shape {self.mesh.dcn_mesh_shape} has "
+                f"a stage axis of {mesh_stages}, but the model is not pipelined (model.pipeline.num_stages=1), so "
+                f"those devices would repeat each other's work; set --model.pipeline.num-stages {mesh_stages} or "
+                "give 3-entry (data, fsdp, tensor) mesh shapes."
+            )
+        if mesh_stages > 1 and mesh_stages != stages:
+            raise ConfigError(
+                f"model.pipeline.num_stages={stages} but the mesh's stage axis is {mesh_stages} (mesh.ici_mesh_shape"
+                f" {self.mesh.ici_mesh_shape} x mesh.dcn_mesh_shape {self.mesh.dcn_mesh_shape}); make them equal."
+            )
 
     def _check_sequence_data(self) -> None:
         """A token model's data: the right kind (LM rows or seq2seq pairs), lengths that fit."""
@@ -200,4 +219,13 @@ def check_batch_divisible(exp: ExperimentConfig, num_hosts: int, divisor: int) -
                 + (f" / learner.num_microbatches={micro}" if micro > 1 else "")
                 + f" = {global_batch} is not divisible by the mesh's data x fsdp = {divisor}; "
                 "change the batch size or the mesh shape."
+            )
+        pipeline = getattr(exp.model, "pipeline", None)
+        if pipeline is not None and pipeline.enabled and global_batch % (pipeline.num_microbatches * divisor):
+            raise ConfigError(
+                f"data.{split}.batch_size={per_host} x {num_hosts} host(s)"
+                + (f" / learner.num_microbatches={micro}" if micro > 1 else "")
+                + f" = {global_batch} does not split into model.pipeline.num_microbatches={pipeline.num_microbatches}"
+                f" microbatches of a multiple of the mesh's data x fsdp = {divisor} rows; change the batch size or "
+                "num_microbatches."
             )

@@ -60,8 +60,9 @@ class PipelineConfig(Config):
     circular_repeat: 1 = GPipe (stage s holds layers [s * L / S, (s + 1) * L / S)); R > 1 = the
       circular schedule: S * R chunks of layers, chunk c on stage c % S, each microbatch goes
       round the stages R times (needs num_microbatches >= num_stages).
-    remat_stage: keep only each stage's input of every iteration and recompute the stage in the
-      backward pass (the stack's remat_policy still applies to each layer of that recompute).
+    remat_stage: apply the stack's remat_policy to each stage's iteration as a whole (Pax's
+      pipeline: CHECKPOINT_POLICY remats the iteration body, keeping its input) instead of to
+      each layer; with "full" only every iteration's stage input is kept for the backward pass.
     """
 
     num_stages: int = 1
@@ -135,9 +136,10 @@ def run_pipeline(
     """Applies the stack's layers to `x` [batch, ...] with the schedule of `cfg`.
 
     stage_fn(stage_units, h, stage_inputs, key) -> (h, summaries, aux_losses): one stage's work
-      on one microbatch: `stage_units` are the stage's layers (a leading [n] axis), h
-      [microbatch, ...], `stage_inputs` the microbatch's rows of `inputs`; summaries have a
-      leading [n] axis, aux losses are scalars summed over the stage's layers.
+      on one microbatch (rematerialised as the caller chose): `stage_units` are the stage's
+      layers (a leading [n] axis), h [microbatch, ...], `stage_inputs` the microbatch's rows of
+      `inputs`; summaries have a leading [n] axis, aux losses are scalars summed over the
+      stage's layers.
     units: the stack's weights, every leaf with a leading [num_units] axis in layer order.
     inputs: per-example arrays [batch, ...] every layer reads (segment ids, positions, paddings).
     key: split into one key per (iteration, stage); None when the layers draw no randomness.
@@ -152,7 +154,9 @@ def run_pipeline(
     n = jax.tree.leaves(units)[0].shape[0] // cfg.num_chunks
     # [num_units] in layer order = [repeat, stage, n]; stage-major for the stage axis.
     weights = _on_stage(jax.tree.map(lambda a: a.reshape(r, s, n, *a.shape[1:]).swapaxes(0, 1), units))
-    micro = lambda a: a.reshape(m, batch // m, *a.shape[1:])
+    # Microbatch j is rows j, j + M, j + 2M, ... (Praxis' layout): the batch's sharding over the
+    # data axes stays on the microbatch's rows, and every data shard holds part of every microbatch.
+    micro = lambda a: a.reshape(batch // m, m, *a.shape[1:]).swapaxes(0, 1)
     buffer = micro(x)  # stage 0's inputs; the last stage's outputs are written back in place
     inputs = jax.tree.map(micro, inputs)
     stages = jnp.arange(s)
@@ -163,9 +167,6 @@ def run_pipeline(
     def one_stage(stage_weights, repeat, h, stage_inputs, stage_key):
         chunk = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, repeat, 0, keepdims=False), stage_weights)
         return stage_fn(chunk, h, stage_inputs, stage_key)
-
-    if cfg.remat_stage:
-        one_stage = jax.checkpoint(one_stage, policy=jax.checkpoint_policies.nothing_saveable)
 
     def iteration(carry, xs):
         state, buffer = carry
@@ -197,7 +198,7 @@ def run_pipeline(
     per_layer = lambda a: a[t_index, s_index].mean(axis=2).reshape(r * s * n, *a.shape[3:])  # [R, S, n] -> order
     summaries = {name: per_layer(value) for name, value in summaries.items()}
     aux = {name: value[t_index, s_index].sum(axis=(0, 1)).mean() for name, value in aux.items()}
-    return buffer.reshape(batch, *buffer.shape[2:]), summaries, aux
+    return buffer.swapaxes(0, 1).reshape(batch, *buffer.shape[2:]), summaries, aux
 
 
 def _on_stage(tree: Any) -> Any:

@@ -185,6 +185,11 @@ class StackedTransformerConfig(Config):
                     "StackedTransformerConfig.pipeline needs repeat=True: the stages are slices of the stacked "
                     "[num_layers, ...] weights."
                 )
+            if self.pipeline.remat_stage and self.remat_policy == "none":
+                raise ConfigError(
+                    "StackedTransformerConfig.pipeline.remat_stage=True has no effect with remat_policy='none' "
+                    "(nothing is rematerialised); choose a remat_policy or set remat_stage=False."
+                )
             num_blocks = self.num_layers // self.block_size
             self.pipeline.check(num_units=num_blocks, prefix="StackedTransformerConfig.pipeline")
             per_stage = num_blocks // self.pipeline.num_chunks
@@ -401,14 +406,18 @@ class StackedTransformerRepeated(eqx.Module):
             )
         per_example = {n: v for n, v in kwargs.items() if v is not None}
 
+        # The remat policy applies to each layer, or (remat_stage) to each stage's iteration whole.
+        per_stage = self.pipeline.remat_stage
+        layer_policy, stage_policy = ("none", self.remat_policy) if per_stage else (self.remat_policy, "none")
+
         def stage(stage_params, h, stage_inputs, stage_key):
             n = jax.tree.leaves(stage_params)[0].shape[0]
             keys = None if stage_key is None else jax.random.split(stage_key, n)
-            body = _remat(self._body(static, ctx, stage_inputs), self.remat_policy, prevent_cse=False)
+            body = _remat(self._body(static, ctx, stage_inputs), layer_policy, prevent_cse=False)
             h, (_, summaries, aux) = jax.lax.scan(body, h, (stage_params, keys, None), unroll=self.unroll)
             return h, summaries, {name: jnp.sum(value) for name, value in aux.items()}
 
-        return run_pipeline(stage, params, x, per_example, key, self.pipeline)
+        return run_pipeline(_remat(stage, stage_policy, prevent_cse=False), params, x, per_example, key, self.pipeline)
 
     def init_cache(self, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
         attention = self.block[0].attention

@@ -144,6 +144,11 @@ class LanguageModelConfig(ModelConfig):
                     "[num_layers, ...] layer weights."
                 )
             self.pipeline.check(num_units=self.num_layers // max(self.moe_layer_interval, 1), prefix="model.pipeline")
+            if self.pipeline.remat_stage and self.remat_policy == "none":
+                raise ConfigError(
+                    "model.pipeline.remat_stage=True has no effect with model.remat_policy='none' (nothing is "
+                    "rematerialised); choose a remat_policy (e.g. full) or set remat_stage=False."
+                )
 
     def build(self, key: PRNGKeyArray) -> LanguageModel:
         self.validate()

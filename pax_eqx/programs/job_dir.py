@@ -44,10 +44,11 @@ from pax_eqx.config import ConfigError
 # Config fields (dotted prefixes) a resumed run may change freely: run length, logging, eval
 # settings, the mesh (checkpoints reshard), decoding and profiling, and how much memory a step
 # takes (what is recomputed, logits a chunk at a time, the batch in sequential parts): the
-# flags the out-of-memory message suggests change no array of the state.
+# flags the out-of-memory message suggests change no array of the state. So does pipelining:
+# a pipelined stack keeps the same [num_layers, ...] weights.
 _RESUMABLE = (
     "train.", "checkpoint.", "decode.", "mesh.", "name:", "profile.", "data.eval.", "model.remat_policy:",
-    "model.loss_chunk_size:", "learner.num_microbatches:",
+    "model.loss_chunk_size:", "learner.num_microbatches:", "model.pipeline.",
 )  # fmt: skip
 
 
