@@ -26,6 +26,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 from pax_eqx.programs import entry
 
@@ -70,13 +71,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pax_eqx.checkpoint import Checkpointer
     from pax_eqx.checkpoint.pax_import import describe, read_checkpoint
     from pax_eqx.programs.compiled import Programs
-    from pax_eqx.programs.job_dir import JobDirError, exclusive, prepare, write_config
+    from pax_eqx.programs.job_dir import exclusive, prepare, write_config
     from pax_eqx.programs.runtime import build_task
     from pax_eqx.sharding.distributed import initialize
     from pax_eqx.sharding.mesh import build_mesh
 
     initialize()
     exp.validate(num_devices=jax.device_count())
+    _refuse_checkpoints(Checkpointer(Path(job_dir) / "checkpoints", read_only=True), Path(job_dir))
     pax = read_checkpoint(ns.pax_checkpoint)  # a missing or unreadable checkpoint: before OUT is touched
     print(f"Read the Paxml checkpoint {describe(pax)}.", flush=True)
     programs = Programs(build_task(exp), build_mesh(exp.mesh), exp.mesh.rules)
@@ -85,11 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with exclusive(path, lock=jax.process_index() == 0):
         ckpt = Checkpointer(path / "checkpoints", exp.checkpoint)
         try:
-            if ckpt.committed_steps():
-                raise JobDirError(
-                    f"--job-log-dir {str(path)!r} already holds checkpoints (steps {ckpt.committed_steps()}); import "
-                    "into a new --job-log-dir."
-                )
+            _refuse_checkpoints(ckpt, path)  # again, under the lock: a trainer may have started meanwhile
             ckpt.save(pax.step, state, None, force=True)
             ckpt.wait_until_finished()
         finally:
@@ -137,15 +135,26 @@ def _imported_state(exp, programs, pax):
                 opt_state = state.opt_state
                 _warn(f"the learner has {replaced} Adam states, not one")
     opt_state = with_schedule_count(opt_state, pax.step)
-    new = TrainState(
-        step=jax.numpy.asarray(pax.step, state.step.dtype),
+    shardings = programs.state_shardings
+    params = jax.device_put(params, shardings.params)  # host arrays onto the state's shardings
+    return TrainState(
+        step=jax.device_put(jax.numpy.asarray(pax.step, state.step.dtype), shardings.step),
         params=params,
         nt_state=state.nt_state,
-        opt_state=opt_state,
+        opt_state=jax.device_put(opt_state, shardings.opt_state),
         ema=None if state.ema is None else params,
         key=state.key,
     )
-    return jax.device_put(new, programs.state_shardings)
+
+
+def _refuse_checkpoints(ckpt, path) -> None:
+    from pax_eqx.programs.job_dir import JobDirError
+
+    if ckpt.committed_steps():
+        raise JobDirError(
+            f"--job-log-dir {str(path)!r} already holds checkpoints (steps {ckpt.committed_steps()}); import into a "
+            "new --job-log-dir."
+        )
 
 
 def _warn(reason: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -217,3 +218,20 @@ def test_the_command_line_refuses_a_model_that_does_not_fit(tmp_path, spm_model)
     assert "error: the Paxml checkpoint does not fit the experiment's model" in result.stderr
     assert "Traceback" not in result.stderr
     assert not out.exists()  # nothing was written
+
+
+def test_without_adam_moments_the_optimizer_starts_afresh_with_a_warning(tmp_path, spm_model):
+    from pax_eqx import import_pax
+    from pax_eqx.programs.job_dir import JobDirError
+
+    source = tmp_path / "pax" / "checkpoints" / "checkpoint_00000003"
+    shutil.copytree(FIXTURES / "layers" / "checkpoints" / "checkpoint_00000003", source)
+    for state in (source / "state").iterdir():
+        if state.name.startswith("opt_states"):
+            shutil.rmtree(state)
+    out = tmp_path / "run"
+    with pytest.warns(import_pax.PaxImportWarning, match="holds no Adam moments .* starts afresh"):
+        assert import_pax.main(["--pax-checkpoint", str(tmp_path / "pax"), *_flags(out, spm_model)]) == 0
+    assert sorted(os.listdir(out / "checkpoints")) == ["3"]
+    with pytest.raises(JobDirError, match="already holds checkpoints"):
+        import_pax.main(["--pax-checkpoint", str(tmp_path / "pax"), *_flags(out, spm_model)])
