@@ -67,9 +67,11 @@ from pax_eqx.config import ConfigError, MissingFileError
 _STEP_DIR = re.compile(r"^checkpoint_(\d+)$")
 _PARAMS = "mdl_vars.params."
 # opt_states_<learner>.<no_prefix|p#..>_<k>.<m|v>.params.<var>, or opt_states_<learner>_<k>.<m|v>...
-# (Praxis vectorises the optimizer states of repeated layers under a `p#<n>#i-1` prefix).
-_MOMENT = re.compile(r"^opt_states_0(?:\.[^.]*_|_)(\d+)\.(m|v)\.params\.(.+)$")
-_COUNT = re.compile(r"^opt_states_0(?:\.[^.]*_|_)(\d+)\.count$")
+# (Praxis vectorises the optimizer states of repeated layers under a `p#<n>#i-1` prefix); with
+# OCDBT the separators are dots (opt_states.0.2.m.params...).
+_OPT = r"^opt_states[._]0[._](?:(?:no_prefix|p#[^.]*)[._])?(\d+)\."
+_MOMENT = re.compile(_OPT + r"(m|v)\.params\.(.+)$")
+_COUNT = re.compile(_OPT + r"count$")
 _MAX_LISTED = 40
 
 

@@ -66,6 +66,33 @@ def test_the_checkpoint_is_read_with_its_step_and_adam_moments():
     assert set(pax.moments["m"]) == set(pax.params) == set(pax.moments["v"])
 
 
+def test_an_ocdbt_checkpoint_is_read_like_the_default_layout(tmp_path):
+    """Paxml with --tensorstore_use_ocdbt keeps the same arrays as keys of one OCDBT store in
+    state/, its optimizer states named with dots (opt_states.0.2.m.params...: what Paxml 1.4 wrote
+    when tried); the store is rebuilt here from the `layers` fixture, which is too small a model to
+    be worth a second 240 KB fixture."""
+    import tensorstore as ts
+
+    source = FIXTURES / "layers" / "checkpoints" / "checkpoint_00000003" / "state"
+    state = tmp_path / "checkpoints" / "checkpoint_00000003" / "state"
+    state.mkdir(parents=True)
+    base = {"driver": "ocdbt", "base": f"file://{state}"}
+    for entry in source.iterdir():
+        if not (entry / ".zarray").exists():
+            continue
+        value = ts.open({"driver": "zarr", "kvstore": {"driver": "file", "path": str(entry)}}).result().read().result()
+        name = entry.name.replace("opt_states_0_", "opt_states.0.")
+        spec = {"driver": "zarr", "kvstore": {**base, "path": name}}
+        ts.open(spec, create=True, dtype=value.dtype, shape=value.shape).result().write(value).result()
+    assert (state / "manifest.ocdbt").exists()
+    ocdbt, default = read_checkpoint(tmp_path), read_checkpoint(FIXTURES / "layers")
+    assert (ocdbt.step, ocdbt.adam_count) == (default.step, default.adam_count) == (3, 3)
+    for got, want in ((ocdbt.params, default.params), (ocdbt.moments["v"], default.moments["v"])):
+        assert sorted(got) == sorted(want)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+
+
 def test_adam_moments_become_optax_uncorrected_moments():
     import optax
 
