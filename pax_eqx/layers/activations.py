@@ -10,6 +10,7 @@ without a type registry. Gated variants (GeGLU, SwiGLU) are an MLP property (`ga
 from __future__ import annotations
 
 import difflib
+import math
 import typing
 from collections.abc import Callable
 from typing import Literal
@@ -38,7 +39,7 @@ def _fn(name: str, negative_slope: float | None) -> Callable[[Array], Array]:
         "tanh": jnp.tanh,
         # Praxis' GELU defaults to the tanh approximation; "gelu_exact" is the erf form.
         "gelu": lambda x: jax.nn.gelu(x, approximate=True),
-        "gelu_exact": lambda x: jax.nn.gelu(x, approximate=False),
+        "gelu_exact": _gelu_exact,
         "silu": jax.nn.silu,
         "swish": jax.nn.silu,
         "softplus": jax.nn.softplus,
@@ -47,6 +48,17 @@ def _fn(name: str, negative_slope: float | None) -> Callable[[Array], Array]:
 
 
 _DEFAULT_NEGATIVE_SLOPE = 0.01
+
+
+def _gelu_exact(x: Array) -> Array:
+    """x * Phi(x) = x (1 + erf(x / sqrt 2)) / 2, as written (PyTorch's and Praxis' exact GELU).
+
+    Not `jax.nn.gelu(approximate=False)`, which computes Phi through erfc for accuracy in the far
+    negative tail (|x| > 5, where GELU is below 1e-6 anyway): XLA expands erfc on CPU into an
+    exponential and two branches that cost about as much as the layer's matmuls (measured,
+    docs/performance.md "CPU"), while erf is one polynomial. The two agree to 1e-6 absolute.
+    """
+    return 0.5 * x * (1.0 + jax.lax.erf(x * (1.0 / math.sqrt(2.0))))
 
 
 @config

@@ -36,6 +36,7 @@ from pax_eqx.config import Config, ConfigError, check_range, config
 from pax_eqx.layers import attention_kernels as kernels
 from pax_eqx.layers.base import LAYER_STATISTICS_VERBOSITY, Context
 from pax_eqx.layers.initializers import WeightInit
+from pax_eqx.layers.linears import dense
 from pax_eqx.layers.position_embeddings import apply_rotary
 
 _DEFAULT_ROTARY_MAX_TIMESCALE = 10_000.0
@@ -152,14 +153,20 @@ def _project(
     x: Float[Array, "batch time embed"], w: Float[Array, "embed heads head_dim"]
 ) -> Float[Array, "batch time heads head_dim"]:
     """x @ w per head, in x's dtype. A function of both arrays so the shape check ties x's
-    embed to the weight's (jaxtyping does not relate arguments to field annotations)."""
-    return jnp.einsum("btd,dnh->btnh", x, w.astype(x.dtype))
+    embed to the weight's (jaxtyping does not relate arguments to field annotations). One 2-D
+    matmul (`linears.dense`: its weight gradient compiles without a transposing copy on CPU)."""
+    d, n, h = w.shape
+    return dense(x, w.reshape(d, n * h)).reshape(*x.shape[:-1], n, h)
 
 
 def _project_combined(
     x: Float[Array, "batch time embed"], w: Float[Array, "3 embed heads head_dim"]
-) -> Float[Array, "3 batch time heads head_dim"]:
-    return jnp.einsum("btd,cdnh->cbtnh", x, w.astype(x.dtype))
+) -> Float[Array, "batch time 3 heads head_dim"]:
+    """q, k and v side by side, from one [embed, 3 * heads * head_dim] matmul (in the layout
+    the matmul writes: taking q, k, v out of it is a slice, and its gradient a concatenation
+    rather than a transpose)."""
+    c, d, n, h = w.shape
+    return dense(x, jnp.moveaxis(w, 0, 1).reshape(d, c * n * h)).reshape(*x.shape[:-1], c, n, h)
 
 
 class Attention(eqx.Module):
@@ -259,7 +266,8 @@ class Attention(eqx.Module):
         one fused matmul with `combine_qkv`."""
         if self.w_qkv is None:
             return self.project_q(x, positions), *self.project_kv(x, positions)
-        q, k, v = checkpoint_name(_project_combined(x, self.w_qkv), "combined_qkv_proj")
+        qkv = checkpoint_name(_project_combined(x, self.w_qkv), "combined_qkv_proj")
+        q, k, v = qkv[..., 0, :, :], qkv[..., 1, :, :], qkv[..., 2, :, :]
         return self._finish_q(q, positions), *self._finish_kv(k, v, positions)
 
     def _finish_q(self, q: Array, positions: Array | None) -> Array:
@@ -291,7 +299,9 @@ class Attention(eqx.Module):
 
     def _output(self, o: Float[Array, "batch time heads head_dim"]) -> Float[Array, "batch time embed"]:
         o = checkpoint_name(o, "context")
-        y = checkpoint_name(jnp.einsum("btnh,nhd->btd", o, self.w_o.astype(o.dtype)), "out_proj")
+        n, h, d = self.w_o.shape
+        y = dense(o.reshape(*o.shape[:-2], n * h), self.w_o.reshape(n * h, d))
+        y = checkpoint_name(y, "out_proj")
         return y if self.b_o is None else y + self.b_o.astype(o.dtype)
 
     # Full-sequence forward -----------------------------------------------------------------

@@ -23,6 +23,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from pax_eqx.config import Config, check_range, config, require_positive
 from pax_eqx.layers.chunked_xent import chunked_softmax_xent
 from pax_eqx.layers.initializers import WeightInit, gaussian
+from pax_eqx.layers.linears import dense
 
 
 @config
@@ -100,7 +101,7 @@ class FullSoftmax(eqx.Module):
         self.label_smoothing_prob = cfg.label_smoothing_prob
 
     def logits(self, x: Float[Array, "*batch embed"]) -> Float[Array, "*batch vocab"]:
-        logits = jnp.einsum("...d,dv->...v", x, self.w.astype(x.dtype))
+        logits = dense(x, self.w)
         if self.b is not None:
             logits = logits + self.b.astype(x.dtype)
         return soft_cap(logits, self.soft_cap_logits)
@@ -170,7 +171,7 @@ class SharedEmbeddingSoftmax(eqx.Module):
         return _lookup(self.w, ids, self.scale_sqrt_depth)
 
     def logits(self, x: Float[Array, "*batch embed"]) -> Float[Array, "*batch vocab"]:
-        logits = jnp.einsum("...d,vd->...v", x, self.w.astype(x.dtype))
+        logits = dense(x, self.w.T)
         if self.b is not None:
             logits = logits + self.b.astype(x.dtype)
         return soft_cap(logits, self.soft_cap_logits)

@@ -80,3 +80,15 @@ def test_gated_presets():
 def test_unknown_activation_name_fails_when_built():
     with pytest.raises(ConfigError, match="'gleu'.*'gelu'"):
         ActivationConfig(name="gleu").build()
+
+
+def test_gelu_exact_gradient_matches_its_derivative_and_jax_erfc_form():
+    """The erf form (cheap on CPU) is the same function as jax's erfc form, and its gradient is
+    Phi(x) + x phi(x)."""
+    x = np.linspace(-10.0, 10.0, 2001)
+    act = ActivationConfig(name="gelu_exact").build()
+    xs = jnp.asarray(x, jnp.float32)
+    np.testing.assert_allclose(act(xs), jax.nn.gelu(xs, approximate=False), rtol=1e-5, atol=1e-6)
+    grad = jax.vmap(jax.grad(act))(xs)
+    phi = np.exp(-0.5 * x**2) / math.sqrt(2.0 * math.pi)
+    np.testing.assert_allclose(grad, 0.5 * (1.0 + _erf(x / math.sqrt(2.0))) + x * phi, rtol=1e-5, atol=1e-6)
