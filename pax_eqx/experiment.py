@@ -221,11 +221,12 @@ def check_batch_divisible(exp: ExperimentConfig, num_hosts: int, divisor: int) -
                 "change the batch size or the mesh shape."
             )
         pipeline = getattr(exp.model, "pipeline", None)
-        if pipeline is not None and pipeline.enabled and global_batch % (pipeline.num_microbatches * divisor):
+        inner = divisor // exp.mesh.num_stages  # a microbatch's rows split over data x fsdp only
+        if pipeline is not None and pipeline.enabled and global_batch % (pipeline.num_microbatches * inner):
             raise ConfigError(
                 f"data.{split}.batch_size={per_host} x {num_hosts} host(s)"
                 + (f" / learner.num_microbatches={micro}" if micro > 1 else "")
                 + f" = {global_batch} does not split into model.pipeline.num_microbatches={pipeline.num_microbatches}"
-                f" microbatches of a multiple of the mesh's data x fsdp = {divisor} rows; change the batch size or "
+                f" microbatches of a multiple of the mesh's data x fsdp = {inner} rows; change the batch size or "
                 "num_microbatches."
             )

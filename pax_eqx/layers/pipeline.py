@@ -153,14 +153,16 @@ def run_pipeline(
     cfg.check(num_units=jax.tree.leaves(units)[0].shape[0], batch_size=batch)
     n = jax.tree.leaves(units)[0].shape[0] // cfg.num_chunks
     # [num_units] in layer order = [repeat, stage, n]; stage-major for the stage axis.
-    weights = _on_stage(jax.tree.map(lambda a: a.reshape(r, s, n, *a.shape[1:]).swapaxes(0, 1), units))
+    weights = _shard(jax.tree.map(lambda a: a.reshape(r, s, n, *a.shape[1:]).swapaxes(0, 1), units), "stage")
     # Microbatch j is rows j, j + M, j + 2M, ... (Praxis' layout): the batch's sharding over the
     # data axes stays on the microbatch's rows, and every data shard holds part of every microbatch.
     micro = lambda a: a.reshape(batch // m, m, *a.shape[1:]).swapaxes(0, 1)
-    buffer = micro(x)  # stage 0's inputs; the last stage's outputs are written back in place
-    inputs = jax.tree.map(micro, inputs)
+    # Outside the pipeline the batch is split over stage too (each stage group its own rows, as
+    # in Pax); inside, every stage sees every microbatch, its rows split over data and fsdp.
+    buffer = _shard(micro(x), None, "batch")  # stage 0's inputs; the last stage's outputs go back in
+    inputs = _shard(jax.tree.map(micro, inputs), None, "batch")
     stages = jnp.arange(s)
-    state = jnp.zeros((s, *buffer.shape[1:]), x.dtype).at[0].set(buffer[0])
+    state = _shard(jnp.zeros((s, *buffer.shape[1:]), x.dtype).at[0].set(buffer[0]), "stage", "batch")
     iterations = cfg.num_iterations
     keys = None if key is None else jax.random.split(key, (iterations, s))
 
@@ -176,7 +178,7 @@ def run_pipeline(
         out, summaries, aux = jax.vmap(one_stage, in_axes=(0, 0, 0, 0, None if it_keys is None else 0))(
             weights, work // m, state, stage_inputs, it_keys
         )
-        out = _on_stage(out)
+        out = _shard(out, "stage", "batch")
         # The last stage finished microbatch (t - S + 1) % M: into the buffer, where stage 0
         # finds it for its next round (or the caller, after the last).
         done = t - (s - 1)
@@ -186,7 +188,7 @@ def run_pipeline(
         following = jax.lax.dynamic_index_in_dim(buffer, (t + 1) % m, 0, keepdims=False)
         shifted = jnp.roll(out, 1, axis=0)  # stage s's output -> stage s + 1: a collective permute
         first = (stages == 0).reshape(s, *([1] * (out.ndim - 1)))
-        state = _on_stage(jnp.where(first, following[None], shifted))
+        state = _shard(jnp.where(first, following[None], shifted), "stage", "batch")
         return (state, buffer), (summaries, aux)
 
     (_, buffer), (summaries, aux) = jax.lax.scan(iteration, (state, buffer), (jnp.arange(iterations), keys))
@@ -201,11 +203,15 @@ def run_pipeline(
     return buffer.swapaxes(0, 1).reshape(batch, *buffer.shape[2:]), summaries, aux
 
 
-def _on_stage(tree: Any) -> Any:
-    """Constrains every leaf's leading dimension to the `stage` mesh axis (its other dimensions
-    keep whatever sharding propagation gives them); nothing without a current mesh of > 1 stage."""
+def _shard(tree: Any, *leading: str | None) -> Any:
+    """Constrains the leading dimensions of every leaf: "stage" to the stage axis, "batch" to the
+    mesh's other batch axes (data, fsdp), None replicated; the rest keep whatever propagation
+    gives them. Nothing without a current mesh of more than one stage."""
     mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or "stage" not in mesh.axis_names or dict(mesh.shape)["stage"] == 1:
+    sizes = {} if mesh.empty else dict(mesh.shape)
+    if sizes.get("stage", 1) == 1:
         return tree
-    spec = lambda a: PartitionSpec("stage", *([PartitionSpec.UNCONSTRAINED] * (a.ndim - 1)))
+    batch = tuple(a for a in ("data", "fsdp") if sizes.get(a, 1) > 1) or None
+    dims = [batch if d == "batch" else d for d in leading]
+    spec = lambda a: PartitionSpec(*dims, *([PartitionSpec.UNCONSTRAINED] * (a.ndim - len(dims))))
     return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, spec(a)), tree)

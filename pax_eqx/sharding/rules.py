@@ -3,7 +3,10 @@
 The default rules give FSDP + Megatron-style tensor parallelism, and reduce to pure data
 parallelism on a (N, 1, 1) mesh:
 
-    batch    -> (data, fsdp)   every data-like axis splits the batch
+    batch    -> (data, fsdp, stage)   every data-like axis splits the batch; outside the pipeline
+                               each stage group has its own rows (Pax's batch_dims = (stage,
+                               replica, data)), inside it every stage sees every microbatch:
+                               stage innermost makes that entry an all-gather over stage
     embed    -> fsdp           weights are sharded along the model dimension (ZeRO-3 style)
     mlp, heads, kv_heads, vocab -> tensor   column/row parallel attention and MLP
     kv, seq  -> replicated
@@ -39,7 +42,7 @@ from pax_eqx.sharding.logical import LogicalAxes, logical_axes
 from pax_eqx.sharding.mesh import AXES
 
 DEFAULT_RULES: tuple[str, ...] = (
-    "batch=data+fsdp",
+    "batch=data+fsdp+stage",
     "embed=fsdp",
     "mlp=tensor",
     "heads=tensor",
