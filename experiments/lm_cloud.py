@@ -44,6 +44,7 @@ from pax_eqx.data import DataConfig, InputConfig, TokenizerConfig
 from pax_eqx.experiment import ExperimentConfig, TrainConfig
 from pax_eqx.layers import ActivationConfig, AttentionConfig, NormConfig, TransformerConfig
 from pax_eqx.layers.initializers import WeightInit, gaussian, xavier
+from pax_eqx.layers.pipeline import PipelineConfig
 from pax_eqx.learners import LearnerConfig, linear_rampup_exponential_decay, pax_adam
 from pax_eqx.models import LanguageModelConfig
 from pax_eqx.sharding.mesh import MeshConfig
@@ -87,8 +88,15 @@ class PaxLm(Config):
     num_heads / dims_per_head: Pax's NUM_HEADS / DIMS_PER_HEAD, 0 for Pax's None: heads =
       model_dims // dims_per_head when num_heads is 0, else head dim = model_dims // num_heads.
     percore_batch_size: per device; the global batch is it x prod(ici) x prod(dcn).
-    ici_mesh_shape / dcn_mesh_shape: Pax's [replica, data, mdl] = our (data, fsdp, tensor).
+    ici_mesh_shape / dcn_mesh_shape: Pax's [replica, data, mdl] = our (data, fsdp, tensor); a
+      pipelined experiment's [stage, replica, data, mdl] = our (stage, data, fsdp, tensor).
     use_repeated_layer / checkpoint_policy: scan over layers with that remat policy.
+    num_stages / num_microbatches / microbatch_size / circular_repeat: Pax's pipeline constants
+      (NUM_STAGES > 1 pipelines the layers; one of NUM_MICROBATCHES / MICROBATCH_SIZE, 0 for
+      None). Pipelined, CHECKPOINT_POLICY remats each stage's iteration (Pax's
+      PipelinedTransformer) and the layers are stacked whatever USE_REPEATED_LAYER says: a
+      stage is a slice of the [num_layers, ...] weights, which computes what Pax's per-stage
+      StackedTransformer does.
     activation: "gelu" (Praxis GELU, tanh approximation) or "relu".
     combine_qkv / attention_bias / per_dim_scale / atten_logit_cap: the attention layer
       (atten_logit_cap 0 = Pax's -1.0, off).
@@ -116,8 +124,12 @@ class PaxLm(Config):
     vocab_size: int = 32000
     max_seq_len: int = 1024
     percore_batch_size: int = 16
-    ici_mesh_shape: tuple[int, int, int] = (1, 1, 1)
-    dcn_mesh_shape: tuple[int, int, int] = (1, 1, 1)
+    ici_mesh_shape: tuple[int, ...] = (1, 1, 1)
+    dcn_mesh_shape: tuple[int, ...] = (1, 1, 1)
+    num_stages: int = 1
+    num_microbatches: int = 0
+    microbatch_size: int = 0
+    circular_repeat: int = 1
     fprop_dtype: Literal["float32", "bfloat16"] = "bfloat16"
     use_repeated_layer: bool = True
     checkpoint_policy: CheckpointPolicy = "SAVE_NOTHING"
@@ -169,6 +181,32 @@ class PaxLm(Config):
             )
         if not (self.num_heads or self.dims_per_head):
             raise ConfigError("PaxLm: set num_heads or dims_per_head (Pax needs one of them).")
+        if self.num_stages > 1:
+            # TransformerLmSpmdPipelineAdafactor.task()'s assertions.
+            mesh_stages = self.ici_mesh_shape[0] * self.dcn_mesh_shape[0]
+            if len(self.ici_mesh_shape) != 4 or len(self.dcn_mesh_shape) != 4 or mesh_stages != self.num_stages:
+                raise ConfigError(
+                    f"PaxLm: num_stages={self.num_stages} needs 4-entry [stage, replica, data, mdl] meshes whose "
+                    f"stage sizes multiply to it, got ICI {self.ici_mesh_shape} x DCN {self.dcn_mesh_shape}."
+                )
+            if bool(self.num_microbatches) == bool(self.microbatch_size):
+                raise ConfigError(
+                    f"PaxLm: set exactly one of num_microbatches={self.num_microbatches} and microbatch_size="
+                    f"{self.microbatch_size} (0 = Pax's None) for a pipelined experiment."
+                )
+
+    @property
+    def pipeline(self) -> PipelineConfig:
+        """The pipeline of NUM_STAGES, NUM_MICROBATCHES (or global batch / MICROBATCH_SIZE), CIRCULAR_REPEAT."""
+        if self.num_stages == 1:
+            return PipelineConfig()
+        microbatches = self.num_microbatches or self.global_batch_size // self.microbatch_size
+        return PipelineConfig(
+            num_stages=self.num_stages,
+            num_microbatches=microbatches,
+            circular_repeat=self.circular_repeat,
+            remat_stage=True,
+        )
 
     def model(self) -> LanguageModelConfig:
         self.check()
@@ -197,8 +235,9 @@ class PaxLm(Config):
             dim_per_head=self.head_dim,
             position_embedding="trainable" if trainable else "sinusoidal",
             separate_embedding=False,
-            repeat=self.use_repeated_layer,
-            remat_policy=_REMAT[self.checkpoint_policy] if self.use_repeated_layer else "none",
+            repeat=self.use_repeated_layer or self.num_stages > 1,
+            remat_policy=_REMAT[self.checkpoint_policy] if self.use_repeated_layer or self.num_stages > 1 else "none",
+            pipeline=self.pipeline,
             block=block,
             final_norm=norm,
             soft_cap_logits=self.softmax_cap_logits,

@@ -75,6 +75,8 @@ def _shrink_language_model(m: LanguageModelConfig) -> LanguageModelConfig:
         # capacity_factor / min_capacity change (with 16 experts or 1-token groups it is always 1).
         moe=m.moe.replace(num_experts=min(m.moe.num_experts, 8), num_groups=min(m.moe.num_groups, 2)),
         moe_hidden_dims=16 if m.moe_hidden_dims else 0,
+        # A pipeline: 2 stages of the 2 layers, 2 microbatches of the batch of 2.
+        pipeline=m.pipeline.replace(num_stages=2, num_microbatches=2) if m.pipeline.enabled else m.pipeline,
     )  # fmt: skip
 
 

@@ -29,6 +29,15 @@ the MLP input (H/d) and output (1), the GELU output (H/d), the norms' outputs an
 sum (3): full 1, save_context_and_out_proj 3, save_qkv_context_and_out_proj 6,
 dots_with_no_batch_dims_saveable 6 + H/d, dots_with_no_batch_dims_and_context and dots_saveable
 7 + H/d, everything_saveable and none 10 + 2 H/d.
+
+A pipelined model (model.pipeline, S stages, M microbatches, R rounds, N = M R + S - 1
+iterations, chunks of k = L / (S R) layers) keeps, per device, with b_d = B / (M x data x fsdp)
+a microbatch's rows and t = b_d x S x d x bytes one microbatch's activations on it:
+  saved                         N x k x t x c_policy (the policy per layer), or with remat_stage
+                                N x t x (1 + k (c_policy - 1)) (every iteration's stage input and
+                                what the policy names) + k x t x c_none (one stage recomputed)
+  microbatch buffer             2 x M x t
+  live inside one layer         as above with b_d; logits as above (outside the pipeline).
 """
 
 from __future__ import annotations
@@ -102,7 +111,7 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> Plan:
         state.params, logical_axes(state.params),
     )  # fmt: skip
     lines = [
-        f"Dry run of {exp.name or 'experiment'}: mesh (data, fsdp, tensor) = {exp.mesh.shape} "
+        f"Dry run of {exp.name or 'experiment'}: mesh (stage, data, fsdp, tensor) = {exp.mesh.shape} "
         f"(ICI {exp.mesh.ici_mesh_shape} x DCN {exp.mesh.dcn_mesh_shape}), {num_devices} devices",
     ]
     groups: dict[str, list] = defaultdict(list)
@@ -119,6 +128,7 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> Plan:
     lines.append(f"Parameters: {param_count:,} ({_short_count(param_count)})")
     lines += _expert_lines(specs, axes, [leaf for _, leaf in leaves], param_count, table)
     lines += _all_to_all_lines(exp, mesh_shape, table)
+    lines += _pipeline_lines(exp, mesh_shape, global_batch)
     lines.append("Parameter groups (shape, logical axes -> PartitionSpec):")
     for name, items in groups.items():
         leaf, spec, ax = items[0]
@@ -134,7 +144,7 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> Plan:
         f"  gradients (float32)       {grad_bytes / gib:10.2f} GiB",
     ]
     if isinstance(exp.model, LanguageModelConfig):
-        act_bytes = _activation_bytes(exp, mesh_shape, table, global_batch // batch_ways)
+        act_bytes = _activation_bytes(exp, mesh_shape, table, global_batch)
         attention = "cuDNN flash on GPU" if flash_attention(exp) else "XLA, with S x S scores"
         lines.append(
             f"  activations (estimate)    {act_bytes / gib:10.2f} GiB  (per-device batch {global_batch // batch_ways}, "
@@ -202,6 +212,44 @@ def _all_to_all_lines(exp: ExperimentConfig, mesh_shape: dict[str, int], table: 
     ]
 
 
+def _pipeline(exp: ExperimentConfig) -> Any:
+    """The model's PipelineConfig when it pipelines its layers, else None."""
+    pipeline = getattr(exp.model, "pipeline", None)
+    return pipeline if pipeline is not None and pipeline.enabled else None
+
+
+def _pipeline_lines(exp: ExperimentConfig, mesh_shape: dict[str, int], global_batch: int) -> list[str]:
+    """Stages, microbatches, the bubble, and what moves between stages."""
+    p = _pipeline(exp)
+    if p is None:
+        return []
+    m = exp.model
+    chunk = m.num_layers // p.num_chunks
+    rows = global_batch // exp.learner.num_microbatches // p.num_microbatches
+    rows_d = rows // (mesh_shape["data"] * mesh_shape["fsdp"])
+    nbytes = jnp.dtype(exp.train.fprop_dtype).itemsize
+    hop = rows_d * exp.data.seq_len * m.model_dims * nbytes
+    schedule = (
+        f"GPipe: stage s holds layers [{chunk}s, {chunk}s + {chunk})"
+        if p.circular_repeat == 1
+        else f"circular: {p.num_chunks} chunks of {chunk} layers, chunk c on stage c % {p.num_stages}, "
+        f"{p.circular_repeat} rounds per microbatch"
+    )
+    lines = [
+        f"Pipeline: {p.num_stages} stages x {m.num_layers // p.num_stages} layers ({schedule}); "
+        f"{p.num_microbatches} microbatches of {rows} rows ({rows_d} per device), {p.num_iterations} iterations "
+        f"a step; bubble (S - 1) / (M x R + S - 1) = {p.bubble_fraction:.1%}",
+        f"  stage to stage: {_bytes(hop)} per device per iteration (collective permute on stage), "
+        f"{_bytes(2 * hop * p.num_iterations * exp.learner.num_microbatches)} a step with the backward",
+    ]
+    if p.circular_repeat > 1:
+        lines.append(
+            "  circular: the stacked weights are regrouped from layer order to [stage, round, layer] each step "
+            "(an all-to-all over stage, and their gradients back)"
+        )
+    return lines
+
+
 def _bytes(n: int | float) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
 
@@ -249,20 +297,37 @@ def flash_attention(exp: ExperimentConfig) -> bool:
     return a.implementation == "cudnn" or (a.implementation == "auto" and qualifies)
 
 
-def _activation_bytes(exp: ExperimentConfig, mesh_shape: dict[str, int], table: dict, batch: int) -> int:
+def _activation_bytes(exp: ExperimentConfig, mesh_shape: dict[str, int], table: dict, global_batch: int) -> int:
     m = exp.model
     s, d = exp.data.seq_len, m.model_dims
     ways = lambda name: math.prod(mesh_shape[a] for a in table.get(name, ()))
+    batch = global_batch // ways("batch")
     h_t = m.hidden_dims / ways("mlp")
     n_t = m.num_heads / ways("heads")
     v_t = m.vocab_size / ways("vocab")
     nbytes = 2 if exp.train.fprop_dtype == "bfloat16" else 4
-    saved = m.num_layers * batch * s * d * _POLICY_SAVED[m.remat_policy](d, m.hidden_dims) * nbytes
+    c = lambda policy: _POLICY_SAVED[policy](d, m.hidden_dims)
+    p = _pipeline(exp)
+    if p is None:
+        saved = m.num_layers * batch * s * d * c(m.remat_policy) * nbytes
+    else:
+        batch = (
+            global_batch // exp.learner.num_microbatches // p.num_microbatches // (ways("batch") // mesh_shape["stage"])
+        )
+        chunk = m.num_layers // p.num_chunks
+        token = batch * s * d * nbytes  # one microbatch's [rows, s, d] on a device
+        if p.remat_stage:  # each iteration keeps its stage input (+ what the policy names in its layers) ...
+            saved = p.num_iterations * token * (1 + chunk * (c(m.remat_policy) - 1))
+            saved += chunk * token * c("none")  # ... and the backward recomputes one stage whole
+        else:
+            saved = p.num_iterations * chunk * token * c(m.remat_policy)
+        saved += 2 * p.num_microbatches * token  # the microbatch buffer, in and out
     layer = batch * s * (6 * d + 2 * h_t) * nbytes
     if not flash_attention(exp):
         layer += batch * n_t * s * s * 4
+    outside = global_batch // ways("batch")  # logits: the whole per-device batch, outside any pipeline
     if m.loss_chunk_size:
-        logits = 2 * batch * min(s, m.loss_chunk_size) * v_t * 4 + v_t * d * 4
+        logits = 2 * outside * min(s, m.loss_chunk_size) * v_t * 4 + v_t * d * 4
     else:
-        logits = batch * s * v_t * 4
+        logits = outside * s * v_t * 4
     return int(saved + layer + logits)
