@@ -5,7 +5,9 @@ overrides; '' is the experiment as registered) in one process, round-robin: ever
 each variant for S steps in turn. On a shared machine whose load drifts, variants timed
 minutes apart in separate processes are not comparable; interleaved, each round sees about
 the same load for every variant, and the ratio of their medians holds. Prints, per variant,
-the median step and its ratio to the first variant, then one JSON line.
+the median step (wall) and its ratio to the first variant, and the median CPU time a step used
+(all threads of the process: on a machine shared with other jobs it moves less with their load
+than the wall time does), then one JSON line.
 
 XLA flags are process-wide (read once, before jax starts), so they cannot be compared this
 way: compare those with two processes over several runs each.
@@ -45,6 +47,7 @@ def run(exp_name: str, variants: Sequence[str], rounds: int, steps_per_round: in
     steps = [b[0] for b in built]
     states = [b[1] for b in built]
     times: list[list[float]] = [[] for _ in variants]
+    cpu: list[list[float]] = [[] for _ in variants]
     for i, step in enumerate(steps):  # warm-up
         for _ in range(2):
             states[i], out = step(states[i])
@@ -52,16 +55,23 @@ def run(exp_name: str, variants: Sequence[str], rounds: int, steps_per_round: in
     for _ in range(rounds):
         for i, step in enumerate(steps):
             for _ in range(steps_per_round):
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 states[i], out = step(states[i])
                 jax.block_until_ready(out)
                 times[i].append(time.perf_counter() - start)
+                cpu[i].append(time.process_time() - start_cpu)
     medians = [statistics.median(t) for t in times]
-    for v, m, t in zip(variants, medians, times):
+    cpu_medians = [statistics.median(c) for c in cpu]
+    log(f"{'wall ms':>8}  {'IQR':>13}  {'ratio':>6}  {'cpu ms':>7}  {'ratio':>6}  variant")
+    for v, m, t, c in zip(variants, medians, times, cpu_medians):
         q = statistics.quantiles(t, n=4)
-        spread = f"IQR {q[0] * 1e3:.1f}-{q[2] * 1e3:.1f}"
-        log(f"{m * 1e3:8.1f} ms  ({spread})  x{m / medians[0]:.3f}  {v or '(as registered)'}")
-    return {"exp": exp_name, "variants": list(variants), "median_s": medians, "steps": len(times[0])}
+        spread = f"{q[0] * 1e3:.1f}-{q[2] * 1e3:.1f}"
+        log(f"{m * 1e3:8.1f}  {spread:>13}  {m / medians[0]:6.3f}  {c * 1e3:7.1f}  {c / cpu_medians[0]:6.3f}  "
+            f"{v or '(as registered)'}")  # fmt: skip
+    return {
+        "exp": exp_name, "variants": list(variants), "median_s": medians, "cpu_median_s": cpu_medians,
+        "steps": len(times[0]),
+    }  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

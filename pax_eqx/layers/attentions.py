@@ -163,7 +163,7 @@ def _project_combined(
     x: Float[Array, "batch time embed"], w: Float[Array, "3 embed heads head_dim"]
 ) -> Float[Array, "batch time 3 heads head_dim"]:
     """q, k and v side by side, from one [embed, 3 * heads * head_dim] matmul (in the layout
-    the matmul writes: taking q, k, v out of it is a slice, and its gradient a concatenation
+    the matmul writes: taking q, k, v out of it is a split, and its gradient a concatenation
     rather than a transpose)."""
     c, d, n, h = w.shape
     return dense(x, jnp.moveaxis(w, 0, 1).reshape(d, c * n * h)).reshape(*x.shape[:-1], c, n, h)
@@ -267,7 +267,9 @@ class Attention(eqx.Module):
         if self.w_qkv is None:
             return self.project_q(x, positions), *self.project_kv(x, positions)
         qkv = checkpoint_name(_project_combined(x, self.w_qkv), "combined_qkv_proj")
-        q, k, v = qkv[..., 0, :, :], qkv[..., 1, :, :], qkv[..., 2, :, :]
+        # A split (not three slices), so the backward concatenates dq, dk, dv instead of adding
+        # three zero-padded copies of the whole [.., 3, heads, head_dim] gradient.
+        q, k, v = (a.squeeze(-3) for a in jnp.split(qkv, 3, axis=-3))
         return self._finish_q(q, positions), *self._finish_kv(k, v, positions)
 
     def _finish_q(self, q: Array, positions: Array | None) -> Array:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
@@ -90,7 +91,10 @@ def apply_rotary(
     fraction = 2.0 * jnp.arange(dim // 2, dtype=jnp.float32) / dim
     timescale = min_timescale * (max_timescale / min_timescale) ** fraction
     angle = positions.astype(jnp.float32)[..., None, None] / timescale  # [..., seq, 1, dim/2]
-    sin, cos = jnp.sin(angle), jnp.cos(angle)
+    # The tables are made once, as arrays: without the barrier XLA fuses sin and cos into the
+    # rotation's loop and evaluates them again for every head and both halves of every element,
+    # forward and backward (measured on CPU, docs/performance.md "CPU").
+    sin, cos = jax.lax.optimization_barrier((jnp.sin(angle), jnp.cos(angle)))
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
     rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
     return rotated.astype(x.dtype)
