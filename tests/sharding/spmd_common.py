@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from pax_eqx.layers.pipeline import PipelineConfig
 from pax_eqx.learners import LearnerConfig
 from pax_eqx.models import LanguageModelConfig
 from pax_eqx.programs.compiled import Programs
@@ -11,6 +12,8 @@ from pax_eqx.tasks.task import Task
 MODEL = LanguageModelConfig(
     vocab_size=32, max_seq_len=16, num_layers=2, model_dims=32, hidden_dims=64, num_heads=4, num_kv_heads=2
 )
+# 4 layers in 2 stages of 2, 4 microbatches: the pipelined tests' model.
+PIPELINED = MODEL.replace(num_layers=4, pipeline=PipelineConfig(num_stages=2, num_microbatches=4))
 LEARNER = LearnerConfig(optimizer="adamw", learning_rate=1e-2, weight_decay=0.01)
 
 
@@ -34,11 +37,11 @@ def programs_for(mesh_cfg: MeshConfig, devices=None, model=MODEL, learner=LEARNE
     return Programs(Task(model, learner), build_mesh(mesh_cfg, devices), mesh_cfg.rules)
 
 
-def losses(mesh_cfg: MeshConfig, devices=None, **kw) -> list[float]:
+def losses(mesh_cfg: MeshConfig, devices=None, batch: int = 8, **kw) -> list[float]:
     programs = programs_for(mesh_cfg, devices, **kw)
     state = programs.init_state(0)
     out = []
-    for b in global_batches():
+    for b in global_batches(batch=batch):
         state, outputs = programs.train_step(state, programs.global_batch(b))
         out.append(float(outputs.metrics["total_loss"].value))
     return out
