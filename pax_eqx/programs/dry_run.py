@@ -111,7 +111,7 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> Plan:
         state.params, logical_axes(state.params),
     )  # fmt: skip
     lines = [
-        f"Dry run of {exp.name or 'experiment'}: mesh (stage, data, fsdp, tensor) = {exp.mesh.shape} "
+        f"Dry run of {exp.name or 'experiment'}: mesh {_mesh_text(exp)} "
         f"(ICI {exp.mesh.ici_mesh_shape} x DCN {exp.mesh.dcn_mesh_shape}), {num_devices} devices",
     ]
     groups: dict[str, list] = defaultdict(list)
@@ -210,6 +210,12 @@ def _all_to_all_lines(exp: ExperimentConfig, mesh_shape: dict[str, int], table: 
         f"{f' x {exp.learner.num_microbatches} microbatches' if exp.learner.num_microbatches > 1 else ''}); "
         f"each of the {ways} devices sends {_bytes(per_device)}"
     ]
+
+
+def _mesh_text(exp: ExperimentConfig) -> str:
+    """The mesh's axes and sizes; the stage axis only where there is one."""
+    shape = exp.mesh.shape
+    return f"(stage, data, fsdp, tensor) = {shape}" if shape[0] > 1 else f"(data, fsdp, tensor) = {shape[1:]}"
 
 
 def _pipeline(exp: ExperimentConfig) -> Any:
