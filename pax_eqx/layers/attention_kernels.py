@@ -96,7 +96,11 @@ def xla_attention(
     if bias is not None:
         logits = logits + bias.astype(jnp.float32)
     if mask is not None:
-        logits = jnp.where(mask, logits, _MASKED)
+        # An additive bias of the mask's own (broadcastable) shape rather than a select: the
+        # backward of an add needs no residual, while a select's keeps the mask broadcast to
+        # [batch, heads, q, k] (stacked over layers in a scanned stack). Same numbers: a logit
+        # plus _MASKED rounds to _MASKED, and + 0.0 changes nothing.
+        logits = logits + jnp.where(mask, 0.0, _MASKED).astype(jnp.float32)
     probs = jax.nn.softmax(logits, axis=-1)
     if dropout_keep is not None:
         probs = probs * dropout_keep
