@@ -11,6 +11,7 @@ eval table, sequence length vs model -- so bad combinations fail before anything
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pax_eqx.checkpoint import CheckpointConfig
@@ -36,6 +37,11 @@ class TrainConfig(Config):
     layer_summaries: record the layers' statistics (per-layer activation RMS, the attention
       logits' max; Pax's summary verbosity 4) with the train and eval metrics. Off by default:
       then they are not even traced, so the step is as fast.
+    steps_per_loop: train steps per compiled call (a lax.scan over that many batches, as TPU
+      infeed loops run several steps per host round trip): the host dispatches, feeds and
+      syncs once per loop. It must divide the eval and summary intervals (and the checkpoint
+      interval), so every eval, summary and checkpoint falls at a loop's end; the result is the
+      same training, step for step.
     """
 
     num_steps: int = 1000
@@ -45,6 +51,7 @@ class TrainConfig(Config):
     fprop_dtype: Literal["float32", "bfloat16"] = "float32"
     sample_at_end: bool = True
     layer_summaries: bool = False
+    steps_per_loop: int = 1
 
     def validate(self) -> None:
         """Raises ConfigError naming the field, the value and the fix."""
@@ -56,6 +63,23 @@ class TrainConfig(Config):
             flag = "--train." + name.replace("_", "-")
             check_range(self, name, ge=0, prefix="train", note="0 = only at the end", fix=f"Pass e.g. {flag} 100.")
         check_range(self, "seed", ge=0, le=SEED_MAX, prefix="train")
+        check_range(self, "steps_per_loop", ge=1, le=10_000, prefix="train", note="1 = one step per call")
+        for name in ("eval_interval_steps", "summary_interval_steps"):
+            check_divides_interval(self.steps_per_loop, f"train.{name}", getattr(self, name))
+
+
+def check_divides_interval(steps_per_loop: int, where: str, interval: int) -> None:
+    """ConfigError unless `train.steps_per_loop` divides `interval` (the field `where`; 0 = off):
+    a loop of several steps ends only at multiples of steps_per_loop, where every eval, summary
+    and checkpoint must fall."""
+    if interval and interval % steps_per_loop:
+        k = steps_per_loop
+        flag = "--" + where.replace("_", "-")
+        raise ConfigError(
+            f"train.steps_per_loop={k} does not divide {where}={interval}: a loop of {k} steps in one compiled "
+            f"call ends only at multiples of {k}. Pass {flag} {-(-interval // k) * k}, or a "
+            f"--train.steps-per-loop that divides {interval} (e.g. {math.gcd(k, interval)})."
+        )
 
 
 @config

@@ -3,6 +3,7 @@
     programs = Programs(task, mesh, rules)
     state = programs.init_state(seed)             # created already sharded: never whole on a host
     state, metrics = programs.train_step(state, batch)   # state buffers donated
+    state, metrics = programs.train_steps(state, programs.global_batches([b1, b2, b3, b4]))
     metrics = programs.eval_step(state, batch)
 
 Shardings come from the logical-axis rules: params by `param_shardings`, optimizer state by
@@ -10,6 +11,12 @@ matching params-shaped leaves (`optax.tree_map_params`), everything else replica
 batches split along the batch axis. `global_batch` turns each host's numpy batch into one
 global jax.Array (`make_array_from_process_local_data`), which is how per-host infeed becomes
 a sharded input on many hosts and a plain device_put on one.
+
+`train_steps` runs several training steps in one compiled call (`train.steps_per_loop`): a
+`lax.scan` of `task.train_step` over batches stacked on a leading axis (`global_batches`), the
+state carried, the last step's outputs returned. It is the same function applied step after
+step, so a run trains the same; the host dispatches, feeds and syncs once per loop instead of
+once per step.
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pax_eqx.sharding.rules import (
     batch_sharding,
@@ -65,9 +73,32 @@ class Programs:
             ),
             mesh,
         )
+        self.train_steps = UnderMesh(
+            jax.jit(
+                self._train_steps,
+                in_shardings=(self.state_shardings, None),
+                out_shardings=(self.state_shardings, rep),
+                donate_argnums=(0,),
+            ),
+            mesh,
+        )
         self.eval_step = UnderMesh(
             jax.jit(task.eval_step, in_shardings=(self.state_shardings, None), out_shardings=rep), mesh
         )
+
+    def _train_steps(self, state: TrainState, batches: dict) -> tuple[TrainState, Any]:
+        """`task.train_step` over each batch of `batches` (stacked on a leading axis) in turn;
+        the state after the last, and the last step's outputs (metrics, summaries)."""
+        first = jax.tree.map(lambda b: b[0], batches)
+        shapes = jax.eval_shape(self.task.train_step, state, first)[1]
+        outputs = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
+
+        def body(carry, batch):
+            state, _ = carry
+            return self.task.train_step(state, batch), None
+
+        (state, outputs), _ = jax.lax.scan(body, (state, outputs), batches)
+        return state, outputs
 
     def _state_shardings(self, abstract: TrainState) -> TrainState:
         rep = replicated(self.mesh)
@@ -90,6 +121,16 @@ class Programs:
             k: jax.make_array_from_process_local_data(batch_sharding(self.mesh, self.rules, v.ndim), v)
             for k, v in local.items()
         }
+
+    def global_batches(self, locals_: list[dict[str, np.ndarray]]) -> dict[str, jax.Array]:
+        """Several per-host batches -> global arrays stacked on a new leading axis (the steps of
+        `train_steps`), each batch sharded along its batch axis as `global_batch` shards it."""
+
+        def sharding(ndim: int) -> NamedSharding:
+            return NamedSharding(self.mesh, PartitionSpec(None, *batch_sharding(self.mesh, self.rules, ndim).spec))
+
+        stacked = {k: np.stack([b[k] for b in locals_]) for k in locals_[0]}
+        return {k: jax.make_array_from_process_local_data(sharding(v.ndim - 1), v) for k, v in stacked.items()}
 
     def check_batch(self, local: dict[str, np.ndarray]) -> None:
         """Traces (does not run or compile) the train step on this host batch's global shapes:

@@ -5,7 +5,10 @@ Everything numeric happens in `Programs.train_step`; this loop only
   training input and of a rolling eval input, so a resumed run continues exactly as if it had
   never stopped (docs/errors.md, "What an exact resume restores"),
 - feeds per-host batches, fetching metrics from the device only every
-  `train.summary_interval_steps` (the one host sync of the steady state),
+  `train.summary_interval_steps` (the one host sync of the steady state); with
+  `train.steps_per_loop` K > 1, K batches at a time to `Programs.train_steps` (K steps in one
+  compiled call), single steps only where a loop of K would not start at a multiple of K (a
+  resumed run catching up to one) or would pass `train.num_steps` or a profiled step,
 - evaluates every `train.eval_interval_steps`, saves checkpoints by step or time,
 - stops cleanly on SIGTERM/SIGINT (finish the step, save, exit 0), with all hosts agreeing,
 - stops on a NaN/Inf loss or gradient norm (or counts the skipped updates, by policy), and on
@@ -41,7 +44,7 @@ import numpy as np
 
 from pax_eqx.checkpoint import Checkpointer, CheckpointSaveError
 from pax_eqx.data import target_length
-from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.experiment import ExperimentConfig, check_divides_interval
 from pax_eqx.learners import skipped_steps
 from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.models.sequence_model import SequenceModelConfig
@@ -112,6 +115,7 @@ class _StopFlag:
 
 
 def train(exp: ExperimentConfig, job_dir: Path, log=print) -> TrainResult:
+    check_steps_per_loop(exp)
     with contextlib.ExitStack() as stack:
         _lock_everywhere(stack, job_dir)
         log(
@@ -216,11 +220,16 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
     skipped_so_far = int(jax.device_get(skipped_steps(state.opt_state)))
     preempted = False
     while step < exp.train.num_steps:
-        batch = rt.programs.global_batch(_next_train_batch(train_input, step + 1, ckpt))
-        _maybe_profile(exp, job_dir, step)
-        state, outputs = rt.programs.train_step(state, batch)
-        step += 1
-        window_steps += 1
+        n = _loop_length(exp, step)
+        if n == 1:
+            batch = rt.programs.global_batch(_next_train_batch(train_input, step + 1, ckpt))
+            _maybe_profile(exp, job_dir, step)
+            state, outputs = rt.programs.train_step(state, batch)
+        else:
+            batches = [_next_train_batch(train_input, step + 1 + i, ckpt) for i in range(n)]
+            state, outputs = rt.programs.train_steps(state, rt.programs.global_batches(batches))
+        step += n
+        window_steps += n
         interval = exp.train.summary_interval_steps
         if (interval and step % interval == 0) or step == exp.train.num_steps:
             train_metrics = step_scalars(*jax.device_get((outputs.metrics, outputs.summaries)))
@@ -270,6 +279,25 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
         if exp.train.sample_at_end:
             print_samples(rt, state, exp.decode, log=log)
     return TrainResult(step, train_metrics, eval_metrics, preempted, tokens_per_s, wall)
+
+
+def _loop_length(exp: ExperimentConfig, step: int) -> int:
+    """How many steps the next compiled call runs from `step`: `train.steps_per_loop` when `step`
+    is a multiple of it and the loop ends by `train.num_steps` and holds no profiled step, else 1.
+    Every eval, summary and checkpoint step is a multiple of it (`check_steps_per_loop`), so
+    each falls at a call's end."""
+    k = exp.train.steps_per_loop
+    if k == 1 or step % k or step + k > exp.train.num_steps:
+        return 1
+    if exp.profile.steps and exp.profile.steps[0] <= step + k and step <= exp.profile.steps[1] + 1:
+        return 1  # the trace starts before step `first` and stops after step `last`: single steps
+    return k
+
+
+def check_steps_per_loop(exp: ExperimentConfig) -> None:
+    """`train.steps_per_loop` divides the checkpoint interval too (the train config checks its own
+    intervals): a checkpoint due inside a loop of several steps would never be saved."""
+    check_divides_interval(exp.train.steps_per_loop, "checkpoint.every_n_steps", exp.checkpoint.every_n_steps)
 
 
 def _check_step_traces(rt: Runtime, train_input: Any) -> None:

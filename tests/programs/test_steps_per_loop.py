@@ -1,0 +1,94 @@
+"""train.steps_per_loop: K steps in one compiled call train exactly as K calls of one step do,
+with the same summaries, evals and checkpoints, resume exactly, and refuse intervals K does not
+divide."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+from tiny import TINY, mesh_args
+
+from pax_eqx import train
+from pax_eqx.checkpoint import CheckpointConfig
+from pax_eqx.config import ConfigError
+from pax_eqx.experiment import TrainConfig
+from pax_eqx.programs import cli
+from pax_eqx.programs.train_loop import _loop_length, check_steps_per_loop
+
+# 8 steps: summaries every 2, evals and checkpoints every 4.
+RUN = [*TINY, "--train.num-steps", "8", "--train.eval-interval-steps", "4", "--checkpoint.every-n-steps", "4"]
+
+
+def _args(job, *extra):
+    return ["--exp", "shakespeare_char", "--job-log-dir", str(job), *RUN, *mesh_args(jax.device_count()), *extra]
+
+
+def _rows(job) -> list[dict]:
+    rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    drop = ("tokens_per_s", "examples_per_s", "steps_per_s")  # wall-clock rates
+    return [{k: v for k, v in r.items() if k not in drop} for r in rows]
+
+
+def _checkpoints(job) -> list[str]:
+    return sorted(p.name for p in (job / "checkpoints").iterdir() if p.name.isdigit())
+
+
+@pytest.fixture(scope="module")
+def one_step_run(tmp_path_factory):
+    job = tmp_path_factory.mktemp("k1")
+    assert train.main(_args(job, "--train.no-sample-at-end")) == 0
+    return job
+
+
+def test_several_steps_per_call_train_the_same(one_step_run, tmp_path):
+    job = tmp_path / "k2"
+    assert train.main(_args(job, "--train.no-sample-at-end", "--train.steps-per-loop", "2")) == 0
+    ours, theirs = _rows(job), _rows(one_step_run)
+    assert [(r["split"], r["step"]) for r in ours] == [(r["split"], r["step"]) for r in theirs]
+    for a, b in zip(ours, theirs):
+        assert a.keys() == b.keys()
+        np.testing.assert_allclose([a[k] for k in sorted(a) if k not in ("split", "step")],
+                                   [b[k] for k in sorted(b) if k not in ("split", "step")], rtol=1e-5)  # fmt: skip
+    assert _checkpoints(job) == _checkpoints(one_step_run) == ["4", "8"]
+
+
+def test_a_resumed_loop_run_continues_exactly(one_step_run, tmp_path):
+    """Stopped at step 4 and resumed with 2 steps per call, against the one-step run throughout."""
+    job = tmp_path / "resumed"
+    assert train.main(_args(job, "--train.no-sample-at-end", "--train.num-steps", "4")) == 0
+    assert train.main(_args(job, "--train.no-sample-at-end", "--train.steps-per-loop", "2")) == 0
+    np.testing.assert_allclose(
+        [r["total_loss"] for r in _rows(job) if r["step"] > 4],
+        [r["total_loss"] for r in _rows(one_step_run) if r["step"] > 4],
+        rtol=1e-5,
+    )
+
+
+def test_loop_length_catches_up_to_a_multiple_and_stops_at_the_end():
+    exp, _, _ = cli.parse(
+        ["--train.num-steps", "10", "--train.steps-per-loop", "4", "--train.eval-interval-steps", "0",
+         "--train.summary-interval-steps", "4", "--checkpoint.every-n-steps", "4"],
+        "test", "test", job_dir_required=False,
+    )  # fmt: skip
+    assert [_loop_length(exp, s) for s in (0, 3, 4, 5, 7, 8, 9)] == [4, 1, 4, 1, 1, 1, 1]
+    profiled = exp.replace(profile=exp.profile.replace(steps=(5, 6)))
+    assert [_loop_length(profiled, s) for s in (0, 4, 7, 8)] == [4, 1, 1, 1]
+
+
+@pytest.mark.parametrize("field", ["eval_interval_steps", "summary_interval_steps"])
+def test_an_interval_the_loop_does_not_divide_is_refused(field):
+    fine = dict(eval_interval_steps=8, summary_interval_steps=4, steps_per_loop=4)
+    with pytest.raises(ConfigError, match=rf"steps_per_loop=4 does not divide train.{field}=10.*12"):
+        TrainConfig(**{**fine, field: 10}).validate()
+    TrainConfig(**{**fine, field: 0}).validate()  # 0 = only at the end
+
+
+def test_a_checkpoint_interval_the_loop_does_not_divide_is_refused():
+    exp, _, _ = cli.parse(
+        ["--train.steps-per-loop", "4", "--train.eval-interval-steps", "8", "--train.summary-interval-steps", "4"],
+        "test", "test", job_dir_required=False,
+    )  # fmt: skip
+    exp = exp.replace(checkpoint=CheckpointConfig(every_n_steps=10))
+    with pytest.raises(ConfigError, match=r"checkpoint.every_n_steps=10.*--checkpoint.every-n-steps 12"):
+        check_steps_per_loop(exp)
