@@ -199,6 +199,7 @@ def shakespeare_pipelined() -> ExperimentConfig:
     exp = shakespeare_char()
     return exp.replace(
         name="shakespeare_pipelined",
-        model=exp.model.replace(pipeline=PipelineConfig(num_stages=2, num_microbatches=4)),
+        # A pipeline's stages are slices of stacked layers: repeat=True (shakespeare_char unrolls its list).
+        model=exp.model.replace(repeat=True, pipeline=PipelineConfig(num_stages=2, num_microbatches=4)),
         mesh=MeshConfig(ici_mesh_shape=(2, 1, 1, 1)),
     )

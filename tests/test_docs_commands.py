@@ -72,8 +72,16 @@ INSTEAD = {
     ),
 }
 
+_PAX_TEMPLATE = (
+    "a template (PAX_JOB_DIR is the reader's Paxml job dir, NAME their experiment); "
+    "tests/checkpoint/test_pax_import.py runs import_pax, train and eval on the committed Paxml fixtures"
+)
 NOT_RUN = {
     "python -m pytest -n 2": "the test suite itself",
+    "python -m pax_eqx.import_pax --pax-checkpoint PAX_JOB_DIR --exp NAME --job-log-dir OUT [--model.* flags]":
+        _PAX_TEMPLATE,
+    "python -m pax_eqx.train --exp NAME --job-log-dir OUT [the same flags] --train.num-steps N": _PAX_TEMPLATE,
+    "python -m pax_eqx.eval --exp NAME --job-log-dir OUT [the same flags]": _PAX_TEMPLATE,
     "python -m benchmarks.mfu --exp gpt3_xl --steps 20 --warmup 3": "a GPU benchmark (1.3B parameters)",
     "python -m benchmarks.mfu --exp shakespeare_char --steps 5 --warmup 1":
         "minutes of CPU for a smoke run; tests/benchmarks/test_benchmark_commands.py runs benchmarks.mfu shrunk",
