@@ -1,20 +1,26 @@
 """`python -m benchmarks.mfu --exp NAME [--steps N] [--warmup N] [--no-reference] [--section.field VALUE ...]`
 
 Times the real pax_eqx train step (the same `Programs.train_step` the trainer runs: sharded,
-donated, mixed precision) on synthetic tokens of the experiment's shapes, then a hand-written
-plain-JAX GPT of the same architecture (`benchmarks/reference_gpt.py`, no pax_eqx imports) in
-the same process on the same shapes. Prints a human summary and, as its last line, one JSON
-object:
+donated, mixed precision) on synthetic tokens of the experiment's shapes -- with
+`train.steps_per_loop` K > 1 as the trainer runs it, K steps per compiled call
+(`Programs.train_steps`), each call's time divided by K; `--steps` then counts calls -- then a
+hand-written plain-JAX GPT of the same model (`benchmarks/reference_gpt.py`, no pax_eqx
+imports) in the same process on the same shapes. The reference makes the experiment's model
+choices (positions, activation, norm and its bias, projection biases, scanned or listed
+layers); where the experiment makes one it cannot (`reference_differences`), no ratio is
+reported and the JSON's `reference_mismatch` says why. The ratio compares one step per call
+on both sides. Prints a human summary and, as its last line, one JSON object:
 
     exp, device_kind, num_devices, params, tokens_per_step, step_time_s (median),
     tokens_per_s, model_tflops_per_s, mfu, hfu, peak_tflops, compile_s, peak_mem_gb,
     temp_mem_gb (XLA's temporary buffers of the compiled step, any backend),
-    reference_step_time_s, ratio_to_reference
+    reference_step_time_s, ratio_to_reference, reference_mismatch, steps_per_loop,
+    one_step_call_time_s
 
 The `_gb` fields are GiB (2^30 bytes), as the dry-run planner prints them. MFU uses PaLM's
 6N + 12·L·d·S model FLOPs per token (N = all parameters; see `benchmarks/flops.py`), HFU adds
-what the remat policy recomputes. On CPU the peak is measured (the best jitted matmul
-throughput of this process) and reported as such.
+what the remat policy recomputes. On CPU the peak is measured in the same run (the best of 5
+jitted 1024x1024 float32 matmuls of this process) and `peak_source` says so.
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ import jax
 import numpy as np
 
 from benchmarks import flops
-from benchmarks.reference_gpt import ReferenceConfig, make_train_step
+from benchmarks.reference_gpt import ACTIVATIONS, NORMS, ReferenceConfig, make_train_step
 from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.programs import cli
 
 
@@ -53,8 +60,43 @@ def synthetic_tokens(batch: int, seq: int, vocab: int, seed: int = 0) -> dict[st
     return {"ids": tokens[:, :-1], "labels": tokens[:, 1:], "weights": np.ones((batch, seq), np.float32)}
 
 
-def reference_config(exp: ExperimentConfig, batch: int) -> ReferenceConfig:
+def reference_differences(exp: ExperimentConfig) -> list[str]:
+    """The experiment's model choices the plain-JAX reference cannot make (empty: it times the
+    same model). With any, `run` reports no ratio: a reference of another model says nothing.
+    Implementation choices (fused QKV, the chunked loss, the kernels) are not listed: those are
+    what the ratio measures."""
     m = exp.model
+    if not isinstance(m, LanguageModelConfig):
+        return [f"model: {type(m).__name__} (the reference is a decoder-only language model)"]
+    block, att, norm = m.block, m.block.attention, m.block.norm
+    checks = [
+        (m.position_embedding in ("trainable", "rotary"), f"model.position_embedding={m.position_embedding!r}"),
+        (block.activation.name in ACTIVATIONS and not block.activation.gated,
+         f"model.block.activation={block.activation.name!r}{' gated' if block.activation.gated else ''}"),
+        (block.norm_policy == "pre", f"model.block.norm_policy={block.norm_policy!r}"),
+        (norm.kind in NORMS and norm.use_scale, f"model.block.norm: kind={norm.kind!r}, use_scale={norm.use_scale}"),
+        (m.final_norm == norm, "model.final_norm differs from model.block.norm"),
+        (not m.separate_embedding, "model.separate_embedding=True (the reference ties embedding and softmax)"),
+        (not m.scale_embedding_sqrt_depth, "model.scale_embedding_sqrt_depth=True"),
+        (not m.softmax_bias, "model.softmax_bias=True"),
+        (m.soft_cap_logits == 0 and m.label_smoothing_prob == 0, "model soft-capped logits or label smoothing"),
+        (m.num_kv_heads in (0, m.num_heads), f"model.num_kv_heads={m.num_kv_heads} (grouped-query attention)"),
+        (m.dim_per_head in (0, m.model_dims // m.num_heads), f"model.dim_per_head={m.dim_per_head}"),
+        (m.moe_layer_interval == 0, "model.moe_layer_interval > 0 (Mixture-of-Experts layers)"),
+        (not att.per_dim_scale and att.logit_cap == 0, "model.block.attention per_dim_scale or logit_cap"),
+        (att.rotary_max_timescale == 10_000.0, f"attention.rotary_max_timescale={att.rotary_max_timescale}"),
+        (att.causal, "model.block.attention.causal=False"),
+        (att.dropout_prob == 0 and block.residual_dropout_prob == 0 and block.relu_dropout_prob == 0, "dropout"),
+        (exp.learner.optimizer == "adamw", f"learner.optimizer={exp.learner.optimizer!r} (the reference: AdamW)"),
+    ]  # fmt: skip
+    return [what for ok, what in checks if not ok]
+
+
+def reference_config(exp: ExperimentConfig, batch: int) -> ReferenceConfig:
+    """The reference of the experiment's shapes, numerics, optimizer and model choices (those
+    `reference_differences` does not list)."""
+    m = exp.model
+    block = m.block
     return ReferenceConfig(
         num_layers=m.num_layers,
         model_dims=m.model_dims,
@@ -67,8 +109,14 @@ def reference_config(exp: ExperimentConfig, batch: int) -> ReferenceConfig:
         unroll=m.unroll,
         attention_impl=m.block.attention.implementation,
         dtype=exp.train.fprop_dtype,
-        use_bias=m.block.attention.use_bias,
-        layer_norm_epsilon=m.block.norm.epsilon,
+        use_bias=block.attention.use_bias,
+        mlp_bias=block.ff_has_bias,
+        position_embedding="learned" if m.position_embedding == "trainable" else m.position_embedding,
+        activation=block.activation.name,
+        norm=block.norm.kind,
+        norm_bias=block.norm.use_bias and block.norm.kind == "layer_norm",
+        scan_layers=m.repeat,
+        layer_norm_epsilon=block.norm.epsilon,
         learning_rate=exp.learner.learning_rate,
         weight_decay=exp.learner.weight_decay,
         adam_b1=exp.learner.b1,
@@ -123,11 +171,29 @@ def compile_and_time(programs: Any, state: Any, data: Any, warmup: int, steps: i
     return compiled, compile_s, statistics.median(times), state
 
 
+def time_loop(programs: Any, state: Any, data: Any, k: int, warmup: int, calls: int) -> tuple[float, Any]:
+    """(median seconds per step, state): `Programs.train_steps` on `k` copies of the batch (what
+    the trainer runs with train.steps_per_loop = k), timed call by call, each divided by k."""
+    stacked = jax.tree.map(lambda a: jax.numpy.stack([a] * k), data)
+    loop = programs.train_steps.lower(state, stacked).compile()
+
+    def call(s):
+        s, outputs = loop(s, stacked)
+        return s, outputs.metrics["total_loss"].value
+
+    times, state = time_steps(call, state, warmup, calls)
+    return statistics.median(times) / k, state
+
+
 def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, log=print) -> dict[str, Any]:
     batch = exp.data.train.batch_size * jax.process_count()
     seq = exp.data.seq_len
     programs, state, data = synthetic_step(exp)
     compiled, compile_s, step_time, state = compile_and_time(programs, state, data, warmup, steps)
+    one_call_step_time = step_time
+    k = exp.train.steps_per_loop
+    if k > 1:  # what the trainer runs: k steps a call
+        step_time, state = time_loop(programs, state, data, k, warmup, steps)
     memory = compiled.memory_analysis()  # XLA's plan, on every backend (peak_mem_gb is GPU-only)
     temp_gb = memory.temp_size_in_bytes / 1024**3 if memory is not None else None
     num_params = sum(x.size for x in jax.tree.leaves(state.params))
@@ -145,7 +211,8 @@ def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, lo
     peak, peak_source, mfu_devices = flops.peak_tflops(device.device_kind), "datasheet", n_dev
     if peak is None and device.platform == "cpu":
         # Fake CPU devices share the same cores: the process-wide matmul rate is the whole peak.
-        peak, peak_source, mfu_devices = flops.measure_cpu_peak_tflops(), "measured matmul (whole CPU)", 1
+        peak, mfu_devices = flops.measure_cpu_peak_tflops(), 1
+        peak_source = "measured in this run: a jitted 1024x1024 float32 matmul, best of 5, whole CPU"
     result = {
         "exp": exp.name,
         "device_kind": device.device_kind,
@@ -153,6 +220,8 @@ def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, lo
         "params": int(num_params),
         "tokens_per_step": tokens_per_step,
         "step_time_s": step_time,
+        "steps_per_loop": k,
+        "one_step_call_time_s": one_call_step_time,
         "tokens_per_s": tokens_per_s,
         "model_tflops_per_s": tokens_per_s * model_fpt / 1e12,
         "mfu": flops.mfu(tokens_per_s, model_fpt, peak, mfu_devices) if peak else None,
@@ -164,13 +233,17 @@ def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, lo
         "temp_mem_gb": temp_gb,
         "reference_step_time_s": None,
         "ratio_to_reference": None,
+        "reference_mismatch": [],
     }
     del state  # free the model's memory before the reference runs
     if with_reference:
+        result["reference_mismatch"] = reference_differences(exp)
+    if with_reference and not result["reference_mismatch"]:
         ref_step, ref_state, ref_batch = reference_step(exp)
         ref_times, _ = time_steps(lambda s: ref_step(s, ref_batch), ref_state, warmup + 1, steps)
         result["reference_step_time_s"] = statistics.median(ref_times)
-        result["ratio_to_reference"] = step_time / result["reference_step_time_s"]
+        # Like for like: one step per call on both sides (the reference has no loop of steps).
+        result["ratio_to_reference"] = one_call_step_time / result["reference_step_time_s"]
     _print_summary(result, log)
     return result
 
@@ -179,11 +252,18 @@ def _print_summary(r: dict[str, Any], log) -> None:
     log(f"{r['exp']} on {r['num_devices']} x {r['device_kind']}: {r['params'] / 1e6:,.1f}M params")
     log(f"  step {r['step_time_s'] * 1e3:,.1f} ms (median), {r['tokens_per_s']:,.0f} tokens/s, "
         f"{r['model_tflops_per_s']:,.2f} model TFLOP/s, compile {r['compile_s']:.1f} s")  # fmt: skip
+    if r["steps_per_loop"] > 1:
+        log(f"  ({r['steps_per_loop']} steps per compiled call, train.steps_per_loop; one step per call: "
+            f"{r['one_step_call_time_s'] * 1e3:,.1f} ms)")  # fmt: skip
     if r["mfu"] is not None:
         peak = f"peak {r['peak_tflops']:.1f} TF/s, {r['peak_source']}"
         log(f"  MFU {r['mfu'] * 100:.1f}%  HFU {r['hfu'] * 100:.1f}%  ({peak})")
     if r["reference_step_time_s"]:
-        log(f"  plain-JAX reference {r['reference_step_time_s'] * 1e3:,.1f} ms: ratio {r['ratio_to_reference']:.3f}")
+        log(f"  plain-JAX reference {r['reference_step_time_s'] * 1e3:,.1f} ms (same model choices, one step per "
+            f"call): ratio {r['ratio_to_reference']:.3f}")  # fmt: skip
+    if r["reference_mismatch"]:
+        log("  no ratio to the plain-JAX reference: it cannot make these model choices: "
+            + "; ".join(r["reference_mismatch"]))  # fmt: skip
     if r["peak_mem_gb"] is not None:
         log(f"  peak memory {r['peak_mem_gb']:.2f} GiB")
     if r["temp_mem_gb"] is not None:

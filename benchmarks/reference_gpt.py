@@ -7,6 +7,12 @@ from pax_eqx): a GPT-2/GPT-3 style decoder
                -> L x pre-LayerNorm block: x += Attn(LN(x)); x += MLP(LN(x))
                -> final LayerNorm -> logits [B, S, V] = x @ embedding.T -> softmax cross-entropy
 
+and, so that it times the same model as an experiment it is compared with, the model choices
+an experiment may make: rotary positions instead of learned ones (`position_embedding`), the
+MLP's activation (`activation`: tanh GELU, exact GELU, ReLU, SiLU), RMSNorm or LayerNorm with
+or without its bias (`norm`, `norm_bias`), biases on the attention and MLP projections
+(`use_bias`, `mlp_bias`), and layers scanned or as a Python loop (`scan_layers`).
+
 with the performance choices DESIGN.md section 5 found to matter on an H100:
 
 - fused QKV: one [d] -> [3, N, H] projection whose output is already in the BTNH layout that
@@ -64,6 +70,14 @@ REMAT_POLICIES: dict[str, Callable[..., Any] | None] = {
     "everything_saveable": jax.checkpoint_policies.everything_saveable,
 }
 ATTENTION_IMPLS = ("auto", "cudnn", "xla")
+POSITION_EMBEDDINGS = ("learned", "rotary")
+NORMS = ("layer_norm", "rms_norm")
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu_exact": lambda x: jax.nn.gelu(x, approximate=False),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+}
 DTYPES = {"bfloat16": jnp.bfloat16, "float16": jnp.float16, "float32": jnp.float32}
 
 # Parameters that AdamW decays: the weight matrices and embedding tables, not norms or biases.
@@ -80,7 +94,14 @@ class ReferenceConfig:
     unroll: layers per scan iteration (1 = rolled loop, num_layers = fully unrolled).
     attention_impl: "cudnn", "xla", or "auto" (cudnn on GPU, xla elsewhere).
     dtype: compute dtype name; params and optimizer state are always float32.
-    use_bias: biases on the QKV, output and MLP projections (LayerNorms always have one).
+    use_bias: biases on the QKV and output projections (and the MLP's unless mlp_bias says).
+    mlp_bias: biases on the MLP projections; None = use_bias.
+    position_embedding: "learned" (a [seq_len, d] table added to the embedding) or "rotary"
+      (RoPE on q and k, each head's first half rotated against its second half).
+    activation: the MLP's, "gelu" (tanh approximation), "gelu_exact" (jax.nn.gelu's erf form),
+      "relu" or "silu".
+    norm: "layer_norm" or "rms_norm" (x / rms(x) * scale); norm_bias: LayerNorm's bias.
+    scan_layers: layers stacked and scanned (True) or a Python loop over per-layer params.
     """
 
     num_layers: int = 24
@@ -103,10 +124,27 @@ class ReferenceConfig:
     adam_b2: float = 0.95
     adam_eps: float = 1e-8
     grad_clip_norm: float = 1.0
+    mlp_bias: bool | None = None
+    position_embedding: str = "learned"
+    activation: str = "gelu"
+    norm: str = "layer_norm"
+    norm_bias: bool = True
+    scan_layers: bool = True
 
     def __post_init__(self) -> None:
         if self.hidden_dims is None:
             object.__setattr__(self, "hidden_dims", 4 * self.model_dims)
+        if self.mlp_bias is None:
+            object.__setattr__(self, "mlp_bias", self.use_bias)
+        for name, choices in (
+            ("position_embedding", POSITION_EMBEDDINGS), ("activation", tuple(ACTIVATIONS)), ("norm", NORMS),
+        ):  # fmt: skip
+            if getattr(self, name) not in choices:
+                raise ValueError(f"ReferenceConfig.{name}={getattr(self, name)!r} is unknown; use one of {choices}.")
+        if self.norm == "rms_norm" and self.norm_bias:
+            raise ValueError("ReferenceConfig.norm='rms_norm' has no bias: set norm_bias=False.")
+        if self.position_embedding == "rotary" and self.head_dims % 2:
+            raise ValueError(f"ReferenceConfig: rotary positions need an even head dim, got {self.head_dims}.")
         for name in ("num_layers", "model_dims", "num_heads", "hidden_dims", "seq_len", "vocab_size", "batch_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"ReferenceConfig.{name} must be > 0, got {getattr(self, name)}.")
@@ -172,10 +210,14 @@ def count_params(cfg: ReferenceConfig) -> int:
     + L * [ 4d (two LNs) + 3d*d (QKV) + d*d (out) + 2*d*F (MLP) + biases (3d + d + F + d) ]
     """
     d, f, v, s, n_layers = cfg.model_dims, cfg.hidden_dims, cfg.vocab_size, cfg.seq_len, cfg.num_layers
-    per_layer = 4 * d + 3 * d * d + d * d + 2 * d * f
+    norm = 2 * d if cfg.norm_bias else d
+    per_layer = 2 * norm + 3 * d * d + d * d + 2 * d * f
     if cfg.use_bias:
-        per_layer += 3 * d + d + f + d
-    return v * d + s * d + 2 * d + n_layers * per_layer
+        per_layer += 3 * d + d
+    if cfg.mlp_bias:
+        per_layer += f + d
+    positions = s * d if cfg.position_embedding == "learned" else 0
+    return v * d + positions + norm + n_layers * per_layer
 
 
 def init_params(cfg: ReferenceConfig, key: jax.Array) -> Params:
@@ -191,25 +233,27 @@ def init_params(cfg: ReferenceConfig, key: jax.Array) -> Params:
     normal = lambda k, shape: cfg.init_std * jax.random.normal(k, (math.prod(shape),), jnp.float32).reshape(shape)
     ones = lambda *shape: jnp.ones(shape, jnp.float32)
     zeros = lambda *shape: jnp.zeros(shape, jnp.float32)
+    norm = lambda *lead: {"scale": ones(*lead, d), **({"bias": zeros(*lead, d)} if cfg.norm_bias else {})}
     layers: Params = {
-        "ln1": {"scale": ones(n_layers, d), "bias": zeros(n_layers, d)},
+        "ln1": norm(n_layers),
         "qkv": {"w": normal(keys[2], (n_layers, 3, d, n, h))},
         "out": {"w": normal(keys[3], (n_layers, n, h, d))},
-        "ln2": {"scale": ones(n_layers, d), "bias": zeros(n_layers, d)},
+        "ln2": norm(n_layers),
         "mlp_in": {"w": normal(keys[4], (n_layers, d, f))},
         "mlp_out": {"w": normal(keys[5], (n_layers, f, d))},
     }
     if cfg.use_bias:
         layers["qkv"]["b"] = zeros(n_layers, 3, n, h)
         layers["out"]["b"] = zeros(n_layers, d)
+    if cfg.mlp_bias:
         layers["mlp_in"]["b"] = zeros(n_layers, f)
         layers["mlp_out"]["b"] = zeros(n_layers, d)
-    return {
-        "token_embedding": normal(keys[0], (cfg.vocab_size, d)),
-        "position_embedding": normal(keys[1], (cfg.seq_len, d)),
-        "layers": layers,
-        "final_ln": {"scale": ones(d), "bias": zeros(d)},
-    }
+    if not cfg.scan_layers:  # one dict per layer: each layer's arrays and gradients are its own
+        layers = [jax.tree.map(lambda a, i=i: a[i], layers) for i in range(n_layers)]
+    params = {"token_embedding": normal(keys[0], (cfg.vocab_size, d)), "layers": layers, "final_ln": norm()}
+    if cfg.position_embedding == "learned":
+        params["position_embedding"] = normal(keys[1], (cfg.seq_len, d))
+    return params
 
 
 def weight_decay_mask(params: Params) -> Params:
@@ -220,37 +264,68 @@ def weight_decay_mask(params: Params) -> Params:
 # Forward ---------------------------------------------------------------------------------------
 
 
-def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array, epsilon: float) -> jax.Array:
+def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array | None, epsilon: float) -> jax.Array:
     """LayerNorm over the last axis; statistics in float32, result in x's dtype."""
     x32 = x.astype(jnp.float32)
     mean = jnp.mean(x32, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
-    y = (x32 - mean) * jax.lax.rsqrt(var + epsilon)
-    return (y * scale.astype(jnp.float32) + bias.astype(jnp.float32)).astype(x.dtype)
+    y = (x32 - mean) * jax.lax.rsqrt(var + epsilon) * scale.astype(jnp.float32)
+    return (y if bias is None else y + bias.astype(jnp.float32)).astype(x.dtype)
 
 
-def _block(cfg: ReferenceConfig, attention_impl: str) -> Callable[[jax.Array, Params], jax.Array]:
-    """One pre-LN transformer layer, x [B, S, d] -> [B, S, d], taking that layer's fp32 params."""
-    dtype, eps = cfg.compute_dtype, cfg.layer_norm_epsilon
+def rms_norm(x: jax.Array, scale: jax.Array, epsilon: float) -> jax.Array:
+    """x / rms(x) * scale over the last axis, in float32; result in x's dtype."""
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + epsilon)
+    return (y * scale.astype(jnp.float32)).astype(x.dtype)
+
+
+def _norm(cfg: ReferenceConfig, x: jax.Array, p: Params) -> jax.Array:
+    if cfg.norm == "rms_norm":
+        return rms_norm(x, p["scale"], cfg.layer_norm_epsilon)
+    return layer_norm(x, p["scale"], p.get("bias"), cfg.layer_norm_epsilon)
+
+
+def rotary_tables(seq: int, head_dims: int) -> tuple[np.ndarray, np.ndarray]:
+    """(sin, cos) [seq, 1, head_dims / 2] of RoPE's angles p / 10000^(2i / head_dims), made once."""
+    timescale = 10_000.0 ** (2.0 * np.arange(head_dims // 2, dtype=np.float32) / head_dims)
+    angle = np.arange(seq, dtype=np.float32)[:, None, None] / timescale
+    return np.sin(angle), np.cos(angle)
+
+
+def rotate(x: jax.Array, sin: jax.Array, cos: jax.Array) -> jax.Array:
+    """RoPE on x [B, S, N, H]: the first half of each head rotated against the second half."""
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+def _block(cfg: ReferenceConfig, attention_impl: str, rotary: Any = None) -> Callable[[jax.Array, Params], jax.Array]:
+    """One pre-norm transformer layer, x [B, S, d] -> [B, S, d], taking that layer's fp32 params.
+    rotary: (sin, cos) tables for rotary positions, or None."""
+    dtype = cfg.compute_dtype
+    act = ACTIVATIONS[cfg.activation]
 
     def block(x: jax.Array, p: Params) -> jax.Array:
         p = jax.tree.map(lambda a: a.astype(dtype), p)
-        h = layer_norm(x, p["ln1"]["scale"], p["ln1"]["bias"], eps)
+        h = _norm(cfg, x, p["ln1"])
         qkv = jnp.einsum("bsd,kdnh->kbsnh", h, p["qkv"]["w"])  # [3, B, S, N, H]: q, k, v contiguous
         if cfg.use_bias:
             qkv = qkv + p["qkv"]["b"][:, None, None]
-        context = jax.nn.dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True, implementation=attention_impl)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        if rotary is not None:
+            q, k = rotate(q, *rotary), rotate(k, *rotary)
+        context = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=attention_impl)
         context = checkpoint_name(context, "context")
         attn = jnp.einsum("bsnh,nhd->bsd", context, p["out"]["w"])
         if cfg.use_bias:
             attn = attn + p["out"]["b"]
         x = x + attn
-        h = layer_norm(x, p["ln2"]["scale"], p["ln2"]["bias"], eps)
+        h = _norm(cfg, x, p["ln2"])
         h = h @ p["mlp_in"]["w"]
-        if cfg.use_bias:
+        if cfg.mlp_bias:
             h = h + p["mlp_in"]["b"]
-        h = jax.nn.gelu(h, approximate=True) @ p["mlp_out"]["w"]
-        if cfg.use_bias:
+        h = act(h) @ p["mlp_out"]["w"]
+        if cfg.mlp_bias:
             h = h + p["mlp_out"]["b"]
         return x + h
 
@@ -264,20 +339,30 @@ def forward(params: Params, ids: jax.Array, cfg: ReferenceConfig) -> jax.Array:
     if seq > cfg.seq_len:
         raise ValueError(f"ids have {seq} positions but ReferenceConfig.seq_len={cfg.seq_len}; raise seq_len.")
     embedding = params["token_embedding"].astype(dtype)
-    x = embedding[ids] + params["position_embedding"][:seq].astype(dtype)
+    x = embedding[ids]
+    rotary = None
+    if cfg.position_embedding == "learned":
+        x = x + params["position_embedding"][:seq].astype(dtype)
+    else:
+        rotary = rotary_tables(seq, cfg.head_dims)
 
-    block = _block(cfg, resolve_attention_impl(cfg))
+    block = _block(cfg, resolve_attention_impl(cfg), rotary)
     policy = REMAT_POLICIES[cfg.remat_policy]
     if cfg.remat_policy != "none":
         # Inside a rolled scan the recomputation cannot be CSE'd into the forward, so the
         # CSE-preventing barriers only cost time; fully unrolled there is no loop to protect it.
-        block = jax.checkpoint(block, policy=policy, prevent_cse=cfg.unroll >= cfg.num_layers)
+        rolled = cfg.scan_layers and cfg.unroll < cfg.num_layers
+        block = jax.checkpoint(block, policy=policy, prevent_cse=not rolled)
 
     def body(x: jax.Array, layer_params: Params) -> tuple[jax.Array, None]:
         return block(x, layer_params), None
 
-    x, _ = jax.lax.scan(body, x, params["layers"], unroll=cfg.unroll)
-    x = layer_norm(x, params["final_ln"]["scale"], params["final_ln"]["bias"], cfg.layer_norm_epsilon)
+    if cfg.scan_layers:
+        x, _ = jax.lax.scan(body, x, params["layers"], unroll=cfg.unroll)
+    else:
+        for layer_params in params["layers"]:
+            x = block(x, layer_params)
+    x = _norm(cfg, x, params["final_ln"])
     return jnp.einsum("bsd,vd->bsv", x, embedding)
 
 
@@ -390,9 +475,11 @@ def main(argv: list[str] | None = None) -> None:
     defaults = ReferenceConfig()
     for field in dataclasses.fields(ReferenceConfig):
         value = getattr(defaults, field.name)
-        kind = (lambda s: s.lower() in ("1", "true", "yes")) if isinstance(value, bool) else type(value)
-        if field.name == "hidden_dims":
-            value = None  # 4 * the --model-dims given, not of the default model_dims
+        boolean = isinstance(value, bool) or field.name == "mlp_bias"
+        kind = (lambda s: s.lower() in ("1", "true", "yes")) if boolean else type(value)
+        if field.name in ("hidden_dims", "mlp_bias"):
+            value = None  # 4 * the --model-dims given / --use-bias, not the defaults' values
+            kind = int if field.name == "hidden_dims" else kind
         parser.add_argument("--" + field.name.replace("_", "-"), type=kind, default=value)
     args = vars(parser.parse_args(argv))
     steps, warmup = args.pop("steps"), args.pop("warmup")

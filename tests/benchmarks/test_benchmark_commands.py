@@ -58,6 +58,54 @@ def test_mfu_benchmark_smoke_run_prints_a_summary_and_a_json_last_line(capsys):
     assert any("MFU" in line for line in out[:-1])  # the human summary comes first
 
 
+TINY_CHAR = [
+    "--model.num-layers", "2", "--model.model-dims", "32", "--model.hidden-dims", "64", "--model.num-heads", "2",
+    "--data.seq-len", "16", "--data.train.batch-size", "8", "--mesh.ici-mesh-shape", "8", "1", "1",
+    "--steps", "2", "--warmup", "1",
+]  # fmt: skip
+
+
+def test_mfu_times_the_loop_of_steps_and_a_reference_of_the_same_model(capsys):
+    """shakespeare_char (rotary positions, exact GELU, LayerNorm without bias, no biases, layers
+    unrolled, 10 steps per call): the reference makes the same choices -- its parameter count
+    formula equals pax_eqx's model -- and the step is timed as the trainer runs it."""
+    assert mfu.main(["--exp", "shakespeare_char", *TINY_CHAR]) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out.strip().splitlines()[-1])
+    exp, _, _ = cli.parse(["--exp", "shakespeare_char", *TINY_CHAR[:-4]], "t", "", job_dir_required=False)
+    assert result["reference_mismatch"] == [] and result["ratio_to_reference"] > 0
+    assert result["params"] == count_params(mfu.reference_config(exp, 8))
+    assert result["steps_per_loop"] == 10 and "10 steps per compiled call" in out
+    assert result["ratio_to_reference"] == pytest.approx(
+        result["one_step_call_time_s"] / result["reference_step_time_s"]
+    )
+    assert "measured in this run" in result["peak_source"] and "measured in this run" in out
+
+
+def test_mfu_refuses_a_ratio_to_a_reference_of_another_model(capsys):
+    assert mfu.main(["--exp", "shakespeare_char", *TINY_CHAR, "--model.block.norm-policy", "post"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["ratio_to_reference"] is None and result["reference_step_time_s"] is None
+    assert result["reference_mismatch"] == ["model.block.norm_policy='post'"]
+    assert "no ratio to the plain-JAX reference" in out
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--model.position-embedding", "sinusoidal"], "model.position_embedding='sinusoidal'"),
+        (["--model.block.activation.name", "squared_relu"], "activation='squared_relu'"),
+        (["--model.block.activation.gated"], "gated"),
+        (["--model.separate-embedding"], "separate_embedding"),
+        (["--model.num-kv-heads", "1"], "num_kv_heads=1"),
+    ],
+)
+def test_reference_differences_name_each_choice_the_reference_lacks(flags, named):
+    exp, _, _ = cli.parse(["--exp", "shakespeare_char", *flags], "t", "", job_dir_required=False)
+    assert any(named in d for d in mfu.reference_differences(exp))
+
+
 def test_pgle_on_cpu_traces_but_writes_no_profile(tmp_path, capsys):
     job = tmp_path / "pgle"
     args = ["--exp", "shakespeare_char", "--job-log-dir", str(job), "--steps", "1", "--model.num-layers", "1",

@@ -29,6 +29,14 @@ TINY = ReferenceConfig(
 # float32 on CPU, where XLA may fuse or reorder reductions differently.
 SAME_PROGRAM = dict(rtol=1e-5, atol=1e-6)
 
+# The model choices benchmarks.mfu mirrors from an experiment (shakespeare_char's among them).
+CHOICES = [
+    {},
+    {"position_embedding": "rotary", "activation": "gelu_exact", "norm_bias": False, "use_bias": False},
+    {"norm": "rms_norm", "norm_bias": False, "activation": "silu", "mlp_bias": False, "scan_layers": False},
+    {"activation": "relu", "use_bias": False, "mlp_bias": True, "scan_layers": False, "position_embedding": "rotary"},
+]
+
 
 def _leaf_count(params) -> int:
     return sum(x.size for x in jax.tree.leaves(params))
@@ -36,7 +44,7 @@ def _leaf_count(params) -> int:
 
 @pytest.mark.parametrize(
     "changes",
-    [{}, {"use_bias": False}, {"hidden_dims": 100}, {"num_layers": 1, "vocab_size": 7, "seq_len": 3}],
+    [{}, {"use_bias": False}, {"hidden_dims": 100}, {"num_layers": 1, "vocab_size": 7, "seq_len": 3}, *CHOICES[1:]],
 )
 def test_count_params_equals_the_initialized_leaves(changes):
     cfg = ReferenceConfig(**{**TINY.__dict__, **changes})
@@ -55,23 +63,40 @@ def _numpy_forward(params, ids, cfg):
     p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
     eps = cfg.layer_norm_epsilon
 
-    def ln(x, scale, bias):
+    def ln(x, norm):
+        if cfg.norm == "rms_norm":
+            return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * norm["scale"]
         mu = x.mean(-1, keepdims=True)
-        return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * scale + bias
+        return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * norm["scale"] + norm.get("bias", 0)
 
-    def gelu(x):
-        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    erf = np.vectorize(math.erf)
+    act = {
+        "gelu": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
+        "gelu_exact": lambda x: 0.5 * x * (1 + erf(x / math.sqrt(2))),
+        "relu": lambda x: np.maximum(x, 0),
+        "silu": lambda x: x / (1 + np.exp(-x)),
+    }[cfg.activation]
+
+    def rope(x):  # x [b, s, n, h]: angle p / 10000^(2i/h) rotates (x_i, x_{i + h/2})
+        pos = np.arange(x.shape[1])[None, :, None, None]
+        angle = pos / 10_000.0 ** (2 * np.arange(h // 2) / h)
+        x1, x2 = x[..., : h // 2], x[..., h // 2 :]
+        return np.concatenate([x1 * np.cos(angle) - x2 * np.sin(angle), x2 * np.cos(angle) + x1 * np.sin(angle)], -1)
 
     b, s = ids.shape
     n, h, d = cfg.num_heads, cfg.head_dims, cfg.model_dims
-    x = p["token_embedding"][ids] + p["position_embedding"][:s]
+    x = p["token_embedding"][ids]
+    if cfg.position_embedding == "learned":
+        x = x + p["position_embedding"][:s]
     causal = np.tril(np.ones((s, s), bool))
     for i in range(cfg.num_layers):
-        layer = jax.tree.map(lambda a, i=i: a[i], p["layers"])
-        y = ln(x, layer["ln1"]["scale"], layer["ln1"]["bias"])
+        layer = jax.tree.map(lambda a, i=i: a[i], p["layers"]) if cfg.scan_layers else p["layers"][i]
+        y = ln(x, layer["ln1"])
         w = layer["qkv"]["w"].reshape(3, d, n * h)
-        bias = layer["qkv"]["b"].reshape(3, n * h)
+        bias = layer["qkv"]["b"].reshape(3, n * h) if cfg.use_bias else np.zeros((3, n * h))
         q, k, v = ((y @ w[j] + bias[j]).reshape(b, s, n, h) for j in range(3))
+        if cfg.position_embedding == "rotary":
+            q, k = rope(q), rope(k)
         out = np.zeros((b, s, n, h))
         for head in range(n):
             scores = q[:, :, head] @ k[:, :, head].transpose(0, 2, 1) / math.sqrt(h)
@@ -79,16 +104,17 @@ def _numpy_forward(params, ids, cfg):
             probs = np.exp(scores - scores.max(-1, keepdims=True))
             probs /= probs.sum(-1, keepdims=True)
             out[:, :, head] = probs @ v[:, :, head]
-        x = x + out.reshape(b, s, d) @ layer["out"]["w"].reshape(d, d) + layer["out"]["b"]
-        y = ln(x, layer["ln2"]["scale"], layer["ln2"]["bias"])
-        y = gelu(y @ layer["mlp_in"]["w"] + layer["mlp_in"]["b"])
-        x = x + y @ layer["mlp_out"]["w"] + layer["mlp_out"]["b"]
-    x = ln(x, p["final_ln"]["scale"], p["final_ln"]["bias"])
+        x = x + out.reshape(b, s, d) @ layer["out"]["w"].reshape(d, d) + (layer["out"]["b"] if cfg.use_bias else 0)
+        y = ln(x, layer["ln2"])
+        y = act(y @ layer["mlp_in"]["w"] + (layer["mlp_in"]["b"] if cfg.mlp_bias else 0))
+        x = x + y @ layer["mlp_out"]["w"] + (layer["mlp_out"]["b"] if cfg.mlp_bias else 0)
+    x = ln(x, p["final_ln"])
     return x @ p["token_embedding"].T
 
 
-def test_forward_matches_an_independent_numpy_forward():
-    cfg = ReferenceConfig(**{**TINY.__dict__, "init_std": 0.2})  # large weights: attention is not uniform
+@pytest.mark.parametrize("choices", CHOICES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "gpt")
+def test_forward_matches_an_independent_numpy_forward(choices):
+    cfg = ReferenceConfig(**{**TINY.__dict__, "init_std": 0.2, **choices})  # large weights: attention not uniform
     params = init_params(cfg, jax.random.key(1))
     # Non-zero biases and norm params, so that a misplaced one shows.
     rng = np.random.default_rng(2)
