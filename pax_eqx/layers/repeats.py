@@ -34,6 +34,11 @@ layer order (a dense-and-MoE summary such as attention's [num_layers], an MoE-on
 `moe/expert_load_e0` [num_layers / interval]); aux losses are summed over every layer, so the
 load-balancing losses of all MoE layers add up (as in Praxis: GLaM configs divide the weight
 themselves if they want a mean).
+
+Pipelining (`pipeline`, layers.pipeline): the scanned stack's layers (or blocks) are cut into
+stages over the mesh's `stage` axis and the batch into microbatches; each stage scans its own
+layers with the same body as the unpipelined scan, so the weights, checkpoints, summaries and
+aux losses are the same arrays either way. Decoding (`decode`) runs the layers unpipelined.
 """
 
 from __future__ import annotations
