@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 from pax_eqx import layers
+from pax_eqx.programs import registry
 
 TUTORIALS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "tutorials"
 LAYER_BASICS = TUTORIALS / "layer_basics.py"
+LEARNING_PAX = TUTORIALS / "learning_pax.py"
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +102,47 @@ def test_resnet_on_digits_trains_and_evaluates_every_held_out_image():
     printed = dict(line.partition(": ")[::2] for line in out.getvalue().splitlines())
     assert printed["eval images"] == "180"
     assert float(printed["eval accuracy"]) > 0.85
+
+
+@pytest.fixture(scope="module")
+def learning_pax():
+    """Runs docs/tutorials/learning_pax.py once; returns its printed `name: value` lines. The
+    experiment it registers is removed afterwards, so tests that walk every registered
+    experiment in this process see only the real ones."""
+    registry.load_entry_points()
+    saved = dict(registry._REGISTRY), dict(registry._ALIASES)
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(str(LEARNING_PAX), run_name="__main__")
+    finally:
+        for table, before in zip((registry._REGISTRY, registry._ALIASES), saved, strict=True):
+            table.clear()
+            table.update(before)
+    return dict(line.partition(": ")[::2] for line in out.getvalue().splitlines())
+
+
+def test_learning_pax_walks_layer_model_and_task(learning_pax):
+    """The tutorial checks its numbers against formulas itself; here, what it prints."""
+    assert learning_pax["vmap(squared_norm)"] == "[5.0, 20.0]"
+    assert learning_pax["summaries"] == "['eval', 'train']"
+    assert "Did you mean 'norm_decay'?" in learning_pax["typo"]
+    assert learning_pax["registered"] == "True"
+    assert float(learning_pax["eval accuracy after 31 steps"]) > 0.8
+
+
+def test_learning_pax_trains_through_the_cli_into_a_job_dir(learning_pax):
+    assert learning_pax["job dir"] == "['checkpoints', 'config.json', 'metrics.jsonl', 'plots', 'summaries']"
+    assert learning_pax["checkpoints after 40 steps"] == "[20, 40]"
+    assert learning_pax["checkpoints after resuming to 60"] == "[40, 60]"
+    assert learning_pax["train records at steps"] == "[10, 20, 30, 40, 50, 60]"
+    assert learning_pax["eval records at steps"] == "[20, 40, 60]"
+    assert float(learning_pax["eval accuracy at step 60"]) > 0.85
+    assert "learning_pax_digits" not in registry.names()  # the fixture put the registry back
+
+
+def test_learning_pax_imports_no_private_names():
+    for node in ast.walk(ast.parse(LEARNING_PAX.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            assert not node.module.split(".")[-1].startswith("_"), node.module
+            assert all(not alias.name.startswith("_") for alias in node.names)
