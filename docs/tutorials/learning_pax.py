@@ -119,6 +119,14 @@ y_eval = layers.apply(bn, x, state=ctx.state, mode=layers.Mode.EVAL)
 moving_mean, moving_var = 0.1 * mean, 0.9 + 0.1 * var
 np.testing.assert_allclose(y_eval, (x - moving_mean) / np.sqrt(moving_var + bn_cfg.epsilon), rtol=1e-4, atol=1e-5)
 
+# Randomness is a key in the Context, split where it is consumed (Pax: `next_prng_key()` from
+# the `rngs` passed to apply). Dropout keeps an element with probability 1 - rate and scales it
+# by 1 / (1 - rate); in eval it is the identity and needs no key.
+dropout = layers.DropoutConfig(rate=0.5).build()
+y_drop, _ = dropout(x, layers.Context(key=jax.random.key(2), mode=layers.Mode.TRAIN))
+assert np.all((np.asarray(y_drop) == 0) | np.isclose(y_drop, 2 * x))
+np.testing.assert_array_equal(dropout(x, layers.Context(mode=layers.Mode.EVAL))[0], x)
+
 # %% [markdown]
 # ### Model
 #
@@ -130,7 +138,8 @@ np.testing.assert_allclose(y_eval, (x - moving_mean) / np.sqrt(moving_var + bn_c
 #     predictions, ctx = model.compute_predictions(batch, ctx)   # ctx: key, state, summaries, mode
 #     metrics = model.compute_loss(predictions, batch)           # {name: Weighted(value, weight)}
 #
-# `LanguageModel`, `ClassificationModel` and `SequenceModel` are the library's families. A family
+# `LanguageModel`, `ClassificationModel` and `SequenceModel` are the library's families (decoding,
+# Pax's `decode`, is there for the models whose config says `decodes = True`). A family
 # of your own is a `ModelConfig` (the template; `build(key)` makes the model) and a `Model`. The
 # one below is a softmax regression on normalised pixels: BatchNorm over the 64 inputs, then a
 # linear map to 10 logits. Padded rows (weight 0) are left out of the batch statistics and
@@ -207,7 +216,7 @@ metrics = model.compute_loss(logits, batch)
 def reference_logits(w: Array, batch: Batch) -> Array:
     """BatchNorm over the real rows (gamma = 0 and beta = 0 at init), then the projection."""
     real = np.asarray(batch["inputs"])[np.asarray(batch["weights"]) > 0]
-    normalised = (batch["inputs"] - real.mean(0)) / np.sqrt(real.var(0) + 1e-3)
+    normalised = (batch["inputs"] - real.mean(0)) / np.sqrt(real.var(0) + 1e-3)  # BatchNorm's epsilon
     return normalised @ w
 
 
@@ -223,7 +232,7 @@ np.testing.assert_allclose(logits[real], reference_logits(model.proj.w, batch)[r
 np.testing.assert_allclose(metrics["avg_xent"].value, reference_xent(logits, batch), rtol=1e-5)
 assert float(metrics["avg_xent"].weight) == 3.0  # three real rows
 print("avg_xent of 3 real rows:", round(float(metrics["avg_xent"].value), 4))
-print("summaries:", sorted(ctx.summaries))
+print("layer summaries:", sorted(ctx.summaries))
 
 # %% [markdown]
 # ### Task
@@ -249,6 +258,9 @@ w0 = train_state.params.proj.w
 expected_grad = jax.grad(lambda w: reference_xent(reference_logits(w, batch), batch))(w0)
 train_state, out = train_step(train_state, batch)
 np.testing.assert_allclose(train_state.params.proj.w, w0 - 0.5 * expected_grad, rtol=1e-4, atol=1e-6)
+# The non-trainable state came back updated too: the moving mean of the 3 real rows' pixels.
+real_rows = np.asarray(batch["inputs"])[:3]
+np.testing.assert_allclose(train_state.nt_state.get(model.norm.moving_mean), 0.1 * real_rows.mean(0), atol=1e-6)
 assert int(train_state.step) == 1
 print("train step metrics:", sorted(out.metrics))
 
