@@ -332,6 +332,7 @@ assert exp.override("train.num_steps", 80).train.num_steps == 80  # what --train
 # from any directory.
 
 # %%
+# In a module of experiments this is a decorator, `@registry.register(...)` above the `def`.
 registry.register("learning_pax_digits", aliases=("LearningPaxDigits",))(learning_pax_digits)
 assert registry.load_experiment("LearningPaxDigits") == exp
 assert registry.load_experiment("experiments.digits.digits_mlp").name == "digits_mlp"  # a dotted path
