@@ -35,4 +35,7 @@ def mean_summaries(batches: list[Mapping[str, Any]]) -> dict[str, np.ndarray]:
     """The mean of each summary over several fetched batches (an eval run)."""
     if not batches:
         return {}
-    return {name: np.mean([np.asarray(b[name], np.float64) for b in batches], axis=0) for name in batches[0]}
+    # np.mean of scalars is an np.float64, not an array: asarray keeps the declared return type.
+    return {
+        name: np.asarray(np.mean([np.asarray(b[name], np.float64) for b in batches], axis=0)) for name in batches[0]
+    }

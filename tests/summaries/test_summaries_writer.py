@@ -135,3 +135,14 @@ def test_bad_split_and_bad_value_are_named(tmp_path):
     writer.close()
     with pytest.raises(RuntimeError, match="closed"):
         writer.write(2, "train", {"total_loss": 1.0})
+
+
+def test_eval_summaries_average_to_arrays_scalars_included():
+    """A scalar summary averaged over eval batches is a 0-d array (np.mean alone gives np.float64,
+    which the declared dict[str, np.ndarray] and the runtime type checks refuse)."""
+    from pax_eqx.summaries.scalars import mean_summaries
+
+    batches = [{"loss": np.float32(1.0), "hist": np.array([1.0, 2.0])}, {"loss": 3.0, "hist": [3.0, 4.0]}]
+    merged = mean_summaries(batches)
+    assert isinstance(merged["loss"], np.ndarray) and merged["loss"].shape == () and merged["loss"] == 2.0
+    np.testing.assert_array_equal(merged["hist"], [2.0, 3.0])
