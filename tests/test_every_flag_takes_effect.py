@@ -218,6 +218,8 @@ def _new_values(tp: Any, value: Any) -> list[Any]:
     """Values to try instead of `value`, the likeliest valid first."""
     if typing.get_origin(tp) is Literal:
         candidates = list(typing.get_args(tp))
+    elif value is None and bool in typing.get_args(tp):  # `bool | None`: None = another field's default
+        candidates = [True, False]
     elif isinstance(value, bool):
         candidates = [not value]
     elif isinstance(value, int):
@@ -274,7 +276,7 @@ def test_changing_a_field_changes_what_is_built_or_is_rejected(root, cfg, path):
     baseline = _baseline(fingerprint, cfg)
     tp, value = _field_type(cfg, path)
     field = path.rsplit(".", 1)[-1]
-    rejections = []
+    rejections, same = [], []
     for new in _new_values(tp, value):
         try:
             changed = _differs(fingerprint, baseline, cfg.override(path, new))
@@ -284,11 +286,17 @@ def test_changing_a_field_changes_what_is_built_or_is_rejected(root, cfg, path):
             )
             rejections.append(new)
             continue
+        if value is None and not changed:
+            # None stands for a default another field decides (NormConfig.direct_scale: the kind's
+            # form), which one explicit value spells out; another value must then take effect.
+            same.append(new)
+            continue
         assert changed, (
             f"{root}.{path}={new!r} (was {value!r}) was accepted but built the same {root}: the flag does "
             "nothing here. Make it a build argument if a parent decides it, or reject it in validate."
         )
         return
+    assert not same, f"{root}.{path}={same[0]!r} (was None) was accepted, and no value changed what is built."
     assert rejections, f"no value to try for {root}.{path}"
 
 

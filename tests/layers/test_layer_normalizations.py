@@ -116,3 +116,60 @@ def test_norm_config_errors():
 def test_fields_an_rms_norm_ignores_are_rejected(fields, named):
     with pytest.raises(ConfigError, match=named):
         NormConfig(**fields)
+
+
+# Praxis' direct_scale: each kind's default form, and the other one on request ------------------
+def _layer_norm_reference(x, scale, bias):
+    mean = x.mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-6) * scale + bias
+
+
+@pytest.mark.parametrize("direct_scale", [None, False, True])
+def test_layer_norm_direct_scale(direct_scale):
+    """Praxis LayerNorm: direct_scale=False (its default, and None's) -> * (1 + scale), scale init 0;
+    True -> * scale, scale init 1."""
+    norm = NormConfig(kind="layer_norm", direct_scale=direct_scale).build(8)
+    direct = bool(direct_scale)
+    assert norm.direct_scale is direct
+    np.testing.assert_array_equal(norm.scale, np.full(8, 1.0 if direct else 0.0))
+    norm = _randomize(norm)
+    x = np.asarray(_x(), np.float64)
+    scale = np.asarray(norm.scale, np.float64)
+    expected = _layer_norm_reference(x, scale if direct else 1.0 + scale, np.asarray(norm.bias))
+    np.testing.assert_allclose(norm(jnp.asarray(x, jnp.float32)), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("direct_scale", [None, True, False])
+def test_rms_norm_direct_scale(direct_scale):
+    """Praxis RmsNorm: direct_scale=True (its default, and None's) -> * scale, scale init 1;
+    False -> * (1 + scale), scale init 0."""
+    norm = NormConfig(kind="rms_norm", direct_scale=direct_scale).build(8)
+    direct = direct_scale is not False
+    assert norm.direct_scale is direct
+    np.testing.assert_array_equal(norm.scale, np.full(8, 1.0 if direct else 0.0))
+    norm = _randomize(norm)
+    x = np.asarray(_x(), np.float64)
+    scale = np.asarray(norm.scale, np.float64)
+    expected = x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6) * (scale if direct else 1.0 + scale)
+    np.testing.assert_allclose(norm(jnp.asarray(x, jnp.float32)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_two_scale_forms_agree_at_init():
+    """Either form is the identity scaling at init, so switching it changes only the parametrisation."""
+    x = _x()
+    for kind in ("layer_norm", "rms_norm"):
+        a, b = (NormConfig(kind=kind, direct_scale=d).build(8)(x) for d in (False, True))
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(kind="rms_norm_no_scale", direct_scale=True),
+        dict(kind="rms_norm_no_scale", direct_scale=False),
+        dict(kind="layer_norm", use_scale=False, direct_scale=True),
+    ],
+)
+def test_direct_scale_without_a_scale_is_rejected(fields):
+    with pytest.raises(ConfigError, match=r"direct_scale=.*kind=.*leave direct_scale at None"):
+        NormConfig(**fields)
