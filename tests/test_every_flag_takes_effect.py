@@ -81,8 +81,12 @@ def _shrink_language_model(m: LanguageModelConfig) -> LanguageModelConfig:
 
 
 def _language_model_batch(m: LanguageModelConfig) -> dict:
+    """As the data pipeline gives it: one document a row, the second row's last two positions
+    padding (segment 0), so the options that act on paddings are exercised."""
     ids = jnp.arange(BATCH * SEQ).reshape(BATCH, SEQ) % m.vocab_size
-    return {"ids": ids, "labels": (ids + 1) % m.vocab_size, "weights": jnp.ones((BATCH, SEQ))}
+    segment_ids = jnp.ones((BATCH, SEQ), jnp.int32).at[1, SEQ - 2 :].set(0)
+    weights = segment_ids.astype(jnp.float32)
+    return {"ids": ids, "labels": (ids + 1) % m.vocab_size, "weights": weights, "segment_ids": segment_ids}
 
 
 def _shrink_classifier(m: ClassificationModelConfig) -> ClassificationModelConfig:

@@ -5,6 +5,8 @@
                       x + dropout(norm_post(attention(norm(x)))) ("primer_hybrid")
     cross-attention:  the same policy around  cross_attention(h, memory)   (only when built so)
     feed-forward:     the same policy around  W2 dropout(act(W1 x + b1)) + b2
+                      (ff_paddings: W2 dropout(act(W1 x + b1) * (1 - p)) + b2) * (1 - p), Praxis'
+                      TransformerFeedForward, p = the layer's paddings)
 
 A layer built with `cross_attention=True` (an encoder-decoder's decoder layer, Praxis'
 `use_cross_attention`) attends, between its self-attention and its feed-forward, to `memory`
@@ -69,6 +71,10 @@ class TransformerConfig(Config):
     ff_has_bias: biases in the feed-forward projections.
     residual_dropout_prob / relu_dropout_prob: dropout on each sub-block's output / on the
       feed-forward hidden activations (Praxis' names).
+    ff_paddings: zero the dense feed-forward's hidden activations (before the relu dropout) and
+      its output (before any post norm and the residual dropout) at padded positions, as Praxis'
+      TransformerFeedForward does with the paddings it is given; the outputs at real positions
+      are unchanged. An MoE feed-forward always zeroes its output there.
     """
 
     norm_policy: NormPolicy = "pre"
@@ -78,6 +84,7 @@ class TransformerConfig(Config):
     ff_has_bias: bool = True
     residual_dropout_prob: float = 0.0
     relu_dropout_prob: float = 0.0
+    ff_paddings: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -169,6 +176,7 @@ class Transformer(eqx.Module):
     residual_dropout: Dropout
     relu_dropout: Dropout
     norm_policy: str = eqx.field(static=True)
+    ff_paddings: bool = eqx.field(static=True)
 
     def __init__(
         self,
@@ -199,6 +207,7 @@ class Transformer(eqx.Module):
         self.residual_dropout = DropoutConfig(rate=cfg.residual_dropout_prob).build()
         self.relu_dropout = DropoutConfig(rate=cfg.relu_dropout_prob).build()
         self.norm_policy = cfg.norm_policy
+        self.ff_paddings = cfg.ff_paddings
 
     def __call__(
         self,
@@ -235,6 +244,8 @@ class Transformer(eqx.Module):
         if self.cross_attention is not None:
             x, ctx = self._residual(x, ctx, cross_attend, self.cross_attention_norm, self.cross_attention_post_norm)
         feed_forward = self._feed_forward
+        if self.ff_paddings and paddings is not None:
+            feed_forward = lambda h, ctx: self._feed_forward(h, ctx, paddings)
         if self.moe is not None:
             feed_forward = lambda h, ctx: call(self.moe, h, ctx, "moe", paddings=paddings)
         x, ctx = self._residual(x, ctx, feed_forward, self.ff_norm, self.ff_post_norm)
@@ -288,12 +299,20 @@ class Transformer(eqx.Module):
                 + ("memory=<the encoder's output>." if name == "memory" else "memory_kv=<project_memory's>.")
             )
 
-    def _feed_forward(self, h: Array, ctx: Context | None) -> tuple[Array, Context | None]:
+    def _feed_forward(
+        self, h: Array, ctx: Context | None, paddings: Float[Array, "batch time"] | None = None
+    ) -> tuple[Array, Context | None]:
+        """The dense feed-forward; `paddings` (ff_paddings): zero its hidden activations and its
+        output at padded positions, where Praxis' TransformerFeedForward does."""
+        keep = None if paddings is None else (1.0 - paddings)[..., None]
         h = self.ff_in(h)
+        if keep is not None:
+            h = h * keep.astype(h.dtype)
         if ctx is not None:
             h, ctx = self.relu_dropout(h, ctx)
         h = self.ff_out(h)
-        return (h if self.ff_out_bias is None else self.ff_out_bias(h)), ctx
+        h = h if self.ff_out_bias is None else self.ff_out_bias(h)
+        return (h if keep is None else h * keep.astype(h.dtype)), ctx
 
     def _residual(self, x, carry, sublayer, norm, post_norm):
         """Wraps `sublayer` in the norm policy. `carry` is the Context (training/eval) or the

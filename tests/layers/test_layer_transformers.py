@@ -65,12 +65,15 @@ def _np_rms_norm(x, norm):
 
 
 def _np_transformer(layer, x, policy, act=lambda h: np.maximum(h, 0), norm_fn=_np_layer_norm, memory=None,
-                    memory_valid=None):  # fmt: skip
-    """The layer written out in numpy from its parts (causal self-attention, cross-attention to
-    `memory` when given, ReLU/gated FFN)."""
+                    memory_valid=None, attention_mask=None, ff_keep=None):  # fmt: skip
+    """The layer written out in numpy from its parts (causal self-attention, or `attention_mask`
+    [B, T, T]; cross-attention to `memory` when given; ReLU/gated FFN, whose hidden activations
+    and output are multiplied by `ff_keep` [B, T] when given, Praxis' TransformerFeedForward)."""
     x = np.asarray(x, np.float64)
     a = layer.attention
-    attend = lambda h: reference_attention(h, a.w_q, a.w_k, a.w_v, a.w_o, mask=causal_mask(*x.shape[:2]))
+    mask = causal_mask(*x.shape[:2]) if attention_mask is None else attention_mask
+    keep = 1.0 if ff_keep is None else np.asarray(ff_keep, np.float64)[..., None]
+    attend = lambda h: reference_attention(h, a.w_q, a.w_k, a.w_v, a.w_o, mask=mask)
     cross = lambda h: reference_cross_attention(h, memory, layer.cross_attention, key_valid=memory_valid)
 
     def ff(h):
@@ -80,7 +83,8 @@ def _np_transformer(layer, x, policy, act=lambda h: np.maximum(h, 0), norm_fn=_n
             hidden = act(gate) * hidden
         else:
             hidden = act(hidden)
-        return hidden @ np.asarray(layer.ff_out.w) + np.asarray(layer.ff_out_bias.b)
+        hidden = hidden * keep
+        return (hidden @ np.asarray(layer.ff_out.w) + np.asarray(layer.ff_out_bias.b)) * keep
 
     norm = lambda n, h: norm_fn(h, n)
     if policy == "pre":
@@ -107,6 +111,41 @@ def test_matches_numpy_for_each_norm_policy(policy):
     y = _fwd(layer, x)
     assert y.shape == (B, T, D)
     np.testing.assert_allclose(y, _np_transformer(layer, x, policy), rtol=1e-4, atol=1e-4)
+
+
+PADDINGS = jnp.asarray([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]], jnp.float32)
+
+
+@pytest.mark.parametrize("policy", ["pre", "post", "primer_hybrid"])
+@pytest.mark.parametrize("gated", [False, True])
+def test_ff_paddings_zero_the_feed_forward_at_padded_positions(policy, gated):
+    """ff_paddings: Praxis' TransformerFeedForward, hidden activations and output times (1 - paddings)."""
+    act = ActivationConfig(name="relu", gated=gated)
+    layer = _randomized(_cfg(norm_policy=policy, activation=act, ff_paddings=True))
+    x = _x()
+    valid = np.asarray(PADDINGS) < 0.5
+    mask = causal_mask(B, T) & valid[:, None, :]  # the attention's own masking of padded keys
+    y = _fwd(layer, x, paddings=PADDINGS)
+    expected = _np_transformer(layer, x, policy, attention_mask=mask, ff_keep=1.0 - np.asarray(PADDINGS))
+    np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4)
+    # Real positions are what they are without the option; padded ones are not.
+    plain = _fwd(_randomized(_cfg(norm_policy=policy, activation=act)), x, paddings=PADDINGS)
+    np.testing.assert_allclose(np.asarray(y)[valid], np.asarray(plain)[valid], rtol=1e-5, atol=1e-5)
+    assert not np.allclose(np.asarray(y)[~valid], np.asarray(plain)[~valid])
+
+
+def test_ff_paddings_zero_the_hidden_activations_before_the_relu_dropout():
+    """In training too the feed-forward adds nothing at padded positions: there the layer's output
+    is that of the same layer with a zero feed-forward (the same dropout keys)."""
+    layer = _randomized(_cfg(ff_paddings=True, relu_dropout_prob=0.5))
+    x = _x()
+    y, _ = layer(x, Context(key=key(3), mode=Mode.TRAIN), paddings=PADDINGS)
+    no_ff = eqx.tree_at(lambda m: m.ff_out_bias.b, layer, jnp.zeros(D))
+    no_ff = eqx.tree_at(lambda m: m.ff_out.w, no_ff, jnp.zeros((F, D)))
+    y0, _ = no_ff(x, Context(key=key(3), mode=Mode.TRAIN), paddings=PADDINGS)
+    padded = np.asarray(PADDINGS) > 0.5
+    np.testing.assert_allclose(np.asarray(y)[padded], np.asarray(y0)[padded], rtol=1e-6, atol=1e-6)
+    assert not np.allclose(np.asarray(y)[~padded], np.asarray(y0)[~padded])
 
 
 S = 4  # memory length (the queries have T)
