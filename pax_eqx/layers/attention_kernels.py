@@ -86,8 +86,10 @@ def xla_attention(
     logit_cap: float = 0.0,
     bias: Float[Array, "#batch #heads q k"] | None = None,
     dropout_keep: Float[Array, "batch heads q k"] | None = None,
-) -> Float[Array, "batch q heads dim"]:
-    """softmax(q k^T * scale + bias, masked) v, with grouped kv heads."""
+    return_probs: bool = False,
+) -> Float[Array, "batch q heads dim"] | tuple[Float[Array, "batch q heads dim"], Float[Array, "batch heads q k"]]:
+    """softmax(q k^T * scale + bias, masked) v, with grouped kv heads; return_probs: also the
+    probabilities [batch, heads, q, k] that multiplied v (after dropout, in v's dtype)."""
     b, t, n, h = q.shape
     kv_heads = k.shape[2]
     logits = scaled_logits(q, k, scale)
@@ -104,9 +106,10 @@ def xla_attention(
     probs = jax.nn.softmax(logits, axis=-1)
     if dropout_keep is not None:
         probs = probs * dropout_keep
-    probs = probs.astype(v.dtype).reshape(b, kv_heads, n // kv_heads, t, k.shape[1])
-    out = jnp.einsum("bkgts,bskh->btkgh", probs, v)
-    return out.reshape(b, t, n, h)
+    probs = probs.astype(v.dtype)
+    grouped = probs.reshape(b, kv_heads, n // kv_heads, t, k.shape[1])
+    out = jnp.einsum("bkgts,bskh->btkgh", grouped, v).reshape(b, t, n, h)
+    return (out, probs) if return_probs else out
 
 
 def cudnn_qualifies(q: Array, logit_cap: float, has_dropout: bool) -> bool:

@@ -19,12 +19,25 @@ to them. Every path projects with the same `project_q` / `project_kv` (self-atte
 
 At summary verbosity 4 (`LAYER_STATISTICS_VERBOSITY`) the forward records `logit_max`, the
 largest scaled logit q.k^T any query may use, computed from q and k whichever kernel runs.
+
+`mask_mode` chooses what self-attention's `paddings` mask. "pax_eqx": the padded keys only (no
+query attends to padding; a padded query attends to the real keys it may see). "praxis": Praxis'
+`merge_masks`, which, when the padding mask is merged with a [T, T] one (causal or segments),
+also masks every padded query's row, so its softmax is uniform over all keys; a non-causal
+layer without segments masks the keys only, as Praxis does. Outputs at real positions are the
+same either way; padded positions, and so gradients through them, differ. (A TransformerLm's
+folding of padding into the segment mask is the stack's, `fold_padding_with_segment_mask`.)
+
+`with_probs` / `cross_with_probs` are the forwards that also return the attention
+probabilities `[batch, heads, q, k]`, as Praxis' DotProductAttention returns
+`(encoded, atten_probs)`: they always take the XLA path (cuDNN's kernel never forms them).
 """
 
 from __future__ import annotations
 
 import math
 import typing
+from typing import Literal
 
 import equinox as eqx
 import jax
@@ -40,6 +53,8 @@ from pax_eqx.layers.linears import dense
 from pax_eqx.layers.position_embeddings import apply_rotary
 
 _DEFAULT_ROTARY_MAX_TIMESCALE = 10_000.0
+
+MaskMode = Literal["pax_eqx", "praxis"]
 
 """Summary verbosity of the per-layer statistics (attention `logit_max`, the transformer's
 `activation_rms`): above Pax's default of 3, so they are neither recorded nor even traced unless
@@ -61,6 +76,8 @@ class AttentionConfig(Config):
     dropout_prob: dropout on attention probabilities (TRAIN mode only).
     implementation: "auto" (cuDNN on GPU when it qualifies, else XLA), "xla" or "cudnn" (which
       has neither a logit cap nor probability dropout).
+    mask_mode: what self-attention's paddings mask: "pax_eqx" (padded keys) or "praxis" (also
+      padded query rows, Praxis' merge_masks: a uniform softmax there); see the module doc.
     """
 
     combine_qkv: bool = False
@@ -71,6 +88,7 @@ class AttentionConfig(Config):
     logit_cap: float = 0.0
     dropout_prob: float = 0.0
     implementation: kernels.Implementation = "auto"
+    mask_mode: MaskMode = "pax_eqx"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -80,6 +98,10 @@ class AttentionConfig(Config):
         choices = typing.get_args(kernels.Implementation)
         if self.implementation not in choices:
             raise ConfigError(f"AttentionConfig.implementation={self.implementation!r} is not one of {choices}.")
+        if self.mask_mode not in typing.get_args(MaskMode):
+            raise ConfigError(
+                f"AttentionConfig.mask_mode={self.mask_mode!r} is not one of {typing.get_args(MaskMode)}."
+            )
         check_range(self, "logit_cap", ge=0, note="0 = off")
         check_range(self, "dropout_prob", ge=0, lt=1)
         check_range(self, "rotary_max_timescale", gt=0)
@@ -188,6 +210,7 @@ class Attention(eqx.Module):
     logit_cap: float = eqx.field(static=True)
     dropout_prob: float = eqx.field(static=True)
     implementation: str = eqx.field(static=True)
+    mask_mode: str = eqx.field(static=True)
 
     def __init__(
         self,
@@ -222,6 +245,7 @@ class Attention(eqx.Module):
         self.logit_cap = cfg.logit_cap
         self.dropout_prob = cfg.dropout_prob
         self.implementation = cfg.implementation
+        self.mask_mode = cfg.mask_mode
 
     def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {
@@ -321,9 +345,28 @@ class Attention(eqx.Module):
 
         segment_ids: packed documents (0 = padding); attention never crosses documents.
         segment_pos: position of each token within its document (rotary); default arange.
-        paddings: 1.0 at padded key positions, which no query attends to.
+        paddings: 1.0 at padded key positions, which no query attends to (mask_mode "praxis":
+          padded query rows too, where Praxis masks them).
         bias: an additive bias on the attention logits.
         """
+        return self._self_attention(x, ctx, segment_ids, segment_pos, paddings, bias, with_probs=False)
+
+    def with_probs(
+        self,
+        x: Float[Array, "batch time embed"],
+        ctx: Context,
+        *,
+        segment_ids: Int[Array, "batch time"] | None = None,
+        segment_pos: Int[Array, "batch time"] | None = None,
+        paddings: Float[Array, "batch time"] | None = None,
+        bias: Float[Array, "#batch #heads time time"] | None = None,
+    ) -> tuple[Float[Array, "batch time embed"], Float[Array, "batch heads time time"], Context]:
+        """`__call__` that also returns the attention probabilities [batch, heads, query, key]
+        (Praxis' `encoded, atten_probs = attention(...)`): after the mask and, in training, after
+        the probability dropout, as Praxis returns them. Always the XLA kernel."""
+        return self._self_attention(x, ctx, segment_ids, segment_pos, paddings, bias, with_probs=True)
+
+    def _self_attention(self, x, ctx, segment_ids, segment_pos, paddings, bias, *, with_probs: bool):
         b, t, _ = x.shape
         positions = segment_pos if segment_pos is not None else jnp.broadcast_to(jnp.arange(t), (b, t))
         q, k, v = self.project_qkv(x, positions)
@@ -331,8 +374,12 @@ class Attention(eqx.Module):
         mask = kernels.make_mask(
             t, t, causal=self.causal, segment_ids_q=segment_ids, segment_ids_k=segment_ids, key_valid=key_valid,
         )  # fmt: skip
+        if self.mask_mode == "praxis" and key_valid is not None and (self.causal or segment_ids is not None):
+            # Praxis' merge_masks of the [B, 1, 1, T] padding mask with a [., 1, T, T] one:
+            # min(query mask, key mask), so a padded query's whole row is masked.
+            mask = mask & key_valid[:, None, :, None]
         causal_only = self.causal and segment_ids is None and key_valid is None
-        return self._attend(q, k, v, mask, ctx, causal_only=causal_only, bias=bias)
+        return self._attend(q, k, v, mask, ctx, causal_only=causal_only, bias=bias, with_probs=with_probs)
 
     def cross(
         self,
@@ -351,6 +398,21 @@ class Attention(eqx.Module):
         attends to. bias: an additive bias on the logits. Dropout, kernels and the `logit_max`
         summary are self-attention's.
         """
+        return self._cross(x, memory, ctx, memory_paddings, bias, with_probs=False)
+
+    def cross_with_probs(
+        self,
+        x: Float[Array, "batch time embed"],
+        memory: Float[Array, "batch memory embed"],
+        ctx: Context,
+        *,
+        memory_paddings: Float[Array, "batch memory"] | None = None,
+        bias: Float[Array, "#batch #heads time memory"] | None = None,
+    ) -> tuple[Float[Array, "batch time embed"], Float[Array, "batch heads time memory"], Context]:
+        """`cross` that also returns the probabilities [batch, heads, query, memory] (see `with_probs`)."""
+        return self._cross(x, memory, ctx, memory_paddings, bias, with_probs=True)
+
+    def _cross(self, x, memory, ctx, memory_paddings, bias, *, with_probs: bool):
         if self.rotary_max_timescale is not None:
             raise ValueError(
                 "Attention.cross: this layer was built with rotary positions, which cross-attention has no "
@@ -358,9 +420,11 @@ class Attention(eqx.Module):
             )
         q = self.project_q(x, None)
         k, v = self.project_kv(memory, None)
+        # Praxis masks cross-attention's padded memory only (no merge with a [T, S] mask), in
+        # either mask mode.
         key_valid = None if memory_paddings is None else memory_paddings < 0.5
         mask = kernels.make_mask(x.shape[1], memory.shape[1], causal=False, key_valid=key_valid)
-        return self._attend(q, k, v, mask, ctx, causal_only=False, bias=bias)
+        return self._attend(q, k, v, mask, ctx, causal_only=False, bias=bias, with_probs=with_probs)
 
     def _attend(
         self,
@@ -372,9 +436,11 @@ class Attention(eqx.Module):
         *,
         causal_only: bool,
         bias: Float[Array, "#batch #heads q k"] | None,
-    ) -> tuple[Float[Array, "batch q embed"], Context]:
+        with_probs: bool = False,
+    ) -> tuple:
         """The attention of projected q, k, v (self or cross), by the configured kernel, with
-        probability dropout in training and the `logit_max` statistic; then the output projection.
+        probability dropout in training and the `logit_max` statistic; then the output projection:
+        (output, ctx), or (output, probabilities, ctx) with_probs (the XLA kernel then).
         causal_only: `mask` is exactly the causal mask (cuDNN then takes `is_causal`, no tensor)."""
         if ctx.records(LAYER_STATISTICS_VERBOSITY):
             # From q and k directly, so it is the same number whichever kernel runs below.
@@ -383,7 +449,8 @@ class Attention(eqx.Module):
             ctx = ctx.add_summary("logit_max", kernels.masked_max(logits, mask), LAYER_STATISTICS_VERBOSITY)
         use_dropout = self.dropout_prob > 0.0 and ctx.is_training
         impl = self.implementation
-        if impl == "cudnn" or (impl == "auto" and kernels.cudnn_qualifies(q, self.logit_cap, use_dropout)):
+        cudnn = impl == "cudnn" or (impl == "auto" and kernels.cudnn_qualifies(q, self.logit_cap, use_dropout))
+        if cudnn and not with_probs:
             o = kernels.cudnn_attention(q, k, v, mask, scale=self._scale(), causal_only=causal_only, bias=bias)
         else:
             keep = None
@@ -394,7 +461,11 @@ class Attention(eqx.Module):
                 keep = jax.random.bernoulli(key, 1.0 - p, shape) / (1.0 - p)
             o = kernels.xla_attention(
                 q, k, v, mask, scale=self._scale(), logit_cap=self.logit_cap, bias=bias, dropout_keep=keep,
+                return_probs=with_probs,
             )  # fmt: skip
+            if with_probs:
+                o, probs = o
+                return self._output(o), probs, ctx
         return self._output(o), ctx
 
     # Decoding against a cache ----------------------------------------------------------------

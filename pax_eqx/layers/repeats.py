@@ -126,6 +126,9 @@ class StackedTransformerConfig(Config):
       the dense width).
     pipeline: pipeline parallelism over the mesh's `stage` axis (layers.pipeline); repeat=True
       only. unroll then applies to each stage's scan over its own layers.
+    fold_padding_with_segment_mask: the layers' self-attention sees padding as a segment of its
+      own rather than as masked keys (Praxis' StackedTransformer attribute, which its
+      TransformerLm sets; see layers.transformers).
     """
 
     num_layers: int
@@ -145,6 +148,7 @@ class StackedTransformerConfig(Config):
     moe_layer_interval: int = 1
     moe_hidden_dims: int = 0
     pipeline: PipelineConfig = PipelineConfig()
+    fold_padding_with_segment_mask: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -224,6 +228,7 @@ class StackedTransformerConfig(Config):
             key, model_dims=self.model_dims, hidden_dims=hidden, num_heads=self.num_heads,
             dim_per_head=self.dim_per_head, num_kv_heads=self.num_kv_heads, init=self.init,
             use_rotary=self.use_rotary, cross_attention=self.cross_attention, moe=self.moe if moe else None,
+            fold_padding_with_segment_mask=self.fold_padding_with_segment_mask,
         )  # fmt: skip
 
 

@@ -14,6 +14,13 @@ A layer built with `cross_attention=True` (an encoder-decoder's decoder layer, P
 q and kv weights since they project different inputs), the same residual dropout. Whether a
 layer has it is the stack's decision, so it is a `build` argument, not a field.
 
+A layer built with `fold_padding_with_segment_mask=True` (what Praxis' TransformerLm sets on
+its stack) gives its self-attention no `paddings`: padding is one more segment instead (the
+given `segment_ids`, whose 0 is padding, or 1 - paddings without them), so a padded token
+attends to the earlier padded tokens, and a real one to the earlier real ones of its document.
+The feed-forward still gets the paddings. Whether to fold is the model's decision (a `build`
+argument).
+
 A layer built with `moe=<MoEFeedForwardConfig>` (Praxis' TransformerFeedForwardMoe in a
 `moe_layers` position) has a Mixture-of-Experts feed-forward instead of the dense one: the
 same norm policy, residual and residual dropout around it, the experts built at this layer's
@@ -110,6 +117,7 @@ class TransformerConfig(Config):
         use_rotary: bool = False,
         cross_attention: bool = False,
         moe: MoEFeedForwardConfig | None = None,
+        fold_padding_with_segment_mask: bool = False,
     ) -> Transformer:
         """The layer at width `model_dims`, feed-forward width `hidden_dims`; the attention's
         arguments (num_heads, dim_per_head, num_kv_heads, use_rotary) are AttentionConfig.build's,
@@ -122,6 +130,9 @@ class TransformerConfig(Config):
 
         moe: a Mixture-of-Experts feed-forward from this template (experts of width
         `hidden_dims`, no biases) instead of the dense one; None: dense.
+
+        fold_padding_with_segment_mask: self-attention sees padding as a segment of its own,
+        not as masked keys (Praxis' TransformerLm; see the module doc).
         """
         if model_dims <= 0 or hidden_dims <= 0 or num_heads <= 0:
             raise ConfigError(
@@ -148,7 +159,10 @@ class TransformerConfig(Config):
                 k_in, model_dims=model_dims, hidden_dims=hidden_dims, init=init,
                 relu_dropout_prob=self.relu_dropout_prob,
             )  # fmt: skip
-            return Transformer(self, model_dims=model_dims, attention=attention, cross_attention=cross, moe=experts)
+            return Transformer(
+                self, model_dims=model_dims, attention=attention, cross_attention=cross, moe=experts,
+                fold_padding_with_segment_mask=fold_padding_with_segment_mask,
+            )  # fmt: skip
         ff_in = FeedForwardConfig(
             input_dims=model_dims, output_dims=hidden_dims, has_bias=self.ff_has_bias, activation=self.activation,
             init=init, axes=("embed", "mlp"),
@@ -156,7 +170,7 @@ class TransformerConfig(Config):
         ff_out = LinearConfig(input_dims=hidden_dims, output_dims=model_dims, init=init, axes=("mlp", "embed"))
         return Transformer(
             self, model_dims=model_dims, attention=attention, ff_in=ff_in, ff_out=ff_out.build(k_out),
-            cross_attention=cross,
+            cross_attention=cross, fold_padding_with_segment_mask=fold_padding_with_segment_mask,
         )  # fmt: skip
 
 
@@ -177,6 +191,7 @@ class Transformer(eqx.Module):
     relu_dropout: Dropout
     norm_policy: str = eqx.field(static=True)
     ff_paddings: bool = eqx.field(static=True)
+    fold_padding_with_segment_mask: bool = eqx.field(static=True)
 
     def __init__(
         self,
@@ -188,6 +203,7 @@ class Transformer(eqx.Module):
         ff_out: Linear | None = None,
         cross_attention: Attention | None = None,
         moe: MoEFeedForward | None = None,
+        fold_padding_with_segment_mask: bool = False,
     ):
         """Made by `TransformerConfig.build`, which builds the projections."""
         hybrid = cfg.norm_policy == "primer_hybrid"
@@ -208,6 +224,7 @@ class Transformer(eqx.Module):
         self.relu_dropout = DropoutConfig(rate=cfg.relu_dropout_prob).build()
         self.norm_policy = cfg.norm_policy
         self.ff_paddings = cfg.ff_paddings
+        self.fold_padding_with_segment_mask = fold_padding_with_segment_mask
 
     def __call__(
         self,
@@ -223,17 +240,25 @@ class Transformer(eqx.Module):
     ) -> tuple[Float[Array, "batch time embed"], Context]:
         """The layer over whole sequences `x`.
 
-        segment_ids / segment_pos / paddings / bias: the self-attention's (Attention.__call__).
+        segment_ids / segment_pos / paddings / bias: the self-attention's (Attention.__call__);
+        paddings also go to the feed-forward (ff_paddings, MoE routing). With
+        fold_padding_with_segment_mask the self-attention gets segments instead of paddings.
         memory: what cross-attention attends to (the encoder's output), required by a layer
         built with cross_attention and refused by one without; memory_paddings: 1.0 at its padded
         positions. Side outputs are named under "attention" and "cross_attention".
         """
         self._check_memory(memory is not None, "memory")
+        attention_segments, attention_paddings = segment_ids, paddings
+        if self.fold_padding_with_segment_mask and paddings is not None:
+            # Praxis' TransformerLm: segment ids 1 - paddings when none are given; paddings unused.
+            attention_paddings = None
+            if segment_ids is None:
+                attention_segments = (paddings < 0.5).astype(jnp.int32)
 
         def attend(h: Array, ctx: Context) -> tuple[Array, Context]:
             return call(
-                self.attention, h, ctx, "attention",
-                segment_ids=segment_ids, segment_pos=segment_pos, paddings=paddings, bias=bias,
+                self.attention, h, ctx, "attention", segment_ids=attention_segments, segment_pos=segment_pos,
+                paddings=attention_paddings, bias=bias,
             )  # fmt: skip
 
         def cross_attend(h: Array, ctx: Context) -> tuple[Array, Context]:

@@ -59,7 +59,9 @@ class LanguageModelConfig(ModelConfig):
     position_embedding: "trainable" (GPT), "sinusoidal", "rotary" (in attention) or "none".
     separate_embedding: False ties input embedding and softmax (Pax's SharedEmbeddingSoftmax).
     repeat / remat_policy / unroll: how the layers are stacked (see layers.repeats).
-    block: template for each layer (norm policy, activation, dropout, attention options).
+    block: template for each layer (norm policy, activation, dropout, attention options). With
+      `block.attention.mask_mode="praxis"` the model also folds padding into the segment mask,
+      as Praxis' TransformerLm does (a padded token attends to the earlier padded tokens).
     final_norm: template of the norm after the last layer.
     soft_cap_logits / label_smoothing_prob: softmax options.
     scale_embedding_sqrt_depth: multiply the input embedding by sqrt(model_dims) (Praxis'
@@ -121,6 +123,8 @@ class LanguageModelConfig(ModelConfig):
             remat_policy=self.remat_policy, unroll=self.unroll,
             moe=self.moe if self.moe_layer_interval else None, moe_layer_interval=max(self.moe_layer_interval, 1),
             moe_hidden_dims=self.moe_hidden_dims, pipeline=self.pipeline,
+            # Praxis' TransformerLm folds padding into the segment mask (block.attention.mask_mode).
+            fold_padding_with_segment_mask=self.block.attention.mask_mode == "praxis",
         )  # fmt: skip
 
     def validate(self) -> None:

@@ -289,3 +289,127 @@ def test_xla_is_what_auto_means_on_cpu():
     assert not kernels.cudnn_qualifies(x.astype(jnp.bfloat16).reshape(B, T, N, 2), 0.0, False)
     auto = _build(implementation="auto")
     np.testing.assert_array_equal(_fwd(auto, x), _fwd(_build(implementation="xla"), x))
+
+
+# Praxis' mask semantics (mask_mode="praxis") and the probabilities (with_probs) ----------------
+_LARGE_NEGATIVE = -0.7 * np.finfo(np.float32).max  # py_utils.get_large_negative_number(float32)
+
+
+def _praxis_mask(paddings, *, causal, segment_ids=None):
+    """Praxis' additive mask [B, 1, T|1, T], written from compute_attention_masks_for_fprop:
+    convert_paddings_to_mask, then merge_masks (min; a [B, 1, 1, T] mask merged with a
+    [., 1, T, T] one is first min(its transpose, itself)) with the segment and causal masks."""
+
+    def merge(a, b):
+        if a.shape[2] != b.shape[2]:
+            if a.shape[2] == 1:
+                a = np.minimum(np.transpose(a, (0, 1, 3, 2)), a)
+            else:
+                b = np.minimum(np.transpose(b, (0, 1, 3, 2)), b)
+        return np.minimum(a, b)
+
+    t = paddings.shape[1]
+    mask = np.asarray(paddings, np.float64)[:, None, None, :] * _LARGE_NEGATIVE
+    if segment_ids is not None:
+        seg = np.asarray(segment_ids)
+        mask = merge(mask, (seg[:, None, :, None] != seg[:, None, None, :]) * _LARGE_NEGATIVE)
+    if causal:
+        mask = merge(mask, (np.arange(t)[:, None] < np.arange(t)[None, :])[None, None] * _LARGE_NEGATIVE)
+    return mask
+
+
+def _praxis_probs(att, x, mask):
+    """Praxis' _dot_atten probabilities: logits, apply_mask_to_logits (a select), softmax."""
+    x = np.asarray(x, np.float64)
+    q = np.einsum("btd,dnh->btnh", x, np.asarray(att.w_q, np.float64)) / np.sqrt(att.head_dim)
+    k = np.einsum("btd,dnh->btnh", x, np.asarray(att.w_k, np.float64))
+    logits = np.einsum("btnh,bsnh->bnts", q, k)
+    logits = np.where(np.broadcast_to(mask, logits.shape) >= _LARGE_NEGATIVE * 0.5, logits, _LARGE_NEGATIVE)
+    logits = logits - logits.max(-1, keepdims=True)
+    e = np.exp(logits)
+    return e / e.sum(-1, keepdims=True)
+
+
+def _praxis_output(att, x, probs):
+    v = np.einsum("btd,dnh->btnh", np.asarray(x, np.float64), np.asarray(att.w_v, np.float64))
+    return np.einsum("bnts,bsnh,nhd->btd", probs, v, np.asarray(att.w_o, np.float64))
+
+
+PADDINGS = jnp.asarray([[0, 0, 0, 0, 1, 1], [0, 1, 0, 0, 0, 1]], jnp.float32)
+SEGMENTS = jnp.asarray([[1, 1, 2, 2, 0, 0], [1, 0, 1, 1, 2, 0]])
+
+
+@jit
+def _fwd_probs(att, x, **kwargs):
+    y, probs, _ = att.with_probs(x, EVAL, **kwargs)
+    return y, probs
+
+
+@pytest.mark.parametrize("causal, segments", [(True, False), (True, True), (False, True), (False, False)])
+def test_praxis_mask_mode_matches_praxis_masks(causal, segments):
+    """mask_mode='praxis' against Praxis' own mask arithmetic: padded query rows are masked whole
+    (a uniform softmax over every key) wherever the padding mask meets a causal or segment mask;
+    a non-causal layer without segments masks the padded keys only."""
+    att = _build(causal=causal, mask_mode="praxis")
+    x = _x()
+    seg = SEGMENTS if segments else None
+    y, probs = _fwd_probs(att, x, paddings=PADDINGS, segment_ids=seg)
+    expected_probs = _praxis_probs(att, x, _praxis_mask(np.asarray(PADDINGS), causal=causal, segment_ids=seg))
+    np.testing.assert_allclose(probs, expected_probs, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y, _praxis_output(att, x, expected_probs), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_fwd(att, x, paddings=PADDINGS, segment_ids=seg), y, rtol=1e-6, atol=1e-6)
+    padded = np.asarray(PADDINGS) > 0.5
+    if causal or segments:
+        np.testing.assert_allclose(np.asarray(probs).transpose(0, 2, 1, 3)[padded], 1.0 / T, rtol=1e-6)
+    # Real positions agree with the default mode. Padded ones differ where the default lets a
+    # padded query see real keys: causal without segments (with segments, padding is segment 0,
+    # whose keys are all masked, so the default's row is uniform too).
+    plain = _fwd(_build(causal=causal), x, paddings=PADDINGS, segment_ids=seg)
+    np.testing.assert_allclose(np.asarray(y)[~padded], np.asarray(plain)[~padded], rtol=1e-5, atol=1e-5)
+    same = np.allclose(np.asarray(y)[padded], np.asarray(plain)[padded], atol=1e-5)
+    assert same != (causal and not segments)
+
+
+def test_probabilities_match_numpy_and_are_what_multiplies_v():
+    """with_probs: [B, N, T, T] probabilities of the default mask (causal, padded keys), rows sum
+    to 1, zero on masked pairs; the output is the plain forward's."""
+    att = _build()
+    x = _x()
+    y, probs = _fwd_probs(att, x, paddings=PADDINGS)
+    assert probs.shape == (B, N, T, T)
+    mask = causal_mask(B, T) & (np.asarray(PADDINGS) < 0.5)[:, None, :]
+    np.testing.assert_allclose(y, reference_attention(x, *_weights(att), mask=mask), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_fwd(att, x, paddings=PADDINGS), y, rtol=1e-6, atol=1e-6)
+    expected = _praxis_probs(att, x, np.where(mask, 0.0, _LARGE_NEGATIVE)[:, None])
+    np.testing.assert_allclose(probs, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(probs).sum(-1), 1.0, rtol=1e-6)
+
+
+def test_cross_probabilities_mask_padded_memory_only():
+    att = _build(causal=False, mask_mode="praxis")
+    x, memory = _x(), _x(seed=4, t=4)
+    memory_paddings = jnp.asarray([[0, 0, 1, 1], [0, 0, 0, 1]], jnp.float32)
+    y, probs, _ = jit(lambda a, x, m, p: a.cross_with_probs(x, m, EVAL, memory_paddings=p))(
+        att, x, memory, memory_paddings
+    )
+    assert probs.shape == (B, N, T, 4)
+    np.testing.assert_allclose(np.asarray(probs) * np.asarray(memory_paddings)[:, None, None, :], 0.0, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(probs).sum(-1), 1.0, rtol=1e-6)  # no query row is masked
+    expected = jit(lambda a, x, m, p: a.cross(x, m, EVAL, memory_paddings=p)[0])(att, x, memory, memory_paddings)
+    np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_probabilities_in_training_are_after_dropout():
+    """As Praxis returns them: the dropped-out, rescaled probabilities that multiplied v."""
+    att = _build(dropout_prob=0.5)
+    x = _x()
+    run = jit(lambda a, x, k: a.with_probs(x, Context(key=k, mode=Mode.TRAIN))[:2])
+    y, probs = run(att, x, jax.random.key(2))
+    np.testing.assert_array_equal(y, apply(att, x, key=jax.random.key(2)))
+    values = np.unique(np.round(np.asarray(probs) / 2.0, 6))
+    assert np.any(np.asarray(probs) == 0.0) and len(values) > 2
+
+
+def test_mask_mode_is_checked():
+    with pytest.raises(ConfigError, match="mask_mode='paxml'"):
+        AttentionConfig(mask_mode="paxml")

@@ -30,6 +30,7 @@ EVAL = Context(mode=Mode.EVAL)
 
 _BUILD_ARGS = (
     "model_dims", "hidden_dims", "num_heads", "dim_per_head", "num_kv_heads", "init", "use_rotary", "cross_attention",
+    "fold_padding_with_segment_mask",
 )  # fmt: skip
 
 
@@ -146,6 +147,30 @@ def test_ff_paddings_zero_the_hidden_activations_before_the_relu_dropout():
     padded = np.asarray(PADDINGS) > 0.5
     np.testing.assert_allclose(np.asarray(y)[padded], np.asarray(y0)[padded], rtol=1e-6, atol=1e-6)
     assert not np.allclose(np.asarray(y)[~padded], np.asarray(y0)[~padded])
+
+
+@pytest.mark.parametrize("given_segments", [False, True])
+def test_fold_padding_with_segment_mask_is_praxis_transformer_lm_masking(given_segments):
+    """Praxis' TransformerLm: segment ids (given, or 1 - paddings), causal, and no padding mask:
+    a padded token attends to the earlier padded tokens; the feed-forward still sees paddings."""
+    act = ActivationConfig(name="relu")
+    layer = _randomized(_cfg(fold_padding_with_segment_mask=True, ff_paddings=True, activation=act))
+    x = _x()
+    seg = np.asarray([[1, 1, 2, 0, 0], [1, 1, 1, 1, 1]]) if given_segments else 1 - np.asarray(PADDINGS, np.int64)
+    mask = causal_mask(B, T) & (seg[:, :, None] == seg[:, None, :])
+    kwargs = dict(paddings=PADDINGS, segment_ids=jnp.asarray(seg)) if given_segments else dict(paddings=PADDINGS)
+    y = _fwd(layer, x, **kwargs)
+    expected = _np_transformer(layer, x, "pre", attention_mask=mask, ff_keep=1.0 - np.asarray(PADDINGS))
+    np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_praxis_mask_mode_language_model_folds_padding():
+    from pax_eqx.models import LanguageModelConfig
+
+    sizes = dict(vocab_size=8, max_seq_len=8, num_layers=1, model_dims=8, hidden_dims=16, num_heads=2)
+    praxis = TransformerConfig(attention=AttentionConfig(mask_mode="praxis"))
+    assert LanguageModelConfig(**sizes, block=praxis).stack_config().fold_padding_with_segment_mask
+    assert not LanguageModelConfig(**sizes).stack_config().fold_padding_with_segment_mask
 
 
 S = 4  # memory length (the queries have T)
