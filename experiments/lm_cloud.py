@@ -20,6 +20,12 @@ How Pax's settings map to pax_eqx:
   64b) is "save_context_and_out_proj", SAVE_DOT_FOR_MLPERF_200B "save_qkv_context_and_out_proj"
   (the same activation names as Praxis); without repeated layers Pax applies no remat.
 
+Praxis' numerics at padded positions are Pax's here: the LM folds padding into the segment mask
+(`block.attention.mask_mode="praxis"`: a padded token attends to the earlier padded tokens) and
+the feed-forward zeroes padded positions (`block.ff_paddings`), so every position, padded ones
+included, computes what Pax computes; LayerNorm's `1 + scale` is Praxis' default form. None of
+this adds or reshapes a parameter.
+
 Departures from Pax (nearest equivalent chosen; listed in docs/experiments.md too):
 
 - Init: Praxis' default Xavier(1.000001) everywhere, but on the per-head attention weights
@@ -219,9 +225,11 @@ class PaxLm(Config):
                 use_bias=self.attention_bias,
                 per_dim_scale=self.per_dim_scale,
                 logit_cap=self.atten_logit_cap,
+                mask_mode="praxis",  # TransformerLm: padding folded into the segment mask
             ),
             activation=ActivationConfig(name=self.activation),
             ff_has_bias=True,
+            ff_paddings=True,  # TransformerFeedForward zeroes padded positions
         )
         trainable = self.trainable_position_emb
         return LanguageModelConfig(
