@@ -43,6 +43,7 @@ from experiments import registry
 from pax_eqx.config import Config
 from pax_eqx.layers import Context, MLPConfig, Mode, ViTConfig, split_state
 from pax_eqx.learners import LearnerConfig, build_optimizer, learning_rate_fn
+from pax_eqx.learners.optimizers import VariableGroupConfig
 from pax_eqx.models import ClassificationModelConfig, LanguageModelConfig, SequenceModelConfig
 
 BATCH, SEQ = 2, 8
@@ -230,6 +231,10 @@ def _new_values(tp: Any, value: Any) -> list[Any]:
         candidates = [value + 1, value * 2, value + 2]
     elif isinstance(value, float):
         candidates = [value / 2, value * 2, 0.5, 0.1]
+    elif typing.get_origin(tp) is tuple and typing.get_args(tp)[0] is str:
+        candidates = [value + ("w",)]  # a regex on parameter names: _PARAMS's "w"
+    elif typing.get_origin(tp) is tuple and typing.get_args(tp)[0] is VariableGroupConfig:
+        candidates = [value + (VariableGroupConfig(pattern="w", lr_multiplier=0.5),)]
     elif isinstance(value, tuple) and all(isinstance(v, int) for v in value):
         candidates = [(value[0] * 2,) + value[1:], value + value[-1:]] if value else [(4,)]
     elif isinstance(value, tuple) and all(isinstance(v, float) for v in value):

@@ -30,11 +30,30 @@ bias-corrected decays give the same moments as Adam's bias correction, its updat
 tensor's update RMS (= `clip_update_rms`), and `weight_decay * param` is added to every
 update before the learning rate (= `weight_decay` with `weight_decay_mask="all"`); Pax's
 `clip_gradient_norm_to_value` is `clip_grad_norm`. `pax_adam(...)` spells it with Pax's names.
+
+Frozen variables and per-variable learners (Pax's `bprop_variable_exclusion` and
+`MultiOptimizer`) choose parameters by a regex on their name (`pax_eqx.learners.variables`):
+
+    apply_if_finite(
+        masked(set_to_zero, frozen)          frozen parameters: a zero update, no state
+        -> clip_by_global_norm               over the trainable parameters only
+        -> multi_transform({                 the first `variable_groups` pattern a name matches
+             "default": L2 -> direction -> clip_update_rms -> weight decay,
+             "group<i>": the same with group i's optimizer -> x lr_multiplier,
+             "frozen": set_to_zero}))
+    ) -> x -learning_rate_fn(step)
+
+Each group's optimizer state holds only its own parameters' moments (optax's masked states),
+and frozen parameters have none. The Task goes further: it differentiates only the trainable
+parameters and hands the optimizer only those, so a frozen parameter is never updated (not even
+by `+ 0`) and its EMA is not kept. Without `frozen` and `variable_groups` the chain (and the
+optimizer state's structure, hence old checkpoints) is the plain one above.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import numbers
 from typing import Any, Literal, get_args
@@ -47,6 +66,7 @@ from jaxtyping import Array, Int
 from pax_eqx.config import Config, ConfigError, check_range, config
 from pax_eqx.learners.decay_mask import default_decay_mask
 from pax_eqx.learners.schedules import ScheduleConfig, build_schedule
+from pax_eqx.learners.variables import check_patterns, label_params, matches, require_matches
 
 Optimizer = Literal["adam", "adamw", "adafactor", "sgd", "lion"]
 DecayMask = Literal["matrices", "all"]
@@ -54,6 +74,38 @@ DecayMask = Literal["matrices", "all"]
 # optax.apply_if_finite gives up (and applies a NaN update) after this many consecutive bad
 # steps; the int32 counter saturates below it, so the guard never gives up.
 _NEVER_GIVE_UP = 2**31 - 1
+
+
+@config
+class VariableGroupConfig(Config):
+    """Parameters whose name fully matches `pattern` train with their own learning-rate multiplier
+    and, optionally, their own optimizer (Pax's MultiOptimizer / optimizer_with_vars).
+
+    pattern: a regex on the parameter's name (`pax_eqx.learners.variables`), e.g.
+        "stack\\.layers\\.attention\\..*" or ".*norm.*".
+    lr_multiplier: these parameters' learning rate is lr_multiplier * learner's lr(step).
+    optimizer: "" = the learner's optimizer; else one of adam, adamw, adafactor, sgd, lion, with
+        the learner's hyperparameters for it (b1, b2, eps, eps_root, momentum, nesterov).
+    """
+
+    pattern: str = ".*"
+    lr_multiplier: float = 1.0
+    optimizer: str = ""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        check_patterns("learner.variable_groups pattern", (self.pattern,))
+        check_range(self, "lr_multiplier", gt=0, prefix="learner.variable_groups", note="use learner.frozen for 0")
+        choices = ("", *get_args(Optimizer))
+        if self.optimizer not in choices:
+            close = difflib.get_close_matches(str(self.optimizer), choices, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"learner.variable_groups optimizer={self.optimizer!r} is not one of {choices} ('' = the "
+                f"learner's).{hint}"
+            )
 
 
 @config
@@ -80,6 +132,12 @@ class LearnerConfig(Config):
     ema_decay: keep an exponential moving average of the parameters with this decay (0 = off).
     num_microbatches: gradient accumulation: the train step splits each batch into this many
         sequential microbatches and averages their gradients.
+    frozen: regexes on parameter names (`pax_eqx.learners.variables`; re.fullmatch); a matching
+        parameter gets no gradient, no optimizer state, no EMA, and keeps its value (Pax's
+        bprop_variable_exclusion), e.g. ("stack\\.layers\\.attention\\..*",).
+    variable_groups: per-variable learners (Pax's MultiOptimizer): `VariableGroupConfig`s, the
+        first whose pattern matches a parameter decides its learning-rate multiplier and
+        optimizer; unmatched parameters use this learner as it is.
 
     Adafactor uses optax's defaults (factored second moments of parameters with both
     dimensions >= 128, decay 0.8, update clipping at RMS 1, relative step size). A field the
@@ -105,6 +163,8 @@ class LearnerConfig(Config):
     skip_nonfinite: bool = False
     ema_decay: float = 0.0
     num_microbatches: int = 1
+    frozen: tuple[str, ...] = ()
+    variable_groups: tuple[VariableGroupConfig, ...] = ()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -130,6 +190,16 @@ class LearnerConfig(Config):
             raise ConfigError(
                 f"learner.weight_decay_mask={self.weight_decay_mask!r} is not one of {get_args(DecayMask)}."
             )
+        check_patterns("learner.frozen", self.frozen)
+        if not isinstance(self.variable_groups, (tuple, list)) or not all(
+            isinstance(g, VariableGroupConfig) for g in self.variable_groups
+        ):
+            raise ConfigError(
+                f"learner.variable_groups={self.variable_groups!r} must be a tuple of VariableGroupConfig(pattern=..., "
+                "lr_multiplier=..., optimizer=...)."
+            )
+        for g in self.variable_groups:
+            g.validate()
         self._reject_unused_fields()
         if self.optimizer == "adam" and self.weight_decay > 0:
             raise ConfigError(
@@ -147,9 +217,10 @@ class LearnerConfig(Config):
         """A field the chosen optimizer does not read must stay at its default: a value given for it
         would be accepted and ignored."""
         defaults = LearnerConfig.__dataclass_fields__
+        used = {self.optimizer, *(g.optimizer for g in self.variable_groups if g.optimizer)}
         for name, readers in _OPTIMIZERS_READING.items():
             value = getattr(self, name)
-            if self.optimizer not in readers and value != defaults[name].default:
+            if not used & set(readers) and value != defaults[name].default:
                 raise ConfigError(
                     f"learner.{name}={value} has no effect with learner.optimizer={self.optimizer!r} (only "
                     f"{' / '.join(readers)} read it); choose one of those optimizers or leave {name} at its default "
@@ -203,29 +274,68 @@ def build_optimizer(cfg: LearnerConfig, params: Any = None, *, decay_mask: Any =
         mask = default_decay_mask if cfg.weight_decay_mask == "matrices" else None
     if params is not None and mask is not None and not callable(mask):
         _check_mask(mask, params)
+    if params is not None:
+        require_matches("learner.frozen", cfg.frozen, params)
+        require_matches("learner.variable_groups", [g.pattern for g in cfg.variable_groups], params)
+    if not cfg.frozen and not cfg.variable_groups:
+        return _finish(cfg, [*_clip(cfg), *_inner(cfg, cfg.optimizer, mask)])
+    labels = functools.partial(_labels, cfg)
+    is_frozen = lambda tree: jax.tree.map(lambda label: label == "frozen", labels(tree))  # noqa: E731
+    groups = {"default": optax.chain(*_inner(cfg, cfg.optimizer, mask)), "frozen": optax.set_to_zero()}
+    for i, g in enumerate(cfg.variable_groups):
+        inner = _inner(cfg, g.optimizer or cfg.optimizer, mask)
+        groups[f"group{i}"] = optax.chain(*inner, optax.scale(g.lr_multiplier))
+    return _finish(
+        cfg, [optax.masked(optax.set_to_zero(), is_frozen), *_clip(cfg), optax.multi_transform(groups, labels)]
+    )
+
+
+def _labels(cfg: LearnerConfig, params: Any) -> Any:
+    """Each parameter's label: "frozen", "group<i>" (the first matching group) or "default"."""
+
+    def label_of(name: str) -> str:
+        if any(matches(p, name) for p in cfg.frozen):
+            return "frozen"
+        for i, g in enumerate(cfg.variable_groups):
+            if matches(g.pattern, name):
+                return f"group{i}"
+        return "default"
+
+    return label_params(params, label_of)
+
+
+def _clip(cfg: LearnerConfig) -> list[optax.GradientTransformation]:
+    return [optax.clip_by_global_norm(cfg.clip_grad_norm)] if cfg.clip_grad_norm > 0 else []
+
+
+def _inner(cfg: LearnerConfig, optimizer: str, mask: Any) -> list[optax.GradientTransformation]:
+    """L2 -> the optimizer's direction -> update RMS cap -> decoupled weight decay."""
     inner = []
-    if cfg.clip_grad_norm > 0:
-        inner.append(optax.clip_by_global_norm(cfg.clip_grad_norm))
     if cfg.l2_regularization > 0:
         inner.append(optax.add_decayed_weights(cfg.l2_regularization, mask))
-    inner.append(_direction(cfg))
+    inner.append(_direction(cfg, optimizer))
     if cfg.clip_update_rms > 0:
         inner.append(optax.clip_by_block_rms(cfg.clip_update_rms))
     if cfg.weight_decay > 0:
         inner.append(optax.add_decayed_weights(cfg.weight_decay, mask))
+    return inner
+
+
+def _finish(cfg: LearnerConfig, inner: list[optax.GradientTransformation]) -> optax.GradientTransformation:
+    """The non-finite guard around `inner`, then the scheduled learning rate."""
     guarded = optax.chain(*inner)
     if cfg.skip_nonfinite:
         guarded = optax.apply_if_finite(guarded, max_consecutive_errors=_NEVER_GIVE_UP)
     return optax.chain(guarded, optax.scale_by_learning_rate(learning_rate_fn(cfg)))
 
 
-def _direction(cfg: LearnerConfig) -> optax.GradientTransformation:
+def _direction(cfg: LearnerConfig, optimizer: str) -> optax.GradientTransformation:
     """The optimizer proper, before weight decay and the (negative) learning rate."""
-    if cfg.optimizer in ("adam", "adamw"):
+    if optimizer in ("adam", "adamw"):
         return optax.scale_by_adam(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, eps_root=cfg.eps_root)
-    if cfg.optimizer == "lion":
+    if optimizer == "lion":
         return optax.scale_by_lion(b1=cfg.b1, b2=cfg.b2)
-    if cfg.optimizer == "adafactor":
+    if optimizer == "adafactor":
         # optax.adafactor's pieces, in its order, less its learning rate and sign flip.
         return optax.chain(
             optax.scale_by_factored_rms(),

@@ -103,12 +103,13 @@ class Programs:
     def _state_shardings(self, abstract: TrainState) -> TrainState:
         rep = replicated(self.mesh)
         p_sh = param_shardings(abstract.params, self.mesh, self.rules)
+        trainable_sh, _ = self.task.split_frozen(p_sh)  # the optimizer state and EMA cover these
         return TrainState(
             step=rep,
             params=p_sh,
             nt_state=jax.tree.map(lambda _: rep, abstract.nt_state),
-            opt_state=opt_state_shardings(self.task.optimizer, abstract.opt_state, p_sh, self.mesh),
-            ema=None if abstract.ema is None else p_sh,
+            opt_state=opt_state_shardings(self.task.optimizer, abstract.opt_state, trainable_sh, self.mesh),
+            ema=None if abstract.ema is None else trainable_sh,
             key=rep,
         )
 

@@ -281,7 +281,7 @@ def _opt_state_bytes(task: Task, state: Any, param_specs: Any, mesh_shape: dict[
     import optax
 
     specs = optax.tree_map_params(
-        task.optimizer, lambda _, s: s, state.opt_state, param_specs,
+        task.optimizer, lambda _, s: s, state.opt_state, task.split_frozen(param_specs)[0],
         transform_non_params=lambda _: jax.sharding.PartitionSpec(),
         is_leaf=lambda x: x is None or isinstance(x, jax.sharding.PartitionSpec),
     )  # fmt: skip

@@ -46,7 +46,7 @@ def _setup(rt: Any, state: Any, decode_cfg: Any) -> tuple[Any, list[int], Any, A
     check_decode(decode_cfg)
     decode_cfg = for_mode(decode_cfg)
     check_prompt(tokenizer, decode_cfg.prompt)
-    model = rt.programs.task.model(state.params if state.ema is None else state.ema)
+    model = rt.programs.task.model(rt.programs.task.inference_params(state))
     eos = tokenizer.eos_id if decode_cfg.eos_id < 0 else decode_cfg.eos_id
     return model, tokenizer.encode(decode_cfg.prompt), decode_cfg.replace(eos_id=eos), tokenizer
 

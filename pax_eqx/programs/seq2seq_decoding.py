@@ -105,7 +105,7 @@ def print_seq2seq(rt: Any, state: Any, decode_cfg: Any, log: Callable = print) -
     decode_cfg = for_mode(decode_cfg, examples=not decode_cfg.prompt)
     eos = tokenizer.eos_id if decode_cfg.eos_id < 0 else decode_cfg.eos_id
     decode_cfg = decode_cfg.replace(eos_id=eos)
-    model = rt.programs.task.model(state.params if state.ema is None else state.ema)
+    model = rt.programs.task.model(rt.programs.task.inference_params(state))
     rows = source_rows(rt, decode_cfg)
     tokens, scores, beams = decode_rows(model, [r for r, _ in rows], decode_cfg, tokenizer.pad_id, tokenizer.bos_id)
     text = lambda ids: decode_with_sentinels(tokenizer, ids)

@@ -35,6 +35,7 @@ from jaxtyping import Array, PRNGKeyArray
 from pax_eqx.config import ConfigError
 from pax_eqx.layers.base import DEFAULT_SUMMARY_VERBOSITY, Context, Mode, mean_sync_markers, split_state
 from pax_eqx.learners import LearnerConfig, build_optimizer, ema_update, learning_rate_fn, skipped_steps
+from pax_eqx.learners.variables import mask_of
 from pax_eqx.metrics import Metrics, Weighted, merge_stacked, weighted
 from pax_eqx.models.model import Model, ModelConfig
 from pax_eqx.task_config import TaskConfig
@@ -105,7 +106,11 @@ class Task:
         self.loss_terms = task_cfg.loss_terms(type(model).loss_name)
         self.mean_sync = mean_sync_markers(model)
         self.lr_fn = learning_rate_fn(learner_cfg)
-        self.optimizer = build_optimizer(learner_cfg, eqx.filter(model, is_param))
+        abstract_params = eqx.filter(model, is_param)
+        self.optimizer = build_optimizer(learner_cfg, abstract_params)
+        # learner.frozen: True for each trainable parameter; None when nothing is frozen.
+        frozen = mask_of(abstract_params, learner_cfg.frozen) if learner_cfg.frozen else None
+        self.trainable_mask = None if frozen is None else jax.tree.map(lambda f: not f, frozen)
 
     # Building ---------------------------------------------------------------------------------
     def init_state(self, key: PRNGKeyArray) -> TrainState:
@@ -113,17 +118,33 @@ class Task:
         init_key, state_key = jax.random.split(key)
         model, nt_state = split_state(self.model_cfg.build(init_key))
         params = eqx.filter(model, eqx.is_array)
+        trainable, _ = self.split_frozen(params)
         return TrainState(
             step=jnp.zeros((), jnp.int32),
             params=params,
             nt_state=nt_state,
-            opt_state=self.optimizer.init(params),
-            ema=params if self.learner_cfg.ema_decay > 0 else None,
+            opt_state=self.optimizer.init(trainable),
+            ema=trainable if self.learner_cfg.ema_decay > 0 else None,
             key=state_key,
         )
 
     def model(self, params: Any) -> Model:
         return eqx.combine(params, self.static)
+
+    def split_frozen(self, params: Any) -> tuple[Any, Any]:
+        """(trainable, frozen) parts of a params-shaped pytree (arrays, shapes or shardings), each
+        with None in the other's places (`eqx.partition`); (params, None) when nothing is frozen.
+        The optimizer state and the EMA are over the trainable part only."""
+        if self.trainable_mask is None:
+            return params, None
+        return eqx.partition(params, self.trainable_mask, is_leaf=lambda x: x is None)
+
+    def inference_params(self, state: TrainState) -> Any:
+        """The parameters eval and decode use: the EMA where one is kept (frozen ones as they are)."""
+        if state.ema is None:
+            return state.params
+        _, frozen = self.split_frozen(state.params)
+        return state.ema if frozen is None else eqx.combine(state.ema, frozen)
 
     # Forward, metrics and the objective -------------------------------------------------------
     def forward(self, params, nt_state, batch: dict, key: PRNGKeyArray | None, mode: Mode) -> _Forward:
@@ -183,10 +204,15 @@ class Task:
         # the same with and without variational noise.
         noise_key = jax.random.fold_in(step_key, 1)
         params = add_variational_noise(state.params, noise_key, state.step, self.task_cfg.variational_noise)
-        grads, metrics, nt_state, summaries = self._gradients(params, state.nt_state, batch, step_key)
-        updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
-        new_params = optax.apply_updates(state.params, updates)
-        ema = None if state.ema is None else ema_update(state.ema, new_params, self.learner_cfg.ema_decay)
+        # Only the trainable parameters are differentiated, updated and averaged; frozen ones
+        # (learner.frozen) take part in the forward and keep their values bit for bit.
+        noised, noised_frozen = self.split_frozen(params)
+        trainable, frozen = self.split_frozen(state.params)
+        grads, metrics, nt_state, summaries = self._gradients(noised, noised_frozen, state.nt_state, batch, step_key)
+        updates, opt_state = self.optimizer.update(grads, state.opt_state, trainable)
+        new_trainable = optax.apply_updates(trainable, updates)
+        new_params = new_trainable if frozen is None else eqx.combine(new_trainable, frozen)
+        ema = None if state.ema is None else ema_update(state.ema, new_trainable, self.learner_cfg.ema_decay)
         metrics["grad_norm"] = weighted(optax.global_norm(grads))
         metrics["learning_rate"] = weighted(self.lr_fn(state.step))
         metrics["skipped_steps"] = weighted(skipped_steps(opt_state))
@@ -194,22 +220,22 @@ class Task:
         return new_state, StepOutputs(metrics, summaries)
 
     def eval_step(self, state: TrainState, batch: dict) -> StepOutputs:
-        params = state.params if state.ema is None else state.ema
-        fwd = self.forward(params, state.nt_state, batch, None, Mode.EVAL)
+        fwd = self.forward(self.inference_params(state), state.nt_state, batch, None, Mode.EVAL)
         return StepOutputs(fwd.metrics, fwd.summaries, fwd.per_example)
 
-    def _gradients(self, params, nt_state, batch: dict, key):
+    def _gradients(self, params, frozen, nt_state, batch: dict, key):
+        """Gradients w.r.t. `params` (the trainable part); `frozen` (or None) completes the model."""
         n = self.learner_cfg.num_microbatches
+        whole_params = (lambda p: p) if frozen is None else (lambda p: eqx.combine(p, frozen))
         if n == 1:
 
             def whole(p):
-                fwd = self.forward(p, nt_state, batch, key, Mode.TRAIN)
+                fwd = self.forward(whole_params(p), nt_state, batch, key, Mode.TRAIN)
                 return fwd.metrics["total_loss"].value, fwd
 
             grads, fwd = jax.grad(whole, has_aux=True)(params)
             return grads, fwd.metrics, fwd.nt_state, fwd.summaries
-        grads, outs, nt_state = accumulate_gradients(
-            self._loss, params, nt_state, batch, key, n, MeanSync(self.mean_sync)
-        )
+        loss = self._loss if frozen is None else (lambda p, s, b, k: self._loss(whole_params(p), s, b, k))
+        grads, outs, nt_state = accumulate_gradients(loss, params, nt_state, batch, key, n, MeanSync(self.mean_sync))
         summaries = {name: jnp.mean(v, axis=0) for name, v in outs.summaries.items()}
         return grads, merge_stacked(outs.metrics), nt_state, summaries
