@@ -1,0 +1,63 @@
+"""Praxis' padding numerics against Praxis itself: the Paxml fixtures' TransformerLm
+(tests/fixtures/paxml/, imported as tests/checkpoint does) given padded inputs, unpacked and
+packed. With `block.attention.mask_mode="praxis"` and `block.ff_paddings=True` (what the Pax
+experiments set), pax_eqx gives Praxis' logits at every position, the padded ones included
+(TransformerLm's padding folded into the segment mask, TransformerFeedForward's zeroing); with
+the defaults, at the real positions only. praxis_padding/expected.npz holds Praxis 1.4's logits
+(written by praxis_padding/generate.py, in Praxis' own environment).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pax_eqx.checkpoint.pax_import import read_checkpoint, to_model_params
+from pax_eqx.layers.base import Context
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "paxml"
+sys.path.insert(0, str(FIXTURES))
+import pax_experiment  # noqa: E402
+
+EXPECTED = np.load(Path(__file__).resolve().parent / "praxis_padding" / "expected.npz")
+FORMS = ("repeated", "repeated_qkv", "layers", "layers_qkv")
+
+
+def _model(form: str, praxis: bool):
+    cfg = pax_experiment.model_config(json.loads((FIXTURES / form / "meta.json").read_text()), repeat=True)
+    mode = "praxis" if praxis else "pax_eqx"
+    block = cfg.block.replace(ff_paddings=praxis, attention=cfg.block.attention.replace(mask_mode=mode))
+    model = cfg.replace(block=block).build(jax.random.PRNGKey(0))
+    params, static = eqx.partition(model, eqx.is_array)
+    new = to_model_params(read_checkpoint(FIXTURES / form).params, params)
+    return eqx.combine(jax.tree.map(jnp.asarray, new), static)
+
+
+def _logits(model, packed: bool) -> np.ndarray:
+    """The logits from a batch as the data pipeline gives it (padding = segment 0)."""
+    paddings = EXPECTED["paddings"]
+    segment_ids = EXPECTED["segment_ids"] if packed else (1 - paddings).astype(np.int32)
+    batch = dict(ids=EXPECTED["ids"], labels=EXPECTED["ids"], weights=1.0 - paddings, segment_ids=segment_ids)
+    if packed:
+        batch["segment_pos"] = EXPECTED["segment_pos"]
+    hidden, _ = model.compute_predictions(batch, Context())
+    return np.asarray(model.logits(hidden))
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_praxis_forms_give_praxis_logits_at_every_position(form):
+    real = EXPECTED["paddings"] < 0.5
+    praxis, default = _model(form, praxis=True), _model(form, praxis=False)
+    for packed in (False, True):
+        expected = EXPECTED[f"{form}/{'packed' if packed else 'unpacked'}"]
+        np.testing.assert_allclose(_logits(praxis, packed), expected, rtol=0, atol=1e-5)
+        ours = _logits(default, packed)
+        np.testing.assert_allclose(ours[real], expected[real], rtol=0, atol=1e-5)
+        assert np.abs(ours[~real] - expected[~real]).max() > 0.1  # the padded positions are where they differ
