@@ -39,7 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from pax_eqx.checkpoint import Checkpointer, CheckpointSaveError
@@ -51,6 +53,7 @@ from pax_eqx.models.sequence_model import SequenceModelConfig
 from pax_eqx.programs.decode_modes import check_decode
 from pax_eqx.programs.errors import DataPipelineError, NonFiniteLossError, RunError, raised_at
 from pax_eqx.programs.eval_loop import evaluate
+from pax_eqx.programs.init_from import init_from_checkpoints
 from pax_eqx.programs.job_dir import JobDirError, check_config, exclusive, write_config
 from pax_eqx.programs.pgle import enable_auto_pgle
 from pax_eqx.programs.runtime import Runtime
@@ -190,6 +193,8 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
         state = rt.programs.init_state(exp.train.seed)
         step = 0
         log(f"Starting {exp.name or 'experiment'} from scratch in {job_dir}.")
+        if exp.checkpoint.init_from_checkpoint_rules:
+            state = _init_from_checkpoints(rt, state, exp, log)
     else:
         step, state, data_state = ckpt.restore(rt.programs.abstract_with_shardings())
         if step >= exp.train.num_steps:
@@ -279,6 +284,17 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
         if exp.train.sample_at_end:
             print_samples(rt, state, exp.decode, log=log)
     return TrainResult(step, train_metrics, eval_metrics, preempted, tokens_per_s, wall)
+
+
+def _init_from_checkpoints(rt: Runtime, state: Any, exp: ExperimentConfig, log) -> Any:
+    """The fresh state with the parameters `checkpoint.init_from_checkpoint_rules` name copied
+    from their sources (and the EMA, if kept, starting from them too)."""
+    params, _ = init_from_checkpoints(state.params, exp.checkpoint.init_from_checkpoint_rules, rt.programs.mesh, log)
+    state = eqx.tree_at(lambda s: s.params, state, params)
+    if state.ema is not None:
+        trainable, _ = rt.programs.task.split_frozen(params)
+        state = eqx.tree_at(lambda s: s.ema, state, jax.tree.map(jnp.copy, trainable))
+    return state
 
 
 def _loop_length(exp: ExperimentConfig, step: int) -> int:
