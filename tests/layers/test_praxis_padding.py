@@ -5,6 +5,10 @@ experiments set), pax_eqx gives Praxis' logits at every position, the padded one
 (TransformerLm's padding folded into the segment mask, TransformerFeedForward's zeroing); with
 the defaults, at the real positions only. praxis_padding/expected.npz holds Praxis 1.4's logits
 (written by praxis_padding/generate.py, in Praxis' own environment).
+
+And the attention layer alone: Praxis' DotProductAttention's (encoded, atten_probs) under the
+masks Praxis' unfolded stack builds (praxis_padding/attention.npz, generate_attention.py) are
+`Attention.with_probs` in mask_mode="praxis".
 """
 
 from __future__ import annotations
@@ -61,3 +65,31 @@ def test_praxis_forms_give_praxis_logits_at_every_position(form):
         ours = _logits(default, packed)
         np.testing.assert_allclose(ours[real], expected[real], rtol=0, atol=1e-5)
         assert np.abs(ours[~real] - expected[~real]).max() > 0.1  # the padded positions are where they differ
+
+
+ATTENTION = np.load(Path(__file__).resolve().parent / "praxis_padding" / "attention.npz")
+
+
+@pytest.mark.parametrize(
+    "case, causal, segments",
+    [("causal", True, False), ("causal_segments", True, True), ("segments", False, True), ("keys", False, False)],
+)
+def test_praxis_mask_mode_gives_praxis_attention_and_probabilities(case, causal, segments):
+    """Praxis' DotProductAttention given the mask its (unfolded) stack builds from paddings, causal
+    and segment masks (merge_masks: padded query rows masked where a [T, T] mask meets padding):
+    `with_probs` in mask_mode='praxis' returns its (encoded before `post`, atten_probs)."""
+    from pax_eqx.layers import AttentionConfig
+
+    a = ATTENTION
+    d, n, h = a["w_q"].shape
+    att = AttentionConfig(causal=causal, mask_mode="praxis", implementation="xla").build(
+        jax.random.PRNGKey(0), input_dims=d, num_heads=n, dim_per_head=h
+    )
+    w = {k: jnp.asarray(a[f"w_{k}"]) for k in "qkvo"}
+    att = eqx.tree_at(lambda m: (m.w_q, m.w_k, m.w_v, m.w_o), att, (w["q"], w["k"], w["v"], w["o"].transpose(1, 2, 0)))
+    segment_ids = jnp.asarray(a["segment_ids"]) if segments else None
+    y, probs, _ = att.with_probs(
+        jnp.asarray(a["x"]), Context(), paddings=jnp.asarray(a["paddings"]), segment_ids=segment_ids
+    )
+    np.testing.assert_allclose(probs, a[f"{case}/probs"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(y, a[f"{case}/encoded"], rtol=0, atol=1e-5)
