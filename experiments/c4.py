@@ -21,9 +21,9 @@ Departures from Pax, besides the attention init of experiments/lm_cloud.py:
   c4_lm_v301_gpt_eval_tokenized (5662 pre-tokenized validation sequences, not packed); here
   eval rows are packed like training rows, and the SentencePiece model is trained locally
   unless one is given.
-- GPT-3 (c4_gpt3_175b): Pax stops early at eval log-perplexity 2.69 (EarlyStoppingFn);
-  pax_eqx has no early stopping, so the run goes to num_steps. Its attention-projection
-  sharding override (['data', 'mdl', None]) is left to the mesh rules.
+- GPT-3 (c4_gpt3_175b): Pax's EarlyStoppingFn at eval log-perplexity 2.69 is
+  `train.early_stopping` (metric log_pplx, target 2.69). Its attention-projection sharding
+  override (['data', 'mdl', None]) is left to the mesh rules.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Literal
 
 from experiments.lm_cloud import PaxLm, pax_names
 from experiments.registry import register
-from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.experiment import EarlyStoppingConfig, ExperimentConfig
 from pax_eqx.layers.initializers import gaussian
 from pax_eqx.learners import (
     LearnerConfig,
@@ -253,9 +253,15 @@ def c4_gpt3_175b() -> ExperimentConfig:
     C4SpmdGpt3AdamOrgHPBS1p5k1536Replicas (vocab 51200, ICI (1, 64, 24)). As the base, it runs
     float32 with per-core batch 1 on ICI (1, 4, 2) (global batch 8). Optimizer: Adam 0.9/0.95,
     eps 1e-8, no update RMS cap, weight decay 0.1 on every parameter, gradient clip 1.0, lr 6e-5
-    x LinearRampupCosineDecay(265, 266, 108600, min 0.1). No early stopping at log-pplx 2.69.
+    x LinearRampupCosineDecay(265, 266, 108600, min 0.1). Stops early once the eval log-perplexity
+    reaches Pax's TARGET_LOG_PPLX 2.69.
     """
-    return C4_GPT3_175B.experiment("c4_gpt3_175b")
+    exp = C4_GPT3_175B.experiment("c4_gpt3_175b")
+    stop = EarlyStoppingConfig(metric="log_pplx", target=TARGET_LOG_PPLX)
+    return exp.replace(train=exp.train.replace(early_stopping=stop))
+
+
+TARGET_LOG_PPLX = 2.69  # Pax's C4SpmdGpt3AdamOrgHP.TARGET_LOG_PPLX
 
 
 @register("c4_spmd_22b_1xv4_128", aliases=pax_names("c4_multislice", "C4Spmd22BAdam1xv4_128"))

@@ -27,6 +27,54 @@ from pax_eqx.task_config import TaskConfig
 
 
 @config
+class EarlyStoppingConfig(Config):
+    """Stop training on an eval metric (Pax's EarlyStoppingFn), at an eval step: a checkpoint is
+    saved, the reason printed, and the run exits 0; rerunning the command does not train on.
+
+    metric: the eval metric to watch ("log_pplx", "total_loss", "accuracy", ...; "" = off).
+    mode: "min" (lower is better) or "max".
+    patience: stop after this many evals in a row without an improvement of more than
+        min_delta over the best so far (0 = no patience rule).
+    min_delta: the smallest change that counts as an improvement.
+    target: stop once the metric reaches this value (<= in mode min, >= in max; 0 = off), e.g.
+        Pax's GPT-3 target log-perplexity 2.69.
+    """
+
+    metric: str = ""
+    mode: Literal["min", "max"] = "min"
+    patience: int = 0
+    min_delta: float = 0.0
+    target: float = 0.0
+
+    def validate(self) -> None:
+        where = "train.early_stopping"
+        check_range(self, "patience", ge=0, prefix=where, note="0 = no patience rule")
+        check_range(self, "min_delta", ge=0, prefix=where, note="0 = any improvement counts")
+        check_range(self, "target", prefix=where, note="0 = no target")
+        if self.mode not in ("min", "max"):
+            raise ConfigError(f"{where}.mode={self.mode!r} is not one of ('min', 'max').")
+        defaults = EarlyStoppingConfig.__dataclass_fields__
+        if not self.metric:
+            for name in ("mode", "patience", "min_delta", "target"):
+                if getattr(self, name) != defaults[name].default:
+                    raise ConfigError(
+                        f"{where}.{name}={getattr(self, name)!r} has no effect without {where}.metric; name the eval "
+                        f"metric to watch (e.g. --train.early-stopping.metric log_pplx) or leave {name} at its default."
+                    )
+            return
+        if not self.patience and not self.target:
+            raise ConfigError(
+                f"{where}.metric={self.metric!r} with neither {where}.patience nor {where}.target set never stops "
+                "the run; set patience (evals without improvement) or target (the value to reach)."
+            )
+        if self.min_delta and not self.patience:
+            raise ConfigError(
+                f"{where}.min_delta={self.min_delta} has no effect with {where}.patience=0; set patience or leave "
+                "min_delta at 0."
+            )
+
+
+@config
 class TrainConfig(Config):
     """num_steps: total training steps (a resumed run continues up to it).
     eval_interval_steps: evaluate every N steps (0 = only at the end).
@@ -42,6 +90,7 @@ class TrainConfig(Config):
       syncs once per loop. It must divide the eval and summary intervals (and the checkpoint
       interval), so every eval, summary and checkpoint falls at a loop's end; the result is the
       same training, step for step.
+    early_stopping: stop on an eval metric (patience, min_delta, mode, target); off by default.
     """
 
     num_steps: int = 1000
@@ -52,6 +101,7 @@ class TrainConfig(Config):
     sample_at_end: bool = True
     layer_summaries: bool = False
     steps_per_loop: int = 1
+    early_stopping: EarlyStoppingConfig = EarlyStoppingConfig()
 
     def validate(self) -> None:
         """Raises ConfigError naming the field, the value and the fix."""
@@ -66,6 +116,12 @@ class TrainConfig(Config):
         check_range(self, "steps_per_loop", ge=1, le=10_000, prefix="train", note="1 = one step per call")
         for name in ("eval_interval_steps", "summary_interval_steps"):
             check_divides_interval(self.steps_per_loop, f"train.{name}", getattr(self, name))
+        self.early_stopping.validate()
+        if self.early_stopping.metric and not self.eval_interval_steps:
+            raise ConfigError(
+                f"train.early_stopping.metric={self.early_stopping.metric!r} with train.eval_interval_steps=0: the "
+                "run evaluates only at the end, so it can never stop early; set --train.eval-interval-steps."
+            )
 
 
 def check_divides_interval(steps_per_loop: int, where: str, interval: int) -> None:

@@ -51,6 +51,8 @@ from pax_eqx.learners import skipped_steps
 from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.models.sequence_model import SequenceModelConfig
 from pax_eqx.programs.decode_modes import check_decode
+from pax_eqx.programs.early_stopping import STATE_KEY as EARLY_STOPPING_KEY
+from pax_eqx.programs.early_stopping import EarlyStopping
 from pax_eqx.programs.errors import DataPipelineError, NonFiniteLossError, RunError, raised_at
 from pax_eqx.programs.eval_loop import evaluate
 from pax_eqx.programs.init_from import init_from_checkpoints
@@ -77,6 +79,7 @@ class TrainResult:
     preempted: bool
     tokens_per_s: float
     wall_s: float
+    stopped_early: str = ""  # why the run stopped early (train.early_stopping), "" if it did not
 
 
 class _StopFlag:
@@ -189,6 +192,7 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
     primary = jax.process_index() == 0
     start = time.time()
     latest = ckpt.latest_step()
+    early = EarlyStopping(exp.train.early_stopping)
     if latest is None:
         state = rt.programs.init_state(exp.train.seed)
         step = 0
@@ -202,6 +206,12 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
             log(f"{exp.name or 'The experiment'} in {job_dir} is already trained to step {step} (train.num_steps="
                 f"{exp.train.num_steps}): nothing to do. Raise --train.num-steps to train further.")  # fmt: skip
             return TrainResult(step, {}, {}, False, 0.0, time.time() - start)
+        early = EarlyStopping.restore(exp.train.early_stopping, data_state)
+        if early.stopped:
+            ckpt.close()
+            log(f"{exp.name or 'The experiment'} in {job_dir} stopped early at step {step}: {early.stopped} "
+                "(train.early_stopping): nothing to do. Change train.early_stopping to train further.")  # fmt: skip
+            return TrainResult(step, {}, {}, False, 0.0, time.time() - start, early.stopped)
         _restore_inputs(rt, exp, data_state, log)
         log(f"Resuming {exp.name or 'experiment'} from checkpoint at step {step} in {job_dir}.")
     if primary:
@@ -224,6 +234,7 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
     window_start, window_steps, tokens_per_s = time.time(), 0, 0.0
     skipped_so_far = int(jax.device_get(skipped_steps(state.opt_state)))
     preempted = False
+    stop_reason = ""
     while step < exp.train.num_steps:
         n = _loop_length(exp, step)
         if n == 1:
@@ -253,11 +264,16 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
         if exp.train.eval_interval_steps and step % exp.train.eval_interval_steps == 0:
             eval_metrics = _evaluate(rt, state, step, ckpt, log)
             _log_writes(ckpt, writer.write, step, "eval", eval_metrics)
+            stop_reason = early.update(step, eval_metrics)
         stopping = stop.agreed()
-        if ckpt.should_save(step) or stopping or step == exp.train.num_steps:
+        if ckpt.should_save(step) or stopping or stop_reason or step == exp.train.num_steps:
             finite = {k: float(outputs.metrics[k].value) for k in ("total_loss", "grad_norm")}
             _check_finite(exp, step, finite, ckpt)
-            ckpt.save(step, state, _input_states(rt, exp), force=True)
+            ckpt.save(step, state, _input_states(rt, exp, early), force=True)
+        if stop_reason and not stopping:
+            ckpt.wait_until_finished()
+            log(f"Stopping early at step {step}: {stop_reason} (train.early_stopping); saved a checkpoint.")
+            break
         if stopping:
             preempted = True
             ckpt.wait_until_finished()
@@ -283,7 +299,7 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
         log(_summary_line(step, train_metrics, eval_metrics, tokens_per_s, unit, wall))
         if exp.train.sample_at_end:
             print_samples(rt, state, exp.decode, log=log)
-    return TrainResult(step, train_metrics, eval_metrics, preempted, tokens_per_s, wall)
+    return TrainResult(step, train_metrics, eval_metrics, preempted, tokens_per_s, wall, stop_reason)
 
 
 def _init_from_checkpoints(rt: Runtime, state: Any, exp: ExperimentConfig, log) -> Any:
@@ -339,12 +355,14 @@ def _eval_data(exp: ExperimentConfig) -> dict[str, Any]:
     return json.loads(json.dumps({k: v for k, v in exp.data.to_dict().items() if k != "train"}))
 
 
-def _input_states(rt: Any, exp: ExperimentConfig) -> dict[str, Any]:
+def _input_states(rt: Any, exp: ExperimentConfig, early: EarlyStopping | None = None) -> dict[str, Any]:
     """This host's input positions for the checkpoint: the training input's, and the rolling eval
     input's (reset_for_eval=False: each eval run reads the next batches, so where it stands
     decides what the next eval sees). `rt`: the Runtime (anything whose .input(split) has
-    get_state/set_state)."""
+    get_state/set_state). With early stopping on, its state rides along (early_stopping.py)."""
     states: dict[str, Any] = {INPUT_STATES_KEY: 1, "train": rt.input("train").get_state()}
+    if early is not None and early.enabled:
+        states[EARLY_STOPPING_KEY] = early.saved()
     if not exp.data.eval.reset_for_eval:
         states["eval"] = rt.input("eval").get_state()
         states["eval_data"] = _eval_data(exp)
