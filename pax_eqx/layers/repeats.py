@@ -204,8 +204,9 @@ class StackedTransformerConfig(Config):
             per_stage = num_blocks // self.pipeline.num_chunks
             if self.unroll > per_stage:
                 raise ConfigError(
-                    f"StackedTransformerConfig.unroll={self.unroll} is more than the {per_stage} layers of a "
-                    "pipeline stage's chunk (each stage scans its own); lower unroll."
+                    f"StackedTransformerConfig.unroll={self.unroll} is more than the {per_stage} layers each pipeline "
+                    f"stage scans (num_layers={self.num_layers} / (pipeline.num_stages={self.pipeline.num_stages} x "
+                    f"circular_repeat={self.pipeline.circular_repeat})); lower unroll."
                 )
 
     @property

@@ -147,7 +147,20 @@ class LanguageModelConfig(ModelConfig):
                     "model.pipeline.num_stages > 1 needs model.repeat=True: the stages are slices of the stacked "
                     "[num_layers, ...] layer weights."
                 )
-            self.pipeline.check(num_units=self.num_layers // max(self.moe_layer_interval, 1), prefix="model.pipeline")
+            units, chunks = self.num_layers // max(self.moe_layer_interval, 1), self.pipeline.num_chunks
+            if units % chunks:
+                raise ConfigError(
+                    f"model.num_layers={self.num_layers} (model.moe_layer_interval={self.moe_layer_interval}: {units} "
+                    f"scanned layers or blocks) cannot be cut into model.pipeline.num_stages x circular_repeat = "
+                    f"{self.pipeline.num_stages} x {self.pipeline.circular_repeat} equal chunks; change the layers or "
+                    "the pipeline."
+                )
+            if self.unroll > units // chunks:
+                raise ConfigError(
+                    f"model.unroll={self.unroll} is more than the {units // chunks} layers each pipeline stage scans "
+                    f"(model.num_layers={self.num_layers} / (model.pipeline.num_stages={self.pipeline.num_stages} x "
+                    f"circular_repeat={self.pipeline.circular_repeat})); lower unroll."
+                )
             if self.pipeline.remat_stage and self.remat_policy == "none":
                 raise ConfigError(
                     "model.pipeline.remat_stage=True has no effect with model.remat_policy='none' (nothing is "

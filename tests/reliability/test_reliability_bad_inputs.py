@@ -91,7 +91,7 @@ def test_unknown_experiment(tmp_path, capsys):
         ),
         (["--model.num-layers", "two"], ["--model.num-layers", "'two'", "--model.num-layers INT"]),
         (["--data.source", "files"], ["invalid choice 'files'", "--data.source", "'text_files'"]),
-        (["--mesh.ici-mesh-shape", "1", "x", "1"], ["--mesh.ici-mesh-shape", "'x'", "INT INT INT"]),
+        (["--mesh.ici-mesh-shape", "1", "x", "1"], ["--mesh.ici-mesh-shape", "'x'", "INT [INT ...]"]),
         (["--checkpoint.every-n-steps", "-1"], ["checkpoint.every_n_steps must be >= 0", "got -1"]),
     ],
     ids=["misspelt-flag", "wrong-type", "bad-choice", "wrong-tuple", "negative-interval"],
