@@ -91,6 +91,9 @@ class TrainConfig(Config):
       interval), so every eval, summary and checkpoint falls at a loop's end; the result is the
       same training, step for step.
     early_stopping: stop on an eval metric (patience, min_delta, mode, target); off by default.
+    decode_interval_steps: every N steps, decode `decode.num_samples` samples of `decode.prompt`
+      (models that decode) and log them to metrics.jsonl (split "decode", key "samples") and
+      as TensorBoard text (0 = off; `sample_at_end` still prints one at the end).
     """
 
     num_steps: int = 1000
@@ -102,6 +105,7 @@ class TrainConfig(Config):
     layer_summaries: bool = False
     steps_per_loop: int = 1
     early_stopping: EarlyStoppingConfig = EarlyStoppingConfig()
+    decode_interval_steps: int = 0
 
     def validate(self) -> None:
         """Raises ConfigError naming the field, the value and the fix."""
@@ -114,7 +118,8 @@ class TrainConfig(Config):
             check_range(self, name, ge=0, prefix="train", note="0 = only at the end", fix=f"Pass e.g. {flag} 100.")
         check_range(self, "seed", ge=0, le=SEED_MAX, prefix="train")
         check_range(self, "steps_per_loop", ge=1, le=10_000, prefix="train", note="1 = one step per call")
-        for name in ("eval_interval_steps", "summary_interval_steps"):
+        check_range(self, "decode_interval_steps", ge=0, prefix="train", note="0 = off")
+        for name in ("eval_interval_steps", "summary_interval_steps", "decode_interval_steps"):
             check_divides_interval(self.steps_per_loop, f"train.{name}", getattr(self, name))
         self.early_stopping.validate()
         if self.early_stopping.metric and not self.eval_interval_steps:
@@ -225,6 +230,11 @@ class ExperimentConfig(Config):
             raise ConfigError(
                 f"train.sample_at_end=True, but the model ({type(self.model).__name__}) does not decode; "
                 "pass --train.no-sample-at-end."
+            )
+        if self.train.decode_interval_steps and not self.model.decodes:
+            raise ConfigError(
+                f"train.decode_interval_steps={self.train.decode_interval_steps}, but the model "
+                f"({type(self.model).__name__}) does not decode; leave it at 0."
             )
         micro = self.learner.num_microbatches
         if self.data.train.batch_size % micro:

@@ -45,6 +45,7 @@ ALLOWED: dict[str, dict[float, str]] = {
     "TrainConfig.eval_interval_steps": {0: "0 = evaluate only at the end"},
     "TrainConfig.summary_interval_steps": {0: "0 = log train metrics only at the end"},
     "TrainConfig.seed": {0: "any uint32 seeds jax.random.key"},
+    "TrainConfig.decode_interval_steps": {0: "0 = no decoding during training"},
     "DecodeConfig.seed": {0: "any uint32 seeds jax.random.key"},
     "DecodeConfig.temperature": {0: "0 = greedy (argmax)"},
     "DecodeConfig.top_k": {0: "0 = no top-k filter"},

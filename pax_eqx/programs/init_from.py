@@ -36,7 +36,7 @@ import jax.tree_util as jtu
 
 from pax_eqx.checkpoint import Checkpointer
 from pax_eqx.checkpoint.config import InitFromCheckpointConfig
-from pax_eqx.config import ConfigError
+from pax_eqx.config import ConfigError, field_names
 from pax_eqx.learners.variables import path_name
 from pax_eqx.programs.compiled import Programs
 
@@ -71,8 +71,12 @@ def plan(source: InitFromCheckpointConfig, our_names: list[str]) -> dict[str, st
     return chosen
 
 
-def _source_params(source: InitFromCheckpointConfig, mesh: Any) -> tuple[dict[str, jax.Array], int]:
-    """The source job dir's newest (or `source.step`) checkpoint's parameters by name, and its step."""
+def _source_params(
+    source: InitFromCheckpointConfig, mesh: Any, model_type: type | None = None
+) -> tuple[dict[str, jax.Array], int]:
+    """The source job dir's newest (or `source.step`) checkpoint's parameters by name, and its step.
+    `model_type`: our model's config class, used for the source's model when its fields are the
+    same (config.json does not name the class; several imported subclasses may fit it)."""
     from pax_eqx.experiment import ExperimentConfig
     from pax_eqx.programs.runtime import build_task
 
@@ -83,7 +87,12 @@ def _source_params(source: InitFromCheckpointConfig, mesh: Any) -> tuple[dict[st
             f"{_WHERE}: job_dir={source.job_dir!r} holds no config.json; give a pax_eqx job dir (one that "
             "`python -m pax_eqx.train` or `python -m pax_eqx.import_pax` wrote)."
         )
-    src_exp = ExperimentConfig.from_dict(json.loads(config_file.read_text()))
+    data = json.loads(config_file.read_text())
+    if model_type is not None and set(data.get("model", {})) == set(field_names(model_type)):
+        model = model_type.from_dict(data.pop("model"))
+        src_exp = ExperimentConfig.from_dict(data).replace(model=model)
+    else:
+        src_exp = ExperimentConfig.from_dict(data)
     programs = Programs(build_task(src_exp), mesh, src_exp.mesh.rules)
     ckpt = Checkpointer(job_dir / "checkpoints", src_exp.checkpoint, read_only=True)
     try:
@@ -98,10 +107,10 @@ def _source_params(source: InitFromCheckpointConfig, mesh: Any) -> tuple[dict[st
 
 
 def init_from_checkpoints(
-    params: Any, sources: tuple[InitFromCheckpointConfig, ...], mesh: Any, log=print
+    params: Any, sources: tuple[InitFromCheckpointConfig, ...], mesh: Any, log=print, model_type: type | None = None
 ) -> tuple[Any, list[str]]:
     """`params` with the arrays the rules name replaced by the sources' (each placed with our
-    parameter's sharding); and the names replaced."""
+    parameter's sharding); and the names replaced. `model_type`: see `_source_params`."""
     leaves, treedef = jtu.tree_flatten_with_path(params)
     names = [path_name(p) for p, _ in leaves]
     values = [leaf for _, leaf in leaves]
@@ -109,7 +118,7 @@ def init_from_checkpoints(
     copied: list[str] = []
     for source in sources:
         chosen = plan(source, names)
-        src, step = _source_params(source, mesh)
+        src, step = _source_params(source, mesh, model_type)
         problems = []
         for ours, theirs in chosen.items():
             if theirs not in src:

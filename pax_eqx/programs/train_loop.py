@@ -172,7 +172,7 @@ def _train(exp: ExperimentConfig, job_dir: Path, log, stop: _StopFlag) -> TrainR
         enable_auto_pgle()
     rt = Runtime.create(exp, job_dir, log=log)
     changed = _check_config_everywhere(exp, job_dir)
-    if exp.train.sample_at_end:  # not after hours of training
+    if exp.train.sample_at_end or exp.train.decode_interval_steps:  # not after hours of training
         check_prompt(rt.tokenizer, exp.decode.prompt)
         check_decode(exp.decode, examples=decodes_examples(exp))
     # Both inputs are built now, so an empty data file or an empty eval split fails before any
@@ -265,6 +265,8 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
             eval_metrics = _evaluate(rt, state, step, ckpt, log)
             _log_writes(ckpt, writer.write, step, "eval", eval_metrics)
             stop_reason = early.update(step, eval_metrics)
+        if exp.train.decode_interval_steps and step % exp.train.decode_interval_steps == 0:
+            _decode_during_training(rt, state, step, ckpt, writer, log)
         stopping = stop.agreed()
         if ckpt.should_save(step) or stopping or stop_reason or step == exp.train.num_steps:
             finite = {k: float(outputs.metrics[k].value) for k in ("total_loss", "grad_norm")}
@@ -305,12 +307,21 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
 def _init_from_checkpoints(rt: Runtime, state: Any, exp: ExperimentConfig, log) -> Any:
     """The fresh state with the parameters `checkpoint.init_from_checkpoint_rules` name copied
     from their sources (and the EMA, if kept, starting from them too)."""
-    params, _ = init_from_checkpoints(state.params, exp.checkpoint.init_from_checkpoint_rules, rt.programs.mesh, log)
+    rules = exp.checkpoint.init_from_checkpoint_rules
+    params, _ = init_from_checkpoints(state.params, rules, rt.programs.mesh, log, type(exp.model))
     state = eqx.tree_at(lambda s: s.params, state, params)
     if state.ema is not None:
         trainable, _ = rt.programs.task.split_frozen(params)
         state = eqx.tree_at(lambda s: s.ema, state, jax.tree.map(jnp.copy, trainable))
     return state
+
+
+def _decode_during_training(rt: Runtime, state: Any, step: int, ckpt: Checkpointer, writer: Any, log) -> None:
+    """`train.decode_interval_steps`: decode.num_samples samples (or a seq2seq model's outputs, or
+    the beam's n-best) to the log, metrics.jsonl (split "decode", key "samples") and TensorBoard."""
+    log(f"step {step}: decoding (train.decode_interval_steps):")
+    texts = print_samples(rt, state, rt.exp.decode, log=log)
+    _log_writes(ckpt, writer.write_text, step, "decode", "samples", texts)
 
 
 def _loop_length(exp: ExperimentConfig, step: int) -> int:

@@ -152,6 +152,32 @@ class SummaryWriter:
                 f"writing the TensorBoard events in {where} failed at step {step} ({_reason(e)})"
             ) from e
 
+    def write_text(self, step: int, split: str, name: str, texts: list[str]) -> None:
+        """Logs `texts` (decoded samples) at `step`: one metrics.jsonl line `{"step", "split", name:
+        [texts]}` and TensorBoard text `name/<i>` under summaries/<split>/."""
+        if self._closed:
+            raise RuntimeError(f"SummaryWriter for {self.job_dir} is closed; cannot log step {step}.")
+        if not self.enabled:
+            return
+        step = int(step)
+        try:
+            self._jsonl.write(json.dumps({"step": step, "split": split, name: list(texts)}) + "\n")
+            self._jsonl.flush()
+        except OSError as e:
+            self._close_quietly()
+            raise SummaryWriteError(f"writing {self.metrics_path} failed at step {step} ({_reason(e)})") from e
+        try:
+            board = self._board(split)
+            for i, text in enumerate(texts):
+                board.add_text(f"{name}/{i}", text, global_step=step)
+            board.flush()
+        except OSError as e:
+            self._close_quietly()
+            where = self.job_dir / "summaries" / split
+            raise SummaryWriteError(
+                f"writing the TensorBoard events in {where} failed at step {step} ({_reason(e)})"
+            ) from e
+
     def close(self) -> None:
         """Flushes and closes every file; further writes are an error. Raises SummaryWriteError
         (after closing everything) if the last flush fails."""

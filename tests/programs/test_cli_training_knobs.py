@@ -1,4 +1,5 @@
-"""Pax's training knobs through the command line: frozen variables and early stopping together.
+"""Pax's training knobs through the command line: frozen variables and early stopping together,
+and decoding during training.
 
 Early stopping with min_delta 10 never sees an improvement, so with patience 2 the evals at steps
 3 (the first, the best), 6 and 9 stop the run at step 9. It is first run to step 6 only, then
@@ -6,9 +7,11 @@ resumed with more steps: it must still stop at 9 (the patience counter survived 
 a checkpoint there, say why, exit 0, and a rerun must not train on."""
 
 import json
+import struct
 
 import jax
 import numpy as np
+import pytest
 from tiny import tiny_args
 
 from pax_eqx import train
@@ -59,3 +62,46 @@ def test_frozen_variables_and_early_stopping_through_a_restart(tmp_path, capsys)
     for name in at3:
         same = at3[name].tobytes() == at9[name].tobytes()
         assert same == (name in frozen), name
+
+
+def _text_events(directory) -> dict[tuple[str, int], str]:
+    """{(tag, step): text} of the TensorBoard text summaries in `directory`."""
+    from tensorboardX.proto import event_pb2
+
+    out = {}
+    for path in sorted(directory.glob("events.out.tfevents.*")):
+        data, offset = path.read_bytes(), 0
+        while offset < len(data):
+            (length,) = struct.unpack("<Q", data[offset : offset + 8])
+            event = event_pb2.Event()
+            event.ParseFromString(data[offset + 12 : offset + 12 + length])
+            offset += 16 + length
+            for value in event.summary.value:
+                if value.tensor.string_val:
+                    out[(value.tag, event.step)] = value.tensor.string_val[0].decode()
+    return out
+
+
+def test_decoding_during_training_logs_samples_to_metrics_and_tensorboard(tmp_path, capsys):
+    job = tmp_path / "job"
+    args = tiny_args(job, "--train.decode-interval-steps", "3", "--decode.num-samples", "2")
+    assert train.main(args) == 0
+    out = capsys.readouterr().out
+    assert "step 3: decoding (train.decode_interval_steps):" in out
+    rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    decoded = [r for r in rows if r["split"] == "decode"]
+    assert [r["step"] for r in decoded] == [3, 6]
+    assert all(len(r["samples"]) == 2 and r["samples"][0].startswith("ROMEO:") for r in decoded)
+    texts = _text_events(job / "summaries" / "decode")
+    assert {step for _, step in texts} == {3, 6} and len(texts) == 4
+    assert texts[next(k for k in texts if k[1] == 6 and k[0].startswith("samples/0"))] == decoded[1]["samples"][0]
+
+
+def test_decoding_during_training_needs_a_model_that_decodes():
+    from pax_eqx.config import ConfigError
+    from pax_eqx.programs import registry
+
+    exp = registry.load_experiment("digits_mlp")
+    exp = exp.replace(train=exp.train.replace(decode_interval_steps=10))
+    with pytest.raises(ConfigError, match=r"train.decode_interval_steps=10, but the model .* does not decode"):
+        exp.validate(data_files=False)

@@ -46,7 +46,7 @@ def test_exactly_the_matched_parameters_are_copied(source, tmp_path):
     before = _named(fresh.params)
     state = _init_from_checkpoints(rt, fresh, rt.exp, log=lambda *a: None)
     after = _named(state.params)
-    src = {k: np.asarray(v) for k, v in _source_params(rule, rt.programs.mesh)[0].items()}
+    src = {k: np.asarray(v) for k, v in _source_params(rule, rt.programs.mesh, type(rt.exp.model))[0].items()}
     copied = {n for n in after if n.startswith("stack.layers.0.attention.")}
     assert copied
     for name in after:
