@@ -85,7 +85,8 @@ def test_layer_basics_uses_only_public_pax_eqx_names():
 def test_pax_to_pax_eqx_names_only_layers_that_exist():
     """docs/pax_to_pax_eqx.md stays accurate for pax_eqx.layers as the code changes."""
     text = (TUTORIALS.parent / "pax_to_pax_eqx.md").read_text()
-    named = set(re.findall(r"\blayers\.([A-Za-z_]\w*)", text))
+    # `layers.X` names a layer; `stack.layers.X` is a parameter path inside a stack, not one.
+    named = set(re.findall(r"(?<!stack\.)\blayers\.([A-Za-z_]\w*)", text))
     praxis_layers = text.split("## Praxis layers")[1].split("## Key components")[0]
     named |= set(re.findall(r"\b([A-Z]\w*Config)\b", praxis_layers))
     assert named, "the map names no layers"
