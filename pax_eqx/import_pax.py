@@ -119,7 +119,10 @@ def _imported_state(exp, programs, pax):
     params = to_model_params(pax.params, state.params)
     opt_state = state.opt_state
     learner = exp.resolved_learner()
-    if learner.optimizer not in ("adam", "adamw"):
+    if learner.frozen or learner.variable_groups:
+        # Their optimizer state covers a part of the parameters per group: not Pax's one Adam state.
+        _warn("learner.frozen / learner.variable_groups split the optimizer state by parameter")
+    elif learner.optimizer not in ("adam", "adamw"):
         _warn(
             f"learner.optimizer={learner.optimizer!r} is not Adam, whose moments the Paxml checkpoint holds"
             if pax.moments
@@ -142,7 +145,7 @@ def _imported_state(exp, programs, pax):
         params=params,
         nt_state=state.nt_state,
         opt_state=jax.device_put(opt_state, shardings.opt_state),
-        ema=None if state.ema is None else params,
+        ema=None if state.ema is None else programs.task.split_frozen(params)[0],
         key=state.key,
     )
 

@@ -281,9 +281,10 @@ def _opt_state_bytes(task: Task, state: Any, param_specs: Any, mesh_shape: dict[
     import optax
 
     specs = optax.tree_map_params(
-        task.optimizer, lambda _, s: s, state.opt_state, task.split_frozen(param_specs)[0],
+        task.optimizer, lambda v, s: v if isinstance(v, optax.MaskedNode) else s, state.opt_state,
+        task.split_frozen(param_specs)[0],
         transform_non_params=lambda _: jax.sharding.PartitionSpec(),
-        is_leaf=lambda x: x is None or isinstance(x, jax.sharding.PartitionSpec),
+        is_leaf=lambda x: x is None or isinstance(x, (jax.sharding.PartitionSpec, optax.MaskedNode)),
     )  # fmt: skip
     leaves = jtu.tree_leaves(state.opt_state)
     spec_leaves = jtu.tree_leaves(specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))

@@ -47,3 +47,13 @@ def test_attention_initialised_from_an_imported_pax_checkpoint(tmp_path, spm_mod
     for name in after:
         expected = pax[name] if name in copied else before[name]
         np.testing.assert_array_equal(after[name], expected, err_msg=name)
+
+
+def test_import_with_frozen_variables_starts_the_optimizer_afresh(tmp_path, spm_model, recwarn):  # noqa: F811
+    out = tmp_path / "imported"
+    flags = [*_flags(out, spm_model), "--learner.frozen", r".*\.attention\..*"]
+    assert import_pax.main(["--pax-checkpoint", str(FIXTURES / "layers"), *flags]) == 0
+    assert any("learner.frozen / learner.variable_groups split the optimizer state" in str(w.message) for w in recwarn)
+    exp, job_dir, _ = cli.parse(flags, "test", "test")
+    _, state, step = restore_for_inference(exp, job_dir)
+    assert step == 3 and int(state.step) == 3
