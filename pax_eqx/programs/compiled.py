@@ -65,24 +65,9 @@ class Programs:
         self.init_state_fn = jax.jit(
             lambda seed: task.init_state(jax.random.PRNGKey(seed)), out_shardings=self.state_shardings
         )
-        self.train_step = UnderMesh(
-            jax.jit(
-                task.train_step,
-                in_shardings=(self.state_shardings, None),
-                out_shardings=(self.state_shardings, rep),
-                donate_argnums=(0,),
-            ),
-            mesh,
-        )
-        self.train_steps = UnderMesh(
-            jax.jit(
-                self._train_steps,
-                in_shardings=(self.state_shardings, None),
-                out_shardings=(self.state_shardings, rep),
-                donate_argnums=(0,),
-            ),
-            mesh,
-        )
+        stepping = dict(in_shardings=(self.state_shardings, None), out_shardings=(self.state_shardings, rep))
+        self.train_step = UnderMesh(jax.jit(task.train_step, **stepping, donate_argnums=(0,)), mesh)
+        self.train_steps = UnderMesh(jax.jit(self._train_steps, **stepping, donate_argnums=(0,)), mesh)
         self.eval_step = UnderMesh(
             jax.jit(task.eval_step, in_shardings=(self.state_shardings, None), out_shardings=rep), mesh
         )

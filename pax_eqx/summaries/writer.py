@@ -134,23 +134,12 @@ class SummaryWriter:
         if "loss" not in values and "total_loss" in values:
             values = {"loss": values["total_loss"], **values}
         record = {"step": step, "split": split, **{k: _json_number(v) for k, v in values.items()}}
-        try:
-            self._jsonl.write(json.dumps(record) + "\n")
-            self._jsonl.flush()
-        except OSError as e:
-            self._close_quietly()
-            raise SummaryWriteError(f"writing {self.metrics_path} failed at step {step} ({_reason(e)})") from e
-        try:
-            board = self._board(split)
+
+        def add_to_board(board) -> None:
             for name, value in values.items():
                 board.add_scalar(name, value, global_step=step)
-            board.flush()
-        except OSError as e:
-            self._close_quietly()
-            where = self.job_dir / "summaries" / split
-            raise SummaryWriteError(
-                f"writing the TensorBoard events in {where} failed at step {step} ({_reason(e)})"
-            ) from e
+
+        self._log(step, split, record, add_to_board)
 
     def write_text(self, step: int, split: str, name: str, texts: list[str]) -> None:
         """Logs `texts` (decoded samples) at `step`: one metrics.jsonl line `{"step", "split", name:
@@ -160,16 +149,26 @@ class SummaryWriter:
         if not self.enabled:
             return
         step = int(step)
+        record = {"step": step, "split": split, name: list(texts)}
+
+        def add_to_board(board) -> None:
+            for i, text in enumerate(texts):
+                board.add_text(f"{name}/{i}", text, global_step=step)
+
+        self._log(step, split, record, add_to_board)
+
+    def _log(self, step: int, split: str, record: dict, add_to_board) -> None:
+        """One metrics.jsonl line, then `add_to_board(board)` on the split's TensorBoard writer;
+        a failing write closes every file and raises SummaryWriteError naming the file."""
         try:
-            self._jsonl.write(json.dumps({"step": step, "split": split, name: list(texts)}) + "\n")
+            self._jsonl.write(json.dumps(record) + "\n")
             self._jsonl.flush()
         except OSError as e:
             self._close_quietly()
             raise SummaryWriteError(f"writing {self.metrics_path} failed at step {step} ({_reason(e)})") from e
         try:
             board = self._board(split)
-            for i, text in enumerate(texts):
-                board.add_text(f"{name}/{i}", text, global_step=step)
+            add_to_board(board)
             board.flush()
         except OSError as e:
             self._close_quietly()
