@@ -220,6 +220,8 @@ class ExperimentConfig(Config):
         self.resolved_learner()  # a decay that follows train.num_steps must start before it
         self.task.validate()
         self.checkpoint.validate()
+        # a checkpoint due inside a loop of several steps would never be saved
+        check_divides_interval(self.train.steps_per_loop, "checkpoint.every_n_steps", self.checkpoint.every_n_steps)
         self.decode.validate(modes=False)  # the decode program checks what its mode reads
         self.profile.validate()
         self.mesh.validate(num_devices)

@@ -46,7 +46,7 @@ import numpy as np
 
 from pax_eqx.checkpoint import Checkpointer, CheckpointSaveError
 from pax_eqx.data import target_length
-from pax_eqx.experiment import ExperimentConfig, check_divides_interval
+from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.learners import skipped_steps
 from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.models.sequence_model import SequenceModelConfig
@@ -121,7 +121,6 @@ class _StopFlag:
 
 
 def train(exp: ExperimentConfig, job_dir: Path, log=print) -> TrainResult:
-    check_steps_per_loop(exp)
     with contextlib.ExitStack() as stack:
         _lock_everywhere(stack, job_dir)
         log(
@@ -327,7 +326,7 @@ def _decode_during_training(rt: Runtime, state: Any, step: int, ckpt: Checkpoint
 def _loop_length(exp: ExperimentConfig, step: int) -> int:
     """How many steps the next compiled call runs from `step`: `train.steps_per_loop` when `step`
     is a multiple of it and the loop ends by `train.num_steps` and holds no profiled step, else 1.
-    Every eval, summary and checkpoint step is a multiple of it (`check_steps_per_loop`), so
+    Every eval, summary and checkpoint step is a multiple of it (ExperimentConfig.validate), so
     each falls at a call's end."""
     k = exp.train.steps_per_loop
     if k == 1 or step % k or step + k > exp.train.num_steps:
@@ -335,12 +334,6 @@ def _loop_length(exp: ExperimentConfig, step: int) -> int:
     if exp.profile.steps and exp.profile.steps[0] <= step + k and step <= exp.profile.steps[1] + 1:
         return 1  # the trace starts before step `first` and stops after step `last`: single steps
     return k
-
-
-def check_steps_per_loop(exp: ExperimentConfig) -> None:
-    """`train.steps_per_loop` divides the checkpoint interval too (the train config checks its own
-    intervals): a checkpoint due inside a loop of several steps would never be saved."""
-    check_divides_interval(exp.train.steps_per_loop, "checkpoint.every_n_steps", exp.checkpoint.every_n_steps)
 
 
 def _check_step_traces(rt: Runtime, train_input: Any) -> None:

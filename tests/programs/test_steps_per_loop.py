@@ -14,7 +14,7 @@ from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.config import ConfigError
 from pax_eqx.experiment import TrainConfig
 from pax_eqx.programs import cli
-from pax_eqx.programs.train_loop import _loop_length, check_steps_per_loop
+from pax_eqx.programs.train_loop import _loop_length
 
 # 8 steps: summaries every 2, evals and checkpoints every 4.
 RUN = [*TINY, "--train.num-steps", "8", "--train.eval-interval-steps", "4", "--checkpoint.every-n-steps", "4"]
@@ -84,11 +84,12 @@ def test_an_interval_the_loop_does_not_divide_is_refused(field):
     TrainConfig(**{**fine, field: 0}).validate()  # 0 = only at the end
 
 
-def test_a_checkpoint_interval_the_loop_does_not_divide_is_refused():
+def test_a_checkpoint_interval_the_loop_does_not_divide_is_refused_by_validate():
+    """ExperimentConfig.validate checks it, so --dry-run refuses it too."""
     exp, _, _ = cli.parse(
         ["--train.steps-per-loop", "4", "--train.eval-interval-steps", "8", "--train.summary-interval-steps", "4"],
         "test", "test", job_dir_required=False,
     )  # fmt: skip
     exp = exp.replace(checkpoint=CheckpointConfig(every_n_steps=10))
     with pytest.raises(ConfigError, match=r"checkpoint.every_n_steps=10.*--checkpoint.every-n-steps 12"):
-        check_steps_per_loop(exp)
+        exp.validate(num_devices=1)
