@@ -33,6 +33,7 @@ from typing import Any
 
 import tyro
 
+from pax_eqx.config import ConfigError
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.programs import entry, registry
 
@@ -277,16 +278,29 @@ def generalise(value: Any) -> Any:
     return cls(**changed)
 
 
+class FlagError(ConfigError):
+    """Field flags tyro cannot parse: its error box as one line (a user error: exit 2)."""
+
+
 def _parse_fields(default: ExperimentConfig, args: list[str], prog: str) -> ExperimentConfig:
     """tyro parses the fields; its error box becomes our one `error: ...` line (exit 2)."""
+    try:
+        return parse_fields(default, args, prog)
+    except FlagError as e:
+        raise fail(str(e), code=2) from None
+
+
+def parse_fields(default: ExperimentConfig, args: Sequence[str], prog: str) -> ExperimentConfig:
+    """`default` with the field flags `args` (`--model.num-layers 4 ...`) applied by tyro, as
+    `python -m pax_eqx.train` applies them; FlagError (printing nothing) when tyro refuses them."""
     captured = io.StringIO()
     spec = specialise(type(default), default)
     try:
         with contextlib.redirect_stderr(captured):
-            exp = generalise(tyro.cli(spec, default=_as(spec, default), args=args, prog=prog))
+            exp = generalise(tyro.cli(spec, default=_as(spec, default), args=list(args), prog=prog))
     except SystemExit as e:
         if e.code not in (0, None):
-            raise fail(one_line(captured.getvalue()) or f"cannot parse the arguments {args}", code=2) from None
+            raise FlagError(one_line(captured.getvalue()) or f"cannot parse the arguments {list(args)}") from None
         sys.stderr.write(captured.getvalue())
         raise
     sys.stderr.write(captured.getvalue())  # warnings, if any

@@ -3,9 +3,11 @@
     @register("shakespeare_char", aliases=("ShakespeareChar",))
     def shakespeare_char() -> ExperimentConfig: ...
 
-`load_experiment(name)` accepts a registered name or alias, or a dotted path to a user's own
+`load_experiment(name)` accepts a registered name or alias, a dotted path to a user's own
 experiment, `package.module.attr`, where attr is an ExperimentConfig or a function returning one
-(Pax: `--exp=tasks.lm.params.lm_cloud.LmCloudSpmd2BLimitSteps`).
+(Pax: `--exp=tasks.lm.params.lm_cloud.LmCloudSpmd2BLimitSteps`), or the path of a config.json
+(a job dir's, or the best trial's from `python -m pax_eqx.tune`): the experiment exactly as
+resolved there.
 
 The mechanism lives in the library so that pax_eqx never imports the top-level `experiments`
 package by name (imports point down: experiments compose the library, not the other way).
@@ -42,6 +44,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from pax_eqx.config import ConfigError
 from pax_eqx.experiment import ExperimentConfig
@@ -50,6 +53,7 @@ ENTRY_POINT_GROUP = "pax_eqx.experiments"
 
 _REGISTRY: dict[str, Callable[[], ExperimentConfig]] = {}
 _ALIASES: dict[str, str] = {}
+_SEARCH_SPACES: dict[str, Any] = {}
 _loaded = False
 
 
@@ -62,13 +66,18 @@ class ExperimentLoadError(ConfigError):
     ExperimentConfig (a user error: exit 2). Its `__cause__` is what the user's code raised."""
 
 
-def register(name: str, aliases: tuple[str, ...] = ()):
-    """Decorator: registers a function returning an ExperimentConfig under `name` (and aliases)."""
+def register(name: str, aliases: tuple[str, ...] = (), search: Any = None):
+    """Decorator: registers a function returning an ExperimentConfig under `name` (and aliases).
+
+    search: the experiment's hyperparameter search space (a pax_eqx.tuning.SearchSpace), what
+    `python -m pax_eqx.tune --exp NAME` searches unless told otherwise."""
 
     def wrap(fn: Callable[[], ExperimentConfig]) -> Callable[[], ExperimentConfig]:
         if name in _REGISTRY:
             raise ConfigError(f"experiment {name!r} is registered twice.")
         _REGISTRY[name] = fn
+        if search is not None:
+            _SEARCH_SPACES[name] = search
         for alias in aliases:
             _ALIASES[alias] = name
         return fn
@@ -145,6 +154,12 @@ def describe(width: int | None = None) -> str:
     return "\n".join(lines)
 
 
+def search_space(name: str) -> Any:
+    """The search space registered with experiment `name` (or its alias); None if it has none."""
+    load_entry_points()
+    return _SEARCH_SPACES.get(_ALIASES.get(name, name))
+
+
 def _first_sentence(doc: str) -> str:
     paragraph = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
     head, dot, _ = paragraph.partition(". ")
@@ -162,6 +177,8 @@ def load_experiment(name: str) -> ExperimentConfig:
     except ExperimentLoadError as e:
         raise ExperimentLoadError(f"--exp {name!r}: {e}") from e.__cause__
     key = _ALIASES.get(name, name)
+    if name.endswith(".json") and key not in _REGISTRY:
+        return _load_json(name)
     if key in _REGISTRY:
         exp = _call(name, _REGISTRY[key])
         return exp if exp.name else exp.replace(name=key)
@@ -177,6 +194,22 @@ def load_experiment(name: str) -> ExperimentConfig:
         f"--exp {name!r} is not a registered experiment.{_did_you_mean(name)} Registered: "
         f"{', '.join(sorted(_REGISTRY))}; or pass a dotted path package.module.name to your own experiment."
     )
+
+
+def _load_json(path: str) -> ExperimentConfig:
+    """An experiment from a config.json a run wrote (DIR/config.json) or the tuner's best config:
+    the resolved experiment, every field as it was."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise UnknownExperimentError(
+            f"--exp {path!r}: cannot read it ({e.strerror or e}); pass a config.json a run or the tuner wrote, or a "
+            "registered experiment's name."
+        ) from None
+    try:
+        return ExperimentConfig.from_json(text)
+    except (ValueError, TypeError) as e:  # JSONDecodeError is a ValueError; ConfigError names the field
+        raise ExperimentLoadError(f"--exp {path!r}: not an experiment's config.json: {_one_line(e)}") from None
 
 
 def _did_you_mean(name: str) -> str:

@@ -1,0 +1,174 @@
+"""One trial: `python -m pax_eqx.train` in its job dir, watched through its metrics.jsonl.
+
+The trainer is a child process writing its output to DIR/train.log. While it runs, the eval
+lines it appends to DIR/metrics.jsonl are handed to `report(step, value)`; when `report` says
+prune, the trainer is sent SIGTERM, which makes it finish the step, save a checkpoint and exit 0
+(pruned trials keep a resumable job dir). `stopping()` true (the tuner was interrupted) sends
+the same signal. On Linux the child also gets SIGTERM if the tuner dies without a chance to
+send it (SIGKILL): PR_SET_PDEATHSIG, so no trainer outlives its tuner.
+
+The outcome is read from what the trainer left: its exit status, its last eval value, and
+whether it reached `train.num_steps`. A trainer that exits 0 before the end without being
+pruned was interrupted (SIGTERM from the tuner or from outside): the trial is to be resumed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import dataclasses
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Literal
+
+from pax_eqx.config import ConfigError
+
+LOG_FILE = "train.log"
+POLL_SECONDS = 0.5
+
+
+class MetricNotFoundError(ConfigError):
+    """The study's metric is not among the trainer's eval metrics (every trial would fail alike)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """state: complete (value is the last eval's), pruned (stopped at `step`), failed (`error`
+    is the trainer's last error line) or interrupted (to be resumed from its checkpoint)."""
+
+    state: Literal["complete", "pruned", "failed", "interrupted"]
+    value: float | None
+    step: int
+    error: str = ""
+
+
+class EvalLines:
+    """The eval lines appended to a metrics.jsonl since the last call (a torn line from a killed
+    writer is skipped; a line still being written waits for its newline)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self.last_step = 0
+
+    def new(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        records = []
+        for line in data[:end].splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and isinstance(record.get("step"), int):
+                self.last_step = max(self.last_step, record["step"])
+                if record.get("split") == "eval":
+                    records.append(record)
+        return records
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn asking Linux to SIGTERM the child when its parent dies; None elsewhere.
+    prctl is looked up here, in the parent: the child only makes the one C call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    prctl, pr_set_pdeathsig, sigterm = libc.prctl, 1, int(signal.SIGTERM)
+    return lambda: prctl(pr_set_pdeathsig, sigterm)
+
+
+def run_trial(
+    command: Sequence[str],
+    job_dir: Path,
+    *,
+    metric: str,
+    num_steps: int,
+    stops_early: bool,
+    report: Callable[[int, float], bool],
+    stopping: Callable[[], bool],
+    heartbeat: Callable[[], None] = lambda: None,
+    heartbeat_seconds: float = 30.0,
+    started: Callable[[int], None] = lambda pid: None,
+) -> Outcome:
+    """Runs `command` (a trainer writing into `job_dir`) to its end and says how it ended.
+
+    report(step, value): each new eval value of `metric`; True prunes the trial. stops_early:
+    the run has train.early_stopping, so ending before num_steps with exit 0 is a completion.
+    started(pid): called with the trainer's pid once it runs. MetricNotFoundError (after
+    stopping the trainer) when an eval line lacks `metric`."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+    lines = EvalLines(job_dir / "metrics.jsonl")
+    last: tuple[int, float] | None = None
+    pruned_at: int | None = None
+    interrupted = False
+    with open(job_dir / LOG_FILE, "ab") as log:
+        log.write(f"$ {' '.join(command)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent())
+    started(proc.pid)
+    beat = time.monotonic()
+    try:
+        while True:
+            code = proc.poll()
+            for record in lines.new():
+                if metric not in record:
+                    proc.send_signal(signal.SIGTERM)
+                    proc.wait()
+                    keys = sorted(k for k in record if k not in ("step", "split"))
+                    raise MetricNotFoundError(
+                        f"--metric {metric!r} is not an eval metric of this experiment; its eval lines have "
+                        f"{', '.join(keys)}. Pass --metric with one of them."
+                    )
+                last = (record["step"], float(record[metric]))
+                if pruned_at is None and not interrupted and last[0] < num_steps and report(*last):
+                    pruned_at = last[0]
+                    proc.send_signal(signal.SIGTERM)
+            if code is not None:
+                break
+            if stopping() and not interrupted and pruned_at is None:
+                interrupted = True
+                proc.send_signal(signal.SIGTERM)
+            if time.monotonic() - beat >= heartbeat_seconds:
+                heartbeat()
+                beat = time.monotonic()
+            time.sleep(POLL_SECONDS)
+    except BaseException:
+        if proc.poll() is None:  # the tuner itself is going down: let the trainer save first
+            proc.send_signal(signal.SIGTERM)
+            proc.wait()
+        raise
+    if pruned_at is not None:
+        return Outcome("pruned", last[1] if last else None, pruned_at)
+    step = lines.last_step
+    if code == 0:
+        if last is not None and (step >= num_steps or (stops_early and not interrupted)):
+            return Outcome("complete", last[1], last[0])
+        if last is None and step >= num_steps:
+            return Outcome("failed", None, step, "the trainer logged no eval line")
+        return Outcome("interrupted", None, step)
+    if interrupted and code in (130, -signal.SIGINT, -signal.SIGTERM):
+        return Outcome("interrupted", None, step)
+    return Outcome("failed", None, step, _error_line(job_dir / LOG_FILE, code))
+
+
+def _error_line(log: Path, code: int) -> str:
+    """The trainer's `error: ...` line (its last line when it has none) and its exit status."""
+    try:
+        tail = log.read_bytes()[-20000:].decode(errors="replace").splitlines()
+    except OSError:
+        tail = []
+    errors = [line for line in tail if line.startswith("error: ")]
+    text = errors[-1].removeprefix("error: ") if errors else (tail[-1] if tail else "")
+    status = f"killed by signal {-code}" if code < 0 else f"exit {code}"
+    return f"{text} ({status})" if text else status
