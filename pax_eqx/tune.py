@@ -107,6 +107,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     base.validate(num_devices=None)
     check.check_space(space, base)
     sampler, pruner = _sampler(ns, space), _pruner(ns)
+    num_trials, points = ns.num_trials, []
+    if ns.sampler == "grid":
+        from pax_eqx.tuning.study import grid
+
+        points = grid(space)
+        num_trials = min(num_trials, len(points))
     study_dir = _prepare(Path(ns.study_dir), cli)
 
     from pax_eqx.tuning.report import write_report
@@ -114,14 +120,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     storage = open_storage(storage_url(study_dir, ns.storage), ns.heartbeat_seconds)
     study = open_study(storage, ns.study_name or exp_arg, setup_attrs(exp_arg, user_args, space), sampler, pruner)
-    first = check.baseline(space, base)
-    if first is not None and not ns.no_baseline:
-        study.enqueue_trial(first, skip_if_exists=True)
-    tuner = Tuner(study, exp_arg, space, base, trainer_args, study_dir, ns.num_trials,
+    first = None if ns.no_baseline else check.baseline(space, base)
+    queued = ([first] if first is not None else []) + points  # the experiment's own values first, then the grid
+    for point in queued:
+        study.enqueue_trial(point, skip_if_exists=True)
+    tuner = Tuner(study, exp_arg, space, base, trainer_args, study_dir, num_trials,
                   heartbeat_seconds=ns.heartbeat_seconds)  # fmt: skip
     searched = ", ".join(f"{p}={d}" for p, d in space.params.items())
     print(
-        f"Study {study.study_name!r} in {study_dir}: {ns.num_trials} trials of {exp_arg}, {ns.num_workers} at a "
+        f"Study {study.study_name!r} in {study_dir}: {num_trials} trials of {exp_arg}, {ns.num_workers} at a "
         f"time, {space.direction} {space.metric} over {searched}",
         flush=True,
     )
@@ -208,11 +215,7 @@ def _load_space(path: str):
 def _sampler(ns: argparse.Namespace, space):
     import optuna
 
-    from pax_eqx.tuning.study import grid
-
-    if ns.sampler == "grid":
-        return optuna.samplers.GridSampler(grid(space), seed=ns.seed)
-    if ns.sampler == "random":
+    if ns.sampler in ("random", "grid"):  # grid: every trial is enqueued; the sampler draws none
         return optuna.samplers.RandomSampler(seed=ns.seed)
     # TPE models the trials it has seen; its first ones are random (a third of the study, 2 to 10)
     return optuna.samplers.TPESampler(seed=ns.seed, n_startup_trials=min(10, max(2, ns.num_trials // 3)))

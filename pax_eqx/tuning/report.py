@@ -30,7 +30,7 @@ from pax_eqx.tuning.study import replaced
 def _state(trial: FrozenTrial, gone: set[int]) -> str:
     if trial.number in gone or trial.user_attrs.get("interrupted"):
         return "interrupted"
-    return trial.state.name.lower()
+    return "failed" if trial.state == TrialState.FAIL else trial.state.name.lower()
 
 
 def rows(study: optuna.Study) -> list[dict[str, object]]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pax_eqx.config import ConfigError
 
@@ -39,6 +39,7 @@ class SearchSpaceError(ConfigError):
     """A search space that cannot be searched as written (a user error: exit 2)."""
 
 
+@runtime_checkable
 class Trial(Protocol):
     """What a domain asks of a trial (Optuna's Trial has these)."""
 
@@ -49,7 +50,7 @@ class Trial(Protocol):
     def suggest_categorical(self, name: str, choices: Sequence[Scalar]): ...
 
 
-def _check_bounds(text: str, low: float, high: float, log: bool) -> None:
+def _check_bounds(text: str, low: float | int, high: float | int, log: bool) -> None:
     if not (math.isfinite(low) and math.isfinite(high)) or not low < high:
         raise SearchSpaceError(f"{text}: needs finite LOW < HIGH, got {low} and {high}.")
     if log and low <= 0:

@@ -23,6 +23,7 @@ the new trial resumes from the job dir's checkpoint.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import socket
 import sys
@@ -310,8 +311,8 @@ class Tuner:
                      f"in {seconds:.0f} s; {where}")  # fmt: skip
         elif outcome.state == "pruned":
             self.study.tell(trial, state=TrialState.PRUNED)
-            self.log(f"trial {trial.number} pruned at step {outcome.step}: {metric} {outcome.value:.4g} ({shown}); "
-                     f"{where}")  # fmt: skip
+            self.log(f"trial {trial.number} pruned: {metric} {outcome.value:.4g} at its step-{outcome.eval_step} eval "
+                     f"({shown}); stopped at step {outcome.step}; {where}")  # fmt: skip
         elif outcome.state == "interrupted":
             trial.set_user_attr("interrupted", True)
             self.study.tell(trial, state=TrialState.FAIL)
@@ -327,12 +328,15 @@ def _short(value: Scalar) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def grid(space: SearchSpace) -> dict[str, list[Scalar]]:
-    """The grid of a space of choices (GridSampler's search space)."""
+def grid(space: SearchSpace) -> list[dict[str, Scalar]]:
+    """Every combination of a space of choices, in the order declared (the last path varies
+    fastest). The tuner enqueues them: Optuna's GridSampler would pick them in random order and
+    does not count enqueued trials (the baseline, a resumed trial) as visited."""
     bad = [p for p, d in space.params.items() if not isinstance(d, Choice)]
     if bad:
         raise ConfigError(
             f"--sampler grid takes choices only; {', '.join(bad)} {'is a range' if len(bad) == 1 else 'are ranges'}: "
             "write them as choice:A,B,... or use --sampler tpe or random."
         )
-    return {p: list(d.values) for p, d in space.params.items()}
+    paths = list(space.params)
+    return [dict(zip(paths, values)) for values in itertools.product(*(space.params[p].values for p in paths))]

@@ -29,7 +29,7 @@ from typing import Literal
 from pax_eqx.config import ConfigError
 
 LOG_FILE = "train.log"
-POLL_SECONDS = 0.5
+POLL_SECONDS = 0.2
 
 
 class MetricNotFoundError(ConfigError):
@@ -38,13 +38,15 @@ class MetricNotFoundError(ConfigError):
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """state: complete (value is the last eval's), pruned (stopped at `step`), failed (`error`
-    is the trainer's last error line) or interrupted (to be resumed from its checkpoint)."""
+    """state: complete (value is the last eval's), pruned (value is the eval that pruned it, at
+    `eval_step`), failed (`error` is the trainer's last error line) or interrupted (to be resumed
+    from its checkpoint). step: the last step the trainer logged."""
 
     state: Literal["complete", "pruned", "failed", "interrupted"]
     value: float | None
     step: int
     error: str = ""
+    eval_step: int = 0
 
 
 class EvalLines:
@@ -111,6 +113,7 @@ def run_trial(
     lines = EvalLines(job_dir / "metrics.jsonl")
     last: tuple[int, float] | None = None
     pruned_at: int | None = None
+    pruned_value: float | None = None
     interrupted = False
     with open(job_dir / LOG_FILE, "ab") as log:
         log.write(f"$ {' '.join(command)}\n".encode())
@@ -132,7 +135,7 @@ def run_trial(
                     )
                 last = (record["step"], float(record[metric]))
                 if pruned_at is None and not interrupted and last[0] < num_steps and report(*last):
-                    pruned_at = last[0]
+                    pruned_at, pruned_value = last
                     proc.send_signal(signal.SIGTERM)
             if code is not None:
                 break
@@ -148,9 +151,10 @@ def run_trial(
             proc.send_signal(signal.SIGTERM)
             proc.wait()
         raise
-    if pruned_at is not None:
-        return Outcome("pruned", last[1] if last else None, pruned_at)
+    lines.new()  # what the trainer wrote after the last poll
     step = lines.last_step
+    if pruned_at is not None:
+        return Outcome("pruned", pruned_value, step, eval_step=pruned_at)
     if code == 0:
         if last is not None and (step >= num_steps or (stops_early and not interrupted)):
             return Outcome("complete", last[1], last[0])

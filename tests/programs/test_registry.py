@@ -45,7 +45,7 @@ def test_the_entry_points_do_not_import_experiments_until_an_experiment_is_asked
     out = python(
         """
         import sys
-        import pax_eqx.train, pax_eqx.eval, pax_eqx.decode, pax_eqx.inspect_data
+        import pax_eqx.train, pax_eqx.eval, pax_eqx.decode, pax_eqx.inspect_data, pax_eqx.tune
         print([m for m in sys.modules if m.split(".")[0] in ("experiments", "benchmarks")])
         """
     )

@@ -1,0 +1,88 @@
+"""run_trial's protocol with a process that behaves as the trainer does: it appends eval lines
+to metrics.jsonl, saves and exits 0 on SIGTERM, exits 1 with an `error:` line on a failure.
+
+The real trainer runs in test_tune_cli.py; here each way a trial can end is driven exactly.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from pax_eqx.tuning.trial_run import MetricNotFoundError, run_trial
+
+TRAINER = """
+import json, signal, sys, time
+from pathlib import Path
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+out = Path(sys.argv[1]) / "metrics.jsonl"
+steps, last, key, code = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+with open(out, "a") as f:
+    f.write('{"step": 0, "split": "ev')  # a torn line, as a killed writer leaves it
+    f.write("\\n")
+    for step in range(1, last + 1):
+        f.write(json.dumps({"step": step, "split": "train", "loss": 9.0}) + "\\n")
+        f.write(json.dumps({"step": step, "split": "eval", key: 10.0 - step}) + "\\n")
+        f.flush()
+        time.sleep(0.4)
+        if stop:
+            print("saved a checkpoint at step", step)
+            sys.exit(0)
+if code:
+    print("error: loss is NaN at step", last)
+sys.exit(code)
+"""
+
+
+def trainer(tmp_path, steps: int, last: int, key: str = "loss", code: int = 0) -> list[str]:
+    script = tmp_path / "trainer.py"
+    script.write_text(textwrap.dedent(TRAINER))
+    return [sys.executable, str(script), str(tmp_path / "job"), str(steps), str(last), key, str(code)]
+
+
+def run(tmp_path, command, prune_at=None, stops_early=False):
+    reported = []
+
+    def report(step, value):
+        reported.append((step, value))
+        return step == prune_at
+
+    outcome = run_trial(command, tmp_path / "job", metric="loss", num_steps=5, stops_early=stops_early,
+                        report=report, stopping=lambda: False)  # fmt: skip
+    return outcome, reported
+
+
+def test_a_trial_that_reaches_its_last_step_completes_with_its_last_eval(tmp_path):
+    outcome, reported = run(tmp_path, trainer(tmp_path, 5, 5))
+    assert (outcome.state, outcome.value, outcome.step) == ("complete", 5.0, 5)
+    assert reported == [(1, 9.0), (2, 8.0), (3, 7.0), (4, 6.0)]  # the last step's is the result, not a report
+    assert (tmp_path / "job" / "train.log").read_text().startswith("$ ")  # the command heads the log
+
+
+def test_a_pruned_trial_is_stopped_with_sigterm_and_saves(tmp_path):
+    outcome, reported = run(tmp_path, trainer(tmp_path, 5, 5), prune_at=2)
+    assert (outcome.state, outcome.eval_step, outcome.value) == ("pruned", 2, 8.0)
+    assert 2 <= outcome.step < 5  # stopped where the signal found it
+    assert reported[-1][0] <= 3  # nothing is reported once the trial is pruned
+    assert "saved a checkpoint at step" in (tmp_path / "job" / "train.log").read_text()
+
+
+def test_a_failing_trainer_fails_the_trial_with_its_error_line(tmp_path):
+    outcome, _ = run(tmp_path, trainer(tmp_path, 5, 2, code=1))
+    assert outcome.state == "failed" and outcome.error == "loss is NaN at step 2 (exit 1)"
+
+
+def test_a_trainer_that_stops_early_without_being_told_was_interrupted(tmp_path):
+    outcome, _ = run(tmp_path, trainer(tmp_path, 5, 3))
+    assert outcome.state == "interrupted" and outcome.step == 3
+    # ... unless the run has train.early_stopping: then it completed at its last eval
+    outcome, _ = run(tmp_path, trainer(tmp_path, 5, 3), stops_early=True)
+    assert (outcome.state, outcome.value) == ("complete", 7.0)
+
+
+def test_a_metric_the_trainer_does_not_log_is_named_with_the_ones_it_does(tmp_path):
+    with pytest.raises(MetricNotFoundError, match=r"--metric 'loss' is not an eval metric .* have accuracy"):
+        run(tmp_path, trainer(tmp_path, 5, 5, key="accuracy"))
