@@ -65,6 +65,13 @@ INSTEAD = {
         "python -m pax_eqx.train --job-log-dir runs/shakespeare",
         "making a venv and installing need the network; the tests already run in the installed venv",
     ),
+    "python -m pax_eqx.tune --exp shakespeare_char --study-dir runs/study --num-trials 12 --train.num-steps 300": (
+        "python -m pax_eqx.tune --exp shakespeare_char --study-dir runs/study --num-trials 2 --train.num-steps 20 "
+        "--train.eval-interval-steps 10 --train.steps-per-loop 1 --model.num-layers 1 --model.model-dims 32 "
+        "--model.hidden-dims 64 --data.seq-len 16 --data.eval.eval-loop-num-batches 1",
+        "12 trials of 300 steps are minutes of CPU: 2 trials of a tiny model leave the same files "
+        "(tests/tuning/test_tune_cli.py prunes, fails, kills and resumes)",
+    ),
     "pip install -e .": (
         "SIMULATE_INSTALL",
         "installing would change the venv the tests run in: the README's pyproject.toml is installed as pip "
@@ -78,6 +85,13 @@ _PAX_TEMPLATE = (
 )
 NOT_RUN = {
     "python -m pytest -n 2": "the test suite itself",
+    "python -m pax_eqx.tune --exp shakespeare_char --study-dir runs/study2 --num-trials 8 "
+    "--param model.block.activation.name=choice:gelu_exact,relu --param learner.weight-decay=loguniform:1e-3:0.3":
+        "8 trials are minutes of CPU; tests/tuning/test_space.py checks --param spaces against the experiment",
+    "pip install psycopg2-binary": "would change the venv the tests run in",
+    "python -m pax_eqx.tune --exp shakespeare_char --study-dir runs/study --num-trials 64 --num-workers 2 "
+    "--storage postgresql://tuner:secret@db-host/pax_eqx --train.num-steps 2000":
+        "needs a PostgreSQL server; tests/tuning/test_tune_cli.py shares one study between two processes",
     "python -m pax_eqx.import_pax --pax-checkpoint PAX_JOB_DIR --exp NAME --job-log-dir OUT [--model.* flags]":
         _PAX_TEMPLATE,
     "python -m pax_eqx.train --exp NAME --job-log-dir OUT [the same flags] --train.num-steps N": _PAX_TEMPLATE,
