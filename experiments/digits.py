@@ -17,6 +17,7 @@ from pax_eqx.experiment import ExperimentConfig, TrainConfig
 from pax_eqx.layers import MLPConfig, ResNetBlockConfig, ResNetConfig, ViTConfig
 from pax_eqx.learners import LearnerConfig, ScheduleConfig
 from pax_eqx.models import ClassificationModelConfig
+from pax_eqx.tuning import LogUniform, SearchSpace
 
 
 def _digits(
@@ -57,7 +58,17 @@ def _digits(
     )
 
 
-@register("digits_mlp", aliases=("DigitsMlp",))
+# What `python -m pax_eqx.tune --exp digits_mlp` searches: Adam's rate and weight decay, for the
+# held-out accuracy (a metric to maximise; evals every 100 steps give the pruner six points).
+MLP_SEARCH = SearchSpace(
+    {"learner.learning_rate": LogUniform(3e-4, 3e-2), "learner.weight_decay": LogUniform(1e-4, 0.1)},
+    metric="accuracy",
+    direction="maximize",
+    overrides=("--train.eval-interval-steps", "100"),
+)
+
+
+@register("digits_mlp", aliases=("DigitsMlp",), search=MLP_SEARCH)
 def digits_mlp() -> ExperimentConfig:
     """An MLP classifier of scikit-learn's 8x8 digits (a model family other than the LM)."""
     mlp = MLPConfig(hidden_dims=(128, 128), batch_norm=True, batch_norm_decay=0.95)

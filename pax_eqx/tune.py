@@ -60,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
                    "that step; asha: successive halving; none")  # fmt: skip
     p.add_argument("--pruner-startup-trials", type=int, default=3, metavar="N",
                    help="median: trials that complete before any is pruned (default 3)")  # fmt: skip
+    p.add_argument("--pruner-warmup-steps", type=int, default=0, metavar="N",
+                   help="median: no pruning on evals before step N (long warmups look bad early)")  # fmt: skip
     p.add_argument("--seed", type=int, default=None, help="the sampler's seed (a study run by one worker repeats)")
     p.add_argument("--storage", metavar="URL",
                    help="a database URL shared by several machines (postgresql://user:pass@host/db); default: "
@@ -89,8 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
     ns, rest = _parser().parse_known_args(argv)
-    for name, low, high in (("num_trials", 1, 100_000), ("num_workers", 1, 256), ("pruner_startup_trials", 0, 100_000),
-                            ("heartbeat_seconds", 1, 86_400)):  # fmt: skip
+    ranges = (("num_trials", 1, 100_000), ("num_workers", 1, 256), ("pruner_startup_trials", 0, 100_000),
+              ("pruner_warmup_steps", 0, 2**31 - 1), ("heartbeat_seconds", 1, 86_400))  # fmt: skip
+    for name, low, high in ranges:
         value = getattr(ns, name)
         if not low <= value <= high:
             flag = "--" + name.replace("_", "-")
@@ -225,7 +228,9 @@ def _pruner(ns: argparse.Namespace):
     import optuna
 
     if ns.pruner == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=ns.pruner_startup_trials)
+        return optuna.pruners.MedianPruner(
+            n_startup_trials=ns.pruner_startup_trials, n_warmup_steps=ns.pruner_warmup_steps
+        )
     if ns.pruner == "asha":
         return optuna.pruners.SuccessiveHalvingPruner()
     return optuna.pruners.NopPruner()

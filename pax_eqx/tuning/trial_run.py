@@ -2,10 +2,12 @@
 
 The trainer is a child process writing its output to DIR/train.log. While it runs, the eval
 lines it appends to DIR/metrics.jsonl are handed to `report(step, value)`; when `report` says
-prune, the trainer is sent SIGTERM, which makes it finish the step, save a checkpoint and exit 0
-(pruned trials keep a resumable job dir). `stopping()` true (the tuner was interrupted) sends
-the same signal. On Linux the child also gets SIGTERM if the tuner dies without a chance to
-send it (SIGKILL): PR_SET_PDEATHSIG, so no trainer outlives its tuner.
+prune, the trainer is sent SIGTERM, which makes it save a checkpoint and exit 0 (pruned trials
+keep a resumable job dir). It stops at its next host sync: steps are dispatched ahead of the
+device, up to the next `train.summary_interval_steps` (the tuner's table says where it stopped).
+`stopping()` true (the tuner was interrupted) sends the same signal. On Linux the child
+also gets SIGTERM if the tuner dies without a chance to send it (SIGKILL): PR_SET_PDEATHSIG,
+so no trainer outlives its tuner.
 
 The outcome is read from what the trainer left: its exit status, its last eval value, and
 whether it reached `train.num_steps`. A trainer that exits 0 before the end without being
