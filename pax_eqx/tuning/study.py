@@ -297,6 +297,7 @@ class Tuner:
         pid = worker.get("trainer_pid")
         deadline = time.time() + 300
         while worker.get("host") == HOST and pid and _alive(pid) and time.time() < deadline:
+            self.study._storage.record_heartbeat(trial._trial_id)  # waiting is not dead
             time.sleep(0.5)
 
     def _finish(self, trial: optuna.Trial, values: dict[str, Scalar], outcome: Outcome, seconds: float) -> None:
