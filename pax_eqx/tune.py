@@ -135,27 +135,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"time, {space.direction} {space.metric} over {searched}",
         flush=True,
     )
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+
+    # SIGINT and SIGTERM stop the study (the trainers save first; a second SIGINT stops at once).
+    # Set explicitly: a shell that starts the tuner in the background makes it ignore SIGINT.
+    def stop(signum, frame):
+        name = signal.Signals(signum).name
+        if tuner.stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt(f"second {name}")
+        tuner.interrupt(name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         tuner.run(ns.num_workers)
-    except KeyboardInterrupt:
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if tuner.interrupted:
         print(
-            f"error: interrupted; the study is kept in {study_dir} (the running trials saved checkpoints). Rerun the "
-            "same command to continue it.",
+            f"error: interrupted ({tuner.interrupted}); the study is kept in {study_dir} (the running trials saved "
+            "checkpoints and are queued to resume). Rerun the same command to continue it.",
             file=sys.stderr,
         )
         return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     print(write_report(study, study_dir))
     if not any(t.value is not None for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"):
         print(f"error: no trial completed; {study_dir / 'trials.csv'} has each failed trial's error.", file=sys.stderr)
         return 1
     return 0
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _without_exp(args: list[str]) -> list[str]:

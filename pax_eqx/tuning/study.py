@@ -168,29 +168,44 @@ class Tuner:
         self.heartbeat_seconds = heartbeat_seconds
         self.log = log
         self.stop = threading.Event()
+        self.interrupted = ""  # why `interrupt` stopped the study
         self.fatal: BaseException | None = None
         self._claiming = threading.Lock()
 
     def run(self, num_workers: int) -> None:
-        """Runs trials until the study has `num_trials`; on KeyboardInterrupt the running trials
-        save their checkpoints and are requeued before it is re-raised."""
-        threads = [threading.Thread(target=self._work, name=f"tuner-{i}", daemon=True) for i in range(num_workers)]
-        for t in threads:
-            t.start()
+        """Runs trials until the study has `num_trials`, or until `interrupt`: then the running
+        trials save their checkpoints and are requeued before it returns. A KeyboardInterrupt
+        does the same, then is re-raised.
+
+        The workers are waited for through events of their own, not Thread.join: a
+        KeyboardInterrupt raised inside join makes Python 3.11 take a running thread for a
+        finished one (CPython gh-90882), and the trials it runs would be left behind."""
+        done = [threading.Event() for _ in range(num_workers)]
+        for i, event in enumerate(done):
+            threading.Thread(target=self._work, args=(event,), name=f"tuner-{i}", daemon=True).start()
+
+        def wait() -> None:
+            while not all(e.is_set() for e in done):
+                done[[e.is_set() for e in done].index(False)].wait(0.2)
+
         try:
-            while any(t.is_alive() for t in threads):
-                for t in threads:
-                    t.join(0.2)
+            wait()
         except KeyboardInterrupt:
-            self.stop.set()
-            self.log("interrupted: the running trials save a checkpoint and are queued to resume ...")
-            for t in threads:
-                t.join()
+            self.interrupt("KeyboardInterrupt")
+            wait()
             raise
         if self.fatal is not None:
             raise self.fatal
 
-    def _work(self) -> None:
+    def interrupt(self, reason: str) -> None:
+        """Stops the study: each running trainer gets SIGTERM, saves and exits; its trial is
+        queued to resume. Safe to call from a signal handler."""
+        if not self.stop.is_set():
+            self.interrupted = reason
+            self.stop.set()
+            self.log(f"{reason}: the running trials save a checkpoint and are queued to resume ...")
+
+    def _work(self, done: threading.Event) -> None:
         try:
             while not self.stop.is_set():
                 claimed = self._claim()
@@ -201,6 +216,8 @@ class Tuner:
             if self.fatal is None:
                 self.fatal = e
             self.stop.set()
+        finally:
+            done.set()
 
     # ------------------------------------------------------------------------------ claiming
 
