@@ -44,9 +44,6 @@ TIMEOUT_S = 600
 
 DRY_RUN = {
     "python -m pax_eqx.train --exp lm_cloud_spmd_2b_limit_steps --job-log-dir runs/2b": "2.1B parameters: a GPU's job",
-    "python -m pax_eqx.train --exp LmCloudSpmd2BLimitSteps --job-log-dir runs/2b": "2.1B parameters: a GPU's job",
-    "python -m pax_eqx.train --exp tasks.lm.params.lm_cloud.LmCloudSpmd2BLimitSteps --job-log-dir runs/2b":
-        "2.1B parameters: a GPU's job",
     "python -m pax_eqx.train --exp lm_cloud_spmd_2b --job-log-dir runs/2b "
     "--mesh.ici-mesh-shape 1 1 1 --data.train.batch-size 8 --data.eval.batch-size 8": "2.1B parameters on one GPU",
     "python -m pax_eqx.train --exp lm_cloud_transformer_adam --job-log-dir runs/adam "
@@ -72,6 +69,11 @@ INSTEAD = {
         "12 trials of 300 steps are minutes of CPU: 2 trials of a tiny model leave the same files "
         "(tests/tuning/test_tune_cli.py prunes, fails, kills and resumes)",
     ),
+    "PYTHONPATH=. python -m pax_eqx.train --exp mypkg.mymodule.my_exp --job-log-dir runs/mine": (
+        "PYTHONPATH=. python -m pax_eqx.train --exp mypkg.mymodule.my_exp --job-log-dir runs/mine --data.seq-len 64",
+        "LmCloudSpmdTest's 1024-token rows make even 2 steps about a minute of CPU (compiling and running); 64-token "
+        "rows train the same module by its dotted path",
+    ),
     "pip install -e .": (
         "SIMULATE_INSTALL",
         "installing would change the venv the tests run in: the README's pyproject.toml is installed as pip "
@@ -82,6 +84,10 @@ INSTEAD = {
 _PAX_TEMPLATE = (
     "a template (PAX_JOB_DIR is the reader's Paxml job dir, NAME their experiment); "
     "tests/checkpoint/test_pax_import.py runs import_pax, train and eval on the committed Paxml fixtures"
+)
+_DOCUMENTED_DRY_RUN = (
+    "tests/experiments/test_experiments_cli_and_docs.py::test_documented_dry_run_commands_work runs every "
+    "`python -m pax_eqx.train ... --dry-run` line of these documents and checks the exit status its comment promises"
 )
 NOT_RUN = {
     "python -m pytest -n 2": "the test suite itself",
@@ -104,6 +110,17 @@ NOT_RUN = {
         "runs its variants on an H100; tests/benchmarks/test_sweep.py",
     "python -m benchmarks.images --exp digits_resnet --resnet50 --data.train.batch-size 2":
         "compiles ResNet-50 (minutes of CPU); tests/benchmarks/test_images_benchmark.py",
+    # Run by a dedicated test already, in a process of its own or in-process through the same main():
+    "python -m pax_eqx.train --help": "tests/programs/test_help.py::test_help_of_the_real_command_is_quick_and_exits_0 "
+        "runs this command",
+    "python -m pax_eqx.train --exp c4_gpt3_175b --dry-run --mesh.ici-mesh-shape 1 256 4 --data.train.batch-size 1536 "
+    "--dry-run-device-memory-gb 80": _DOCUMENTED_DRY_RUN,
+    "python -m pax_eqx.train --exp c4_gpt3_175b --dry-run --dry-run-device-memory-gb 80": _DOCUMENTED_DRY_RUN,
+    "python -m pax_eqx.train --exp ResNet50Pjit --dry-run": _DOCUMENTED_DRY_RUN,
+    "python -m pax_eqx.train --exp C4SpmdPipelineGpt3SmallAdam64Replicas --dry-run": _DOCUMENTED_DRY_RUN,
+    "PYTHONPATH=. python -m pax_eqx.train --exp mypkg.mymodule.my_small_gpt --dry-run":
+        "tests/experiments/test_experiments_cli_and_docs.py::test_doc_user_module_example_runs_by_dotted_path "
+        "writes this document's mypkg/mymodule.py and runs this dry run",
 }  # fmt: skip
 
 
