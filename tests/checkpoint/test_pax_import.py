@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import equinox as eqx
@@ -199,19 +200,24 @@ def _flags(out: Path, spm_model: str) -> list[str]:
     ]  # fmt: skip
 
 
-def test_import_then_fine_tune_through_the_command_line(tmp_path, spm_model):
+def test_import_then_fine_tune_through_the_command_line(tmp_path, spm_model, capsys):
+    """The command lines' mains, in this process (`python -m pax_eqx.import_pax` as a process of its
+    own: the refusal below; `python -m pax_eqx.train`: tests/programs/test_cli_end_to_end.py)."""
+    from pax_eqx import import_pax, train
+
     out = tmp_path / "run"
     flags = _flags(out, spm_model)
-    imported = _run("pax_eqx.import_pax", "--pax-checkpoint", str(FIXTURES / "layers"), *flags)
-    assert imported.returncode == 0, imported.stdout + imported.stderr
-    assert "Imported step 3" in imported.stdout
-    assert "warning" not in imported.stderr  # the learner matches: Adam's moments were imported
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert import_pax.main(["--pax-checkpoint", str(FIXTURES / "layers"), *flags]) == 0
+    assert "Imported step 3" in capsys.readouterr().out
+    # the learner matches: Adam's moments were imported
+    assert not [w for w in caught if issubclass(w.category, import_pax.PaxImportWarning)], caught
     assert sorted(os.listdir(out / "checkpoints")) == ["3"]
     _check_restores_as_pax(flags)
 
-    trained = _run("pax_eqx.train", *flags, "--train.num-steps", "5")
-    assert trained.returncode == 0, trained.stdout + trained.stderr
-    assert "Resuming tiny_pax_lm from checkpoint at step 3" in trained.stdout
+    assert train.main([*flags, "--train.num-steps", "5"]) == 0
+    assert "Resuming tiny_pax_lm from checkpoint at step 3" in capsys.readouterr().out
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert 4 in steps and 5 in steps and min(steps) > 3
     assert "5" in os.listdir(out / "checkpoints")
