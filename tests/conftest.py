@@ -1,12 +1,31 @@
-"""Test-wide setup: 8 fake CPU devices (set before JAX starts), small and deterministic."""
+"""Test-wide setup: 8 fake CPU devices (set before JAX starts), small and deterministic.
 
+One persistent JAX compilation cache per test process (each xdist worker its own directory,
+removed at exit): many tests compile the same tiny train step again (a resumed run, the same
+tiny experiment in another module), and the second compile of an identical program is read
+back instead of recompiled. It is the same executable, so no result changes; it is set through
+jax.config, not the environment, so the CLI subprocesses that tests start compile as a user's do.
+PAX_EQX_TESTS_NO_COMPILATION_CACHE=1 turns it off (to time or debug the compiles themselves).
+"""
+
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
+import jax  # noqa: E402
 import pytest  # noqa: E402
+
+if not os.environ.get("PAX_EQX_TESTS_NO_COMPILATION_CACHE"):
+    _COMPILATION_CACHE = tempfile.mkdtemp(prefix="pax_eqx_tests_jax_cache_")
+    atexit.register(shutil.rmtree, _COMPILATION_CACHE, ignore_errors=True)
+    jax.config.update("jax_compilation_cache_dir", _COMPILATION_CACHE)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 @pytest.fixture
