@@ -89,6 +89,10 @@ _DOCUMENTED_DRY_RUN = (
     "tests/experiments/test_experiments_cli_and_docs.py::test_documented_dry_run_commands_work runs every "
     "`python -m pax_eqx.train ... --dry-run` line of these documents and checks the exit status its comment promises"
 )
+_SPAN_CORRUPTION = (
+    "tests/programs/test_cli_seq2seq.py trains shakespeare_span_corruption (shrunk) through train.main, resumes it, "
+    "and decodes eval examples with a beam and a prompt with a sentinel through decode.main"
+)
 NOT_RUN = {
     "python -m pytest -n 2": "the test suite itself",
     "python -m pax_eqx.tune --exp shakespeare_char --study-dir runs/study2 --num-trials 8 "
@@ -118,6 +122,14 @@ NOT_RUN = {
     "python -m pax_eqx.train --exp c4_gpt3_175b --dry-run --dry-run-device-memory-gb 80": _DOCUMENTED_DRY_RUN,
     "python -m pax_eqx.train --exp ResNet50Pjit --dry-run": _DOCUMENTED_DRY_RUN,
     "python -m pax_eqx.train --exp C4SpmdPipelineGpt3SmallAdam64Replicas --dry-run": _DOCUMENTED_DRY_RUN,
+    "python -m pax_eqx.train --exp shakespeare_span_corruption --job-log-dir runs/s2s": _SPAN_CORRUPTION,
+    "python -m pax_eqx.decode --exp shakespeare_span_corruption --job-log-dir runs/s2s --beam-size 16 "
+    "--num-samples 16": _SPAN_CORRUPTION,
+    "python -m pax_eqx.decode --exp shakespeare_span_corruption --job-log-dir runs/s2s --beam-size 4 "
+    '--prompt "ROMEO: <extra_id_0> art thou Romeo?"': _SPAN_CORRUPTION,
+    "XLA_FLAGS=--xla_force_host_platform_device_count=2 python -m pax_eqx.train --exp shakespeare_pipelined "
+    "--job-log-dir runs/pipelined": "tests/programs/test_cli_pipeline.py trains shakespeare_pipelined through "
+        "train.main (2 stages, resumed pipelined <-> unpipelined) and checks the registered experiment fits 2 devices",
     "PYTHONPATH=. python -m pax_eqx.train --exp mypkg.mymodule.my_small_gpt --dry-run":
         "tests/experiments/test_experiments_cli_and_docs.py::test_doc_user_module_example_runs_by_dotted_path "
         "writes this document's mypkg/mymodule.py and runs this dry run",

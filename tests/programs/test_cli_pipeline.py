@@ -13,7 +13,7 @@ import pytest
 from tiny import TINY
 
 from pax_eqx import train
-from pax_eqx.programs import entry
+from pax_eqx.programs import entry, registry
 
 PIPELINED = ["--mesh.ici-mesh-shape", "2", "2", "2", "1"]
 UNPIPELINED = ["--model.pipeline.num-stages", "1", "--model.pipeline.num-microbatches", "1",
@@ -42,6 +42,13 @@ def test_pipelined_run_resumes_unpipelined_and_back(tmp_path, capsys):
     # The job dir records what each run chose: the last one was pipelined over (2, 2, 2, 1).
     config = json.loads((back / "config.json").read_text())
     assert config["model"]["pipeline"]["num_stages"] == 2 and config["mesh"]["ici_mesh_shape"] == [2, 2, 2, 1]
+
+
+def test_the_registered_experiment_fits_the_two_devices_the_docs_fake():
+    """docs/experiments.md runs it as registered with XLA_FLAGS=--xla_force_host_platform_device_count=2."""
+    exp = registry.load_experiment("shakespeare_pipelined")
+    assert exp.mesh.ici_mesh_shape == (2, 1, 1, 1) and exp.model.pipeline.num_stages == 2
+    exp.validate(num_devices=2)
 
 
 def test_a_stage_axis_without_a_pipeline_is_refused(tmp_path, capsys):
