@@ -6,6 +6,8 @@ tiny experiment in another module), and the second compile of an identical progr
 back instead of recompiled. It is the same executable, so no result changes; it is set through
 jax.config, not the environment, so the CLI subprocesses that tests start compile as a user's do.
 PAX_EQX_TESTS_NO_COMPILATION_CACHE=1 turns it off (to time or debug the compiles themselves).
+The host allocator keeps freed pages for the next step, as every pax_eqx program's does
+(pax_eqx/programs/host_memory.py).
 """
 
 import atexit
@@ -19,6 +21,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
+
+from pax_eqx.programs.host_memory import retain_freed_pages  # noqa: E402
+
+retain_freed_pages()
 
 if not os.environ.get("PAX_EQX_TESTS_NO_COMPILATION_CACHE"):
     _COMPILATION_CACHE = tempfile.mkdtemp(prefix="pax_eqx_tests_jax_cache_")

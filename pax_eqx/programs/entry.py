@@ -45,6 +45,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pax_eqx.programs.host_memory import retain_freed_pages
+
 VERBOSE_ENV = ("PAX_EQX_VERBOSE", "PAX_EQX_TRACEBACK")
 DEFAULT_EXPERIMENT = "shakespeare_char"
 
@@ -115,6 +117,7 @@ def run(main: Callable[[], int]) -> None:
     for library in ("absl", "asyncio"):  # orbax's threads; tensorstore's unretrieved write tasks
         logging.getLogger(library).addFilter(_drop_traceback)
     sys.unraisablehook = _UnraisableOnce(sys.unraisablehook)
+    retain_freed_pages()  # a CPU step reuses its temporaries' pages (host_memory.py)
     try:
         code = main()
     except BaseException as e:  # noqa: BLE001 -- sorted below; anything not ours is re-raised as it was
