@@ -56,8 +56,20 @@ def time_steps(step: Callable[[Any], Any], state: Any, warmup: int, steps: int) 
 
 
 def synthetic_tokens(batch: int, seq: int, vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random rows with every field the trainer's language-model input feeds (pax_eqx's
+    lm_examples.FIELDS): an unpacked row's segment_ids are ones and its segment_pos 0..seq-1.
+    They are passed, not left out, because the step is not the same without them: positions that
+    come from the data make the rotary tables a computation of the step (+14% for
+    shakespeare_char on the 2-core CPU, docs/performance.md), positions the model makes itself
+    from an iota are compile-time constants."""
     tokens = np.random.default_rng(seed).integers(0, vocab, (batch, seq + 1)).astype(np.int32)
-    return {"ids": tokens[:, :-1], "labels": tokens[:, 1:], "weights": np.ones((batch, seq), np.float32)}
+    return {
+        "ids": tokens[:, :-1],
+        "labels": tokens[:, 1:],
+        "weights": np.ones((batch, seq), np.float32),
+        "segment_ids": np.ones((batch, seq), np.int32),
+        "segment_pos": np.broadcast_to(np.arange(seq, dtype=np.int32), (batch, seq)).copy(),
+    }
 
 
 def reference_differences(exp: ExperimentConfig) -> list[str]:
@@ -152,7 +164,7 @@ def reference_step(exp: ExperimentConfig) -> tuple[Callable[..., Any], Any, dict
     batch_size = exp.data.train.batch_size * jax.process_count()
     init_fn, step = make_train_step(reference_config(exp, batch_size))
     tokens = synthetic_tokens(batch_size, exp.data.seq_len, exp.model.vocab_size)
-    return step, init_fn(jax.random.key(0)), {k: v for k, v in tokens.items() if k != "weights"}
+    return step, init_fn(jax.random.key(0)), {k: tokens[k] for k in ("ids", "labels")}
 
 
 def compile_and_time(programs: Any, state: Any, data: Any, warmup: int, steps: int) -> tuple[Any, float, float, Any]:
