@@ -36,6 +36,7 @@ import numpy as np
 
 from benchmarks import flops
 from benchmarks.reference_gpt import ACTIVATIONS, NORMS, ReferenceConfig, make_train_step
+from pax_eqx.data.lm_examples import FIELDS, RandomTokens
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.programs import cli
@@ -56,20 +57,14 @@ def time_steps(step: Callable[[Any], Any], state: Any, warmup: int, steps: int) 
 
 
 def synthetic_tokens(batch: int, seq: int, vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random rows with every field the trainer's language-model input feeds (pax_eqx's
-    lm_examples.FIELDS): an unpacked row's segment_ids are ones and its segment_pos 0..seq-1.
-    They are passed, not left out, because the step is not the same without them: positions that
-    come from the data make the rotary tables a computation of the step (+14% for
-    shakespeare_char on the 2-core CPU, docs/performance.md), positions the model makes itself
-    from an iota are compile-time constants."""
-    tokens = np.random.default_rng(seed).integers(0, vocab, (batch, seq + 1)).astype(np.int32)
-    return {
-        "ids": tokens[:, :-1],
-        "labels": tokens[:, 1:],
-        "weights": np.ones((batch, seq), np.float32),
-        "segment_ids": np.ones((batch, seq), np.int32),
-        "segment_pos": np.broadcast_to(np.arange(seq, dtype=np.int32), (batch, seq)).copy(),
-    }
+    """`batch` rows of the data pipeline's own random tokens (`RandomTokens`), with every field
+    the trainer's language-model input feeds, segment_ids and segment_pos included: the step is
+    not the same without them (positions that come from the data make the rotary tables a
+    computation of the step, positions the model makes from an iota are constants: +14% for
+    shakespeare_char on the 2-core CPU, docs/performance.md)."""
+    tokens = RandomTokens(batch, seq, vocab, seed)
+    rows = [tokens[i] for i in range(batch)]
+    return {k: np.stack([row[k] for row in rows]) for k in FIELDS}
 
 
 def reference_differences(exp: ExperimentConfig) -> list[str]:

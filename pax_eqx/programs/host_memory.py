@@ -3,9 +3,10 @@
 On the CPU, every call of a compiled step allocates its temporaries on the host and frees them
 when it returns. With glibc's defaults the allocator hands those pages back to the kernel as
 soon as they are free (it keeps 128 KiB), so the next step faults every page in again and the
-kernel zeroes each one: on the 2-core machine of docs/performance.md that was a quarter of the
-default experiment's step (one step per call 67 - 72 ms with the defaults, 46 - 53 ms with a
-64 MiB pad; 16 MiB, less than the step's 45 MB of temporaries, gained nothing). A pad of
+kernel zeroes each one: on the 2-core machine of docs/performance.md that was a fifth of the
+default experiment's step (one step per call 50.4 ms with the defaults, 39.5 ms with a 64 MiB
+pad, medians of 4 alternated runs; 16 MiB, less than the step's 45 MB of temporaries, gained
+nothing). A pad of
 64 MiB keeps that much free memory mapped at the top of each of the allocator's heaps: the
 step reuses its pages, for at most that much more resident memory per heap (about 100 MB more
 for the default run). Setting it turns off glibc's moving mmap threshold (it would grow to

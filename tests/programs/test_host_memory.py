@@ -8,6 +8,7 @@ anew each time once any malloc option is set (`MALLOC_TOP_PAD_=0` here); with th
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import subprocess
@@ -16,6 +17,8 @@ import sys
 import pytest
 
 from pax_eqx.programs import host_memory
+
+PAGES = (8 << 20) // os.sysconf("SC_PAGE_SIZE")  # the probe's block
 
 PROBE = r"""
 import ctypes, json, resource, sys
@@ -36,7 +39,7 @@ print(json.dumps({"applied": applied, "faults": faults}))
 """
 
 glibc_linux = pytest.mark.skipif(
-    not sys.platform.startswith("linux") or not hasattr(__import__("ctypes").CDLL(None), "gnu_get_libc_version"),
+    not sys.platform.startswith("linux") or not hasattr(ctypes.CDLL(None), "gnu_get_libc_version"),
     reason="glibc's malloc only",
 )
 
@@ -54,17 +57,15 @@ def _probe(**env: str) -> dict:
 def test_a_freed_block_is_reused_without_page_faults():
     kept = _probe()
     assert kept["applied"] is True
-    pages = (8 << 20) // os.sysconf("SC_PAGE_SIZE")
-    assert kept["faults"][0] >= pages // 2  # the first block is new memory
-    assert max(kept["faults"][1:]) < pages // 20, kept  # later ones reuse its pages
+    assert kept["faults"][0] >= PAGES // 2  # the first block is new memory
+    assert max(kept["faults"][1:]) < PAGES // 20, kept  # later ones reuse its pages
 
 
 @glibc_linux
 def test_the_environments_own_malloc_tuning_and_the_opt_out_are_left_alone():
-    pages = (8 << 20) // os.sysconf("SC_PAGE_SIZE")
     tuned = _probe(MALLOC_TOP_PAD_="0")
     assert tuned["applied"] is False
-    assert min(tuned["faults"]) >= pages // 2, tuned  # glibc maps and faults every block again
+    assert min(tuned["faults"]) >= PAGES // 2, tuned  # glibc maps and faults every block again
     assert _probe(PAX_EQX_GLIBC_MALLOC_DEFAULTS="1")["applied"] is False
 
 
