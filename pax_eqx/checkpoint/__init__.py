@@ -8,9 +8,10 @@ The directory layout, the commit protocol, the fallback past damaged checkpoints
 read-only Checkpointer promises a trainer writing the same directory are in checkpointer.py.
 """
 
-from pax_eqx.checkpoint.checkpointer import (
+from pax_eqx.checkpoint.checkpointer import Checkpointer
+from pax_eqx.checkpoint.config import CheckpointConfig
+from pax_eqx.checkpoint.errors import (
     CheckpointCorruptError,
-    Checkpointer,
     CheckpointError,
     CheckpointFallbackWarning,
     CheckpointMismatchError,
@@ -18,5 +19,4 @@ from pax_eqx.checkpoint.checkpointer import (
     NonFiniteCheckpointError,
     NoReadableCheckpointError,
 )
-from pax_eqx.checkpoint.config import CheckpointConfig
 from pax_eqx.checkpoint.integrity import all_finite, leaf_summaries

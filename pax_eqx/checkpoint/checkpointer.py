@@ -8,7 +8,7 @@
 A step directory `DIR/<step>/` holds three orbax items:
     state/      the train state pytree (orbax StandardSave: OCDBT + zarr, one file set per host)
     manifest/   JSON: every leaf's path, shape, dtype and checksum (see `integrity.py`)
-    data/       the data iterator's state, one JSON file per host (grain's orbax handler)
+    data/       the data iterator's state, one JSON file per host (see `data_state.py`)
 
 What orbax already guarantees, and we rely on: a step is written into
 `DIR/<step>.orbax-checkpoint-tmp-<time>/` and renamed to `DIR/<step>/` only once every host has
@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 import warnings
 from pathlib import Path
@@ -57,11 +56,22 @@ from typing import Any
 
 import grain.checkpoint
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from pax_eqx.checkpoint.config import CheckpointConfig
+from pax_eqx.checkpoint.data_state import IteratorState, every_host_digest
+from pax_eqx.checkpoint.errors import (
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointFallbackWarning,
+    CheckpointMismatchError,
+    CheckpointSaveError,
+    NonFiniteCheckpointError,
+    NoReadableCheckpointError,
+    listed,
+    one_line,
+)
 from pax_eqx.checkpoint.integrity import (
     build_manifest,
     leaf_path,
@@ -69,88 +79,16 @@ from pax_eqx.checkpoint.integrity import (
     manifest_problems,
     nonfinite_paths,
     restored_problems,
-    sha256,
     state_step,
     structure_mismatches,
 )
 from pax_eqx.sharding.distributed import all_hosts, from_process_0
 
 _STATE, _MANIFEST, _DATA = "state", "manifest", "data"
-_MAX_LISTED = 12
 _WRITE_CHECK = ".pax_eqx-write-check"
 # A reader retries when the trainer's keep-N deletes the checkpoint it reads; bounded, in case a
 # trainer keeps committing and deleting faster than a restore can read.
 _MAX_VANISHED = 20
-
-
-class CheckpointError(RuntimeError):
-    """Base of the errors below."""
-
-
-class NonFiniteCheckpointError(CheckpointError):
-    """The train state to save holds NaN or Inf."""
-
-
-class CheckpointSaveError(CheckpointError):
-    """Writing a checkpoint failed (disk full, permissions, ...); earlier checkpoints are intact."""
-
-
-class CheckpointMismatchError(CheckpointError, ValueError):
-    """The checkpoint holds a different state (shapes, dtypes, leaves) than the one to restore."""
-
-
-class CheckpointCorruptError(CheckpointError):
-    """A committed checkpoint could not be read back, or read back different bytes."""
-
-
-class NoReadableCheckpointError(CheckpointError):
-    """No committed checkpoint in the directory could be restored."""
-
-
-class CheckpointFallbackWarning(UserWarning):
-    """The newest checkpoint was unreadable; an older one was restored instead."""
-
-
-class _IteratorState:
-    """The data state in the shape grain's orbax handler expects of an iterator.
-
-    grain's `CheckpointHandler` writes `process_<i>-of-<n>.json` from `get_state()` on every host
-    (each host's iterator is at its own position in its own shard), and on restore calls
-    `set_state()` and `start_prefetch()`. Its bytes branch is the one for iterators whose state
-    is already serialised; we hand it the JSON text, so the file is the same JSON that
-    `DatasetIterator.get_state()` would produce.
-    """
-
-    def __init__(self, state: dict[str, Any] | None = None):
-        self.state = state
-        self.raw: bytes | None = None
-
-    def get_state(self) -> bytes:
-        return json.dumps(self.state, indent=2, sort_keys=True).encode()
-
-    def set_state(self, raw: bytes) -> None:
-        self.raw = raw  # checked against the manifest's digest after the restore
-        self.state = json.loads(raw.decode())
-
-    def start_prefetch(self) -> None:
-        pass
-
-
-def _listed(items: list[str]) -> str:
-    shown = items[:_MAX_LISTED]
-    more = f"\n  ... and {len(items) - len(shown)} more" if len(items) > len(shown) else ""
-    return "\n  " + "\n  ".join(shown) + more
-
-
-_TENSORSTORE_SPEC = re.compile(r"\s*\[tensorstore_spec(\[\d+\])?='.*?'\]", re.DOTALL)
-
-
-def _short(error: BaseException, head: int = 200, tail: int = 300) -> str:
-    """One line of an exception: tensorstore's JSON specs dropped, then its start and end kept
-    (the OS error -- "No space left on device" -- comes last)."""
-    text = _TENSORSTORE_SPEC.sub("", f"{type(error).__name__}: {error}")
-    text = " ".join(text.split())
-    return text if len(text) <= head + tail else f"{text[:head]} ... {text[-tail:]}"
 
 
 def _with_shardings(abstract: Any) -> Any:
@@ -253,7 +191,7 @@ class Checkpointer:
             kept = f"the newest checkpoint (step {latest}) is kept" if latest is not None else "nothing was written"
             raise NonFiniteCheckpointError(
                 f"refusing to save the checkpoint for step {step}: NaN or Inf in {len(bad)} leaves of the train "
-                f"state ({kept}):{_listed(bad)}"
+                f"state ({kept}):{listed(bad)}"
             )
         data_sha256 = None
         if data_state is not None:
@@ -263,13 +201,13 @@ class Checkpointer:
                 raise TypeError(
                     f"data_state for step {step} must be JSON-serialisable (the iterator's get_state() dict); {e}"
                 ) from None
-            data_sha256 = _every_host_digest(_IteratorState(data_state).get_state())
+            data_sha256 = every_host_digest(IteratorState(data_state).get_state())
         manifest = build_manifest(
             step, entries, has_data=data_state is not None, state_step=state_step(train_state), data_sha256=data_sha256
         )
         items = {_STATE: ocp.args.StandardSave(train_state), _MANIFEST: ocp.args.JsonSave(manifest)}
         if data_state is not None:
-            items[_DATA] = grain.checkpoint.CheckpointSave(_IteratorState(data_state))
+            items[_DATA] = grain.checkpoint.CheckpointSave(IteratorState(data_state))
         try:
             self._manager.save(step, args=ocp.args.Composite(**items), force=True)
         except (OSError, ValueError, RuntimeError) as e:
@@ -310,7 +248,7 @@ class Checkpointer:
     def _save_error(self, step: int, cause: BaseException) -> CheckpointSaveError:
         kept = self._kept()
         return CheckpointSaveError(
-            f"saving the checkpoint for step {step} in {self.directory} failed: {_short(cause)}. "
+            f"saving the checkpoint for step {step} in {self.directory} failed: {one_line(cause)}. "
             f"Its partial files are in a *.orbax-checkpoint-tmp* directory that restore ignores; {kept}. "
             "If the disk is full, free space (or lower checkpoint.max_to_keep) and rerun the same command."
         )
@@ -414,7 +352,7 @@ class Checkpointer:
                     stacklevel=2,
                 )
                 continue
-            reason = _short(error) if error else "unreadable on another host"
+            reason = one_line(error) if error else "unreadable on another host"
             if step is not None:
                 raise CheckpointCorruptError(f"checkpoint {where} is unreadable: {reason}") from error
             failures.append(f"{where}: {reason}")
@@ -426,7 +364,7 @@ class Checkpointer:
             )
         raise NoReadableCheckpointError(
             f"none of the {len(failures)} committed checkpoints in {self.directory} could be read; refusing to "
-            f"start from scratch over them. Move the directory aside to start afresh.{_listed(failures)}"
+            f"start from scratch over them. Move the directory aside to start afresh.{listed(failures)}"
         )
 
     def _next_candidate(self, step: int | None, tried: set[int]) -> int | None:
@@ -493,7 +431,7 @@ class Checkpointer:
         if problems:
             raise CheckpointMismatchError(
                 f"checkpoint {path} does not match the state being restored "
-                f"({len(problems)} differences):{_listed(problems)}\n"
+                f"({len(problems)} differences):{listed(problems)}\n"
                 "It was written by a different model or optimizer configuration: restore with the config it was "
                 "saved with (DIR/config.json), or start a new --job-log-dir."
             )
@@ -507,7 +445,7 @@ class Checkpointer:
             )
         items = {_STATE: ocp.args.StandardRestore(abstract)}
         if with_data:
-            items[_DATA] = grain.checkpoint.CheckpointRestore(_IteratorState())
+            items[_DATA] = grain.checkpoint.CheckpointRestore(IteratorState())
         restored = self._reader.restore(path, args=ocp.args.Composite(**items))
         state = restored[_STATE]
         data = restored[_DATA] if with_data else None
@@ -515,12 +453,3 @@ class Checkpointer:
         if problems:
             raise CheckpointCorruptError("; ".join(problems))
         return state, data.state if data is not None else None
-
-
-def _every_host_digest(data: bytes) -> list[str]:
-    """SHA-256 of each host's `data`, indexed by process (a collective with several hosts)."""
-    digest = np.frombuffer(bytes.fromhex(sha256(data)), np.uint8)
-    if jax.process_count() == 1:
-        return [digest.tobytes().hex()]
-    gathered = np.asarray(multihost_utils.process_allgather(digest)).reshape(jax.process_count(), -1)
-    return [row.astype(np.uint8).tobytes().hex() for row in gathered]

@@ -54,8 +54,8 @@ DEFAULT_EXPERIMENT = "shakespeare_char"
 # ExperimentLoadError (its subclasses). A checkpoint that does not match the model is a bad input
 # too (the wrong flags or job dir), found before a step runs: exit 2, although it is a
 # CheckpointError.
-_USER_ERRORS = (("pax_eqx.config", "ConfigError"), ("pax_eqx.checkpoint.checkpointer", "CheckpointMismatchError"))
-_RUN_ERRORS = (("pax_eqx.programs.errors", "RunError"), ("pax_eqx.checkpoint.checkpointer", "CheckpointError"))
+_USER_ERRORS = (("pax_eqx.config", "ConfigError"), ("pax_eqx.checkpoint.errors", "CheckpointMismatchError"))
+_RUN_ERRORS = (("pax_eqx.programs.errors", "RunError"), ("pax_eqx.checkpoint.errors", "CheckpointError"))
 
 
 class _State:

@@ -20,7 +20,7 @@ import pytest
 
 from experiments.registry import load_experiment
 from pax_eqx.checkpoint import CheckpointError
-from pax_eqx.checkpoint.checkpointer import CheckpointMismatchError
+from pax_eqx.checkpoint.errors import CheckpointMismatchError
 from pax_eqx.config import ConfigError
 from pax_eqx.programs import entry
 from pax_eqx.programs.errors import NonFiniteLossError
