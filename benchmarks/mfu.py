@@ -35,7 +35,8 @@ import jax
 import numpy as np
 
 from benchmarks import flops
-from benchmarks.reference_gpt import ACTIVATIONS, NORMS, ReferenceConfig, make_train_step
+from benchmarks.reference_config import ACTIVATIONS, NORMS, ReferenceConfig
+from benchmarks.reference_gpt import make_train_step
 from pax_eqx.data.lm_examples import FIELDS, RandomTokens
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.models.language_model import LanguageModelConfig

@@ -12,7 +12,8 @@ from benchmarks.flops import (
     model_flops_per_token,
     peak_tflops,
 )
-from benchmarks.reference_gpt import ReferenceConfig, count_params
+from benchmarks.reference_config import ReferenceConfig
+from benchmarks.reference_gpt import count_params
 
 # GPT3-XL as issue 7 fixes it: 24 layers, d 2048, S 2048, V 50304 (tied embedding, learned positions).
 L, D, S, V = 24, 2048, 2048, 50304

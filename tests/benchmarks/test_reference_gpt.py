@@ -8,15 +8,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from benchmarks.reference_config import ReferenceConfig, resolve_attention_impl
 from benchmarks.reference_gpt import (
-    ReferenceConfig,
     count_params,
     forward,
     init_params,
     loss_fn,
     main,
     make_train_step,
-    resolve_attention_impl,
     synthetic_batch,
     weight_decay_mask,
 )
