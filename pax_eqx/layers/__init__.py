@@ -8,7 +8,8 @@ One concept a file; this package re-exports them all.
 """
 
 from pax_eqx.layers.activations import Activation, ActivationConfig, geglu, swiglu
-from pax_eqx.layers.attentions import Attention, AttentionConfig, KVCache
+from pax_eqx.layers.attention_config import AttentionConfig
+from pax_eqx.layers.attentions import Attention, KVCache
 from pax_eqx.layers.base import (
     Context,
     Mode,
@@ -68,7 +69,7 @@ from pax_eqx.layers.relative_position_bias import (
     RelativePositionBiasConfig,
     relative_position_bucket,
 )
-from pax_eqx.layers.repeats import StackedTransformer, StackedTransformerConfig, StackedTransformerRepeated
+from pax_eqx.layers.repeats import StackedTransformer, StackedTransformerConfig
 from pax_eqx.layers.resnets import (
     ConvBN,
     ResNet,
@@ -81,6 +82,7 @@ from pax_eqx.layers.resnets import (
     resnet101,
     resnet152,
 )
+from pax_eqx.layers.scanned_stack import StackedTransformerRepeated
 from pax_eqx.layers.stochastics import Dropout, DropoutConfig, StochasticResidual, StochasticResidualConfig
 from pax_eqx.layers.transformers import Transformer, TransformerConfig
 from pax_eqx.layers.vits import ViT, ViTConfig, patchify

@@ -31,7 +31,7 @@ template's. Which layers are MoE is again the stack's decision (`build` argument
 outputs (aux losses, routing summaries) are named under "moe"; a decode step calls it with no
 Context (EVAL routing, no side outputs).
 
-The layer is a template for the stacks in `repeats.py`: its sizes and init are arguments of
+The layer is a template for the stacks of layers.repeats: its sizes and init are arguments of
 `build` given by the stack (a config holds only what its user chooses), and the children's
 configs (attention, norm, activation) are child templates this layer builds at its sizes, as
 Pax's `setup` does.
@@ -53,7 +53,8 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from pax_eqx.config import Config, ConfigError, check_range, config
 from pax_eqx.layers.activations import ActivationConfig
-from pax_eqx.layers.attentions import Attention, AttentionConfig, KVCache
+from pax_eqx.layers.attention_config import AttentionConfig
+from pax_eqx.layers.attentions import Attention, KVCache
 from pax_eqx.layers.base import LAYER_STATISTICS_VERBOSITY, Context, call
 from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.linears import Bias, BiasConfig, FeedForward, FeedForwardConfig, Linear, LinearConfig

@@ -37,18 +37,15 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from pax_eqx.config import Config, ConfigError, config, require_positive
 from pax_eqx.layers.activations import ActivationConfig
-from pax_eqx.layers.attentions import AttentionConfig
+from pax_eqx.layers.attention_config import AttentionConfig
 from pax_eqx.layers.base import Context, call
 from pax_eqx.layers.initializers import WeightInit, gaussian
 from pax_eqx.layers.linears import Bias, BiasConfig, Linear, LinearConfig
 from pax_eqx.layers.normalizations import NormConfig
 from pax_eqx.layers.position_embeddings import TrainablePositionalEmbedding, TrainablePositionalEmbeddingConfig
-from pax_eqx.layers.repeats import (
-    RematPolicy,
-    StackedTransformer,
-    StackedTransformerConfig,
-    StackedTransformerRepeated,
-)
+from pax_eqx.layers.remat import RematPolicy
+from pax_eqx.layers.repeats import StackedTransformer, StackedTransformerConfig
+from pax_eqx.layers.scanned_stack import StackedTransformerRepeated
 from pax_eqx.layers.transformers import TransformerConfig
 
 Pooling = Literal["cls", "mean"]

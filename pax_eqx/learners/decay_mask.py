@@ -5,7 +5,7 @@ biases and other vectors (1-D per layer) are not decayed; weight matrices, embed
 convolution kernels are.
 
 "Per layer" matters because a stack of layers built with `filter_vmap` (scan over layers,
-`pax_eqx.layers.repeats.StackedTransformerRepeated`) gives every array a leading `layers`
+`pax_eqx.layers.scanned_stack.StackedTransformerRepeated`) gives every array a leading `layers`
 axis: a stacked LayerNorm scale is [layers, dims], 2-D, yet must not be decayed. Such a stack
 says so with a class attribute `stacked_field = "<field name>"` (the same convention the
 logical-axis walker in `pax_eqx.sharding.logical` uses); every array below that field has one

@@ -40,7 +40,8 @@ from pax_eqx.layers.moe import MoEFeedForwardConfig
 from pax_eqx.layers.normalizations import NormConfig
 from pax_eqx.layers.pipeline import PipelineConfig
 from pax_eqx.layers.position_embeddings import TrainablePositionalEmbeddingConfig, sinusoidal_position_embedding
-from pax_eqx.layers.repeats import RematPolicy, StackedTransformerConfig
+from pax_eqx.layers.remat import RematPolicy
+from pax_eqx.layers.repeats import StackedTransformerConfig
 from pax_eqx.layers.transformers import TransformerConfig
 from pax_eqx.metrics import Metrics, weighted_mean
 from pax_eqx.models.model import Batch, Model, ModelConfig

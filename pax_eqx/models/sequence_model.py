@@ -37,7 +37,8 @@ from pax_eqx.layers.initializers import WeightInit, gaussian
 from pax_eqx.layers.normalizations import NormConfig
 from pax_eqx.layers.position_embeddings import TrainablePositionalEmbeddingConfig, sinusoidal_position_embedding
 from pax_eqx.layers.relative_position_bias import RelativePositionBiasConfig
-from pax_eqx.layers.repeats import RematPolicy, StackedTransformerConfig
+from pax_eqx.layers.remat import RematPolicy
+from pax_eqx.layers.repeats import StackedTransformerConfig
 from pax_eqx.layers.transformers import TransformerConfig
 from pax_eqx.metrics import Metrics
 from pax_eqx.models.incremental import IncrementalDecoder

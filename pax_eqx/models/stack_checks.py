@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from pax_eqx.config import Config, ConfigError, check_range
-from pax_eqx.layers.attentions import AttentionConfig
+from pax_eqx.layers.attention_config import AttentionConfig
 from pax_eqx.layers.moe import MoEFeedForwardConfig
 from pax_eqx.layers.transformers import TransformerConfig
 

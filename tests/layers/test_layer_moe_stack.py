@@ -21,7 +21,7 @@ from pax_eqx.layers import (
     TransformerConfig,
     apply,
 )
-from pax_eqx.layers.repeats import _needs_key
+from pax_eqx.layers.scanned_stack import _needs_key
 
 B, T, D, L, E = 2, 6, 8, 4, 4
 

@@ -15,7 +15,7 @@ class Block(eqx.Module):
 
 
 class Stack(eqx.Module):
-    """Two Blocks whose arrays carry a leading [layers] axis, marked like layers.repeats does."""
+    """Two Blocks whose arrays carry a leading [layers] axis, marked like layers.scanned_stack does."""
 
     layers: Block
     head: jax.Array

@@ -1,0 +1,128 @@
+"""AttentionConfig: what a user chooses about dot-product attention, checked when it is made.
+
+The layer it builds is `layers.attentions.Attention`; the sizes (input_dims, num_heads,
+dim_per_head, num_kv_heads), the weight init and whether rotary positions are used belong to the
+layer that owns the attention, so they are arguments of `build`, which checks their arithmetic
+(the kv heads divide the query heads, an even head dim for rotary positions, a fused QKV weight
+only for multi-head attention) before any weight is made. Validation names the field, the value
+and the fix, including the choices the cuDNN kernel cannot honour (a logit cap, probability
+dropout). The config sits above the layer: it imports `Attention` to build it, and the layer
+knows the config only as the type of its constructor's argument.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Literal
+
+from jaxtyping import PRNGKeyArray
+
+from pax_eqx.config import Config, ConfigError, check_range, config
+from pax_eqx.layers import attention_kernels as kernels
+from pax_eqx.layers.attentions import Attention
+from pax_eqx.layers.initializers import WeightInit
+
+_DEFAULT_ROTARY_MAX_TIMESCALE = 10_000.0
+
+MaskMode = Literal["pax_eqx", "praxis"]
+
+
+@config
+class AttentionConfig(Config):
+    """Dot-product attention: what a user chooses about it. The sizes (input_dims, num_heads,
+    dim_per_head, num_kv_heads), the weight init and whether rotary positions are used are decided
+    by the layer that owns the attention, so they are arguments of `build`, not fields.
+
+    combine_qkv: one fused QKV weight (multi-head only).
+    use_bias: biases on the q/k/v and output projections.
+    causal: each position attends only to itself and earlier positions.
+    rotary_max_timescale: the longest rotary wavelength (only with rotary positions).
+    per_dim_scale: Praxis PerDimScale, a learned per-dimension query scale.
+    logit_cap: 0 = off, else logits = cap * tanh(logits / cap).
+    dropout_prob: dropout on attention probabilities (TRAIN mode only).
+    implementation: "auto" (cuDNN on GPU when it qualifies, else XLA), "xla" or "cudnn" (which
+      has neither a logit cap nor probability dropout).
+    mask_mode: what self-attention's paddings mask: "pax_eqx" (padded keys) or "praxis" (also
+      padded query rows, Praxis' merge_masks: a uniform softmax there); see layers.attentions.
+    """
+
+    combine_qkv: bool = False
+    use_bias: bool = False
+    causal: bool = True
+    rotary_max_timescale: float = _DEFAULT_ROTARY_MAX_TIMESCALE
+    per_dim_scale: bool = False
+    logit_cap: float = 0.0
+    dropout_prob: float = 0.0
+    implementation: kernels.Implementation = "auto"
+    mask_mode: MaskMode = "pax_eqx"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field, the value and the fix."""
+        choices = typing.get_args(kernels.Implementation)
+        if self.implementation not in choices:
+            raise ConfigError(f"AttentionConfig.implementation={self.implementation!r} is not one of {choices}.")
+        if self.mask_mode not in typing.get_args(MaskMode):
+            raise ConfigError(
+                f"AttentionConfig.mask_mode={self.mask_mode!r} is not one of {typing.get_args(MaskMode)}."
+            )
+        check_range(self, "logit_cap", ge=0, note="0 = off")
+        check_range(self, "dropout_prob", ge=0, lt=1)
+        check_range(self, "rotary_max_timescale", gt=0)
+        if self.implementation == "cudnn" and self.logit_cap > 0.0:
+            raise ConfigError(
+                f"AttentionConfig.logit_cap={self.logit_cap} with implementation='cudnn': cuDNN's kernel has no "
+                "logit cap; use implementation='auto' (XLA when a cap is set) or logit_cap=0."
+            )
+        if self.implementation == "cudnn" and self.dropout_prob > 0.0:
+            raise ConfigError(
+                f"AttentionConfig.dropout_prob={self.dropout_prob} with implementation='cudnn': cuDNN's kernel "
+                "here has no probability dropout; use implementation='auto' (XLA when dropout is on) or dropout_prob=0."
+            )
+
+    def build(
+        self,
+        key: PRNGKeyArray,
+        *,
+        input_dims: int,
+        num_heads: int,
+        dim_per_head: int = 0,
+        num_kv_heads: int = 0,
+        init: WeightInit = WeightInit(),
+        use_rotary: bool = False,
+    ) -> Attention:
+        """The layer for a model of width `input_dims`.
+
+        num_heads: query heads; dim_per_head: 0 = input_dims // num_heads; num_kv_heads: 0 =
+        num_heads (multi-head), 1 = multi-query, otherwise grouped-query (must divide num_heads).
+        init: the projections' init. use_rotary: rotary position embedding on q and k.
+        """
+        head_dim = dim_per_head or input_dims // max(num_heads, 1)
+        kv_heads = num_kv_heads or num_heads
+        if input_dims <= 0 or num_heads <= 0 or head_dim <= 0 or dim_per_head < 0 or num_kv_heads < 0:
+            raise ConfigError(
+                f"AttentionConfig.build needs input_dims, num_heads and the head dim > 0 (dim_per_head, "
+                f"num_kv_heads >= 0); got input_dims={input_dims}, num_heads={num_heads}, "
+                f"dim_per_head={dim_per_head}, num_kv_heads={num_kv_heads}."
+            )
+        if num_heads % kv_heads:
+            raise ConfigError(f"AttentionConfig.build: num_kv_heads={kv_heads} must divide num_heads={num_heads}.")
+        if self.combine_qkv and kv_heads != num_heads:
+            raise ConfigError(
+                f"AttentionConfig.combine_qkv needs num_kv_heads == num_heads (got {kv_heads} vs {num_heads}); "
+                "set combine_qkv=False for multi-query or grouped-query attention."
+            )
+        if use_rotary and head_dim % 2:
+            raise ConfigError(f"AttentionConfig.build: rotary positions need an even head dim, got {head_dim}.")
+        if not use_rotary and self.rotary_max_timescale != _DEFAULT_ROTARY_MAX_TIMESCALE:
+            raise ConfigError(
+                f"AttentionConfig.rotary_max_timescale={self.rotary_max_timescale} has no effect without rotary "
+                "positions; build with use_rotary=True (a language model: position_embedding='rotary') or leave "
+                "it at its default."
+            )
+        return Attention(
+            self, key=key, input_dims=input_dims, num_heads=num_heads, head_dim=head_dim, num_kv_heads=kv_heads,
+            init=init, use_rotary=use_rotary,
+        )  # fmt: skip
