@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-# Remat policy names (the same vocabulary as pax_eqx.layers.repeats, plus jax's own name for
+# Remat policy names (the same vocabulary as pax_eqx.layers.remat, plus jax's own name for
 # "full"). "none" means: no jax.checkpoint at all.
 REMAT_POLICIES: dict[str, Callable[..., Any] | None] = {
     "none": None,
