@@ -111,6 +111,13 @@ def parse(
             "experiments (--exp NAME, or its Pax class name in parentheses, or Pax's path "
             f"tasks.<...>.params.<module>.<ClassName>):\n{registry.describe()}\n"
         )
+        python_only = python_only_fields(default)
+        if python_only:
+            print(
+                'fields set in Python only (a tuple of configs: README, "Write your own experiment"): '
+                + ", ".join(f"{name} ({cls.__name__})" for name, cls in python_only.items())
+                + "\n"
+            )
         spec = help_spec(type(default), default)
         tyro.cli(
             spec,
@@ -293,6 +300,7 @@ def _parse_fields(default: ExperimentConfig, args: list[str], prog: str) -> Expe
 def parse_fields(default: ExperimentConfig, args: Sequence[str], prog: str) -> ExperimentConfig:
     """`default` with the field flags `args` (`--model.num-layers 4 ...`) applied by tyro, as
     `python -m pax_eqx.train` applies them; FlagError (printing nothing) when tyro refuses them."""
+    _refuse_python_only(default, args)
     captured = io.StringIO()
     spec = specialise(type(default), default)
     try:
@@ -305,6 +313,49 @@ def parse_fields(default: ExperimentConfig, args: Sequence[str], prog: str) -> E
         raise
     sys.stderr.write(captured.getvalue())  # warnings, if any
     return exp
+
+
+def python_only_fields(value: Any, prefix: str = "") -> dict[str, type]:
+    """{dotted field: its element class} for the fields of `value` (recursively) that hold a tuple of
+    configs (`learner.variable_groups`, `checkpoint.init_from_checkpoint_rules`). tyro has no flag
+    syntax for a variable-length tuple of dataclasses and leaves them out of the parser, so they
+    are set in Python, in an experiment function (README, "Your own experiment")."""
+    found: dict[str, type] = {}
+    hints = typing.get_type_hints(type(value))
+    for f in dataclasses.fields(value):
+        child, name = getattr(value, f.name), prefix + f.name
+        if dataclasses.is_dataclass(child):
+            found.update(python_only_fields(child, name + "."))
+        elif typing.get_origin(hints[f.name]) is tuple:
+            configs = [a for a in typing.get_args(hints[f.name]) if dataclasses.is_dataclass(a)]
+            if configs:
+                found[name] = configs[0]
+    return found
+
+
+def _refuse_python_only(default: ExperimentConfig, args: Sequence[str]) -> None:
+    """One FlagError naming the flag and the fix when `args` set a field `python_only_fields` lists
+    (tyro would say only "Unrecognized options")."""
+    fields = python_only_fields(default)
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if not flag.startswith("--"):
+            continue
+        field = flag[2:].replace("-", "_")
+        if field in fields:
+            element = fields[field].__name__
+            raise FlagError(
+                f"{flag}: {field} is a tuple of {element}s, which has no command-line syntax; set it in Python, in "
+                f'an experiment function run with --exp mypkg.myexps.NAME (README, "Write your own experiment"): '
+                f"{_replace_expression('exp', field.split('.'), f'({element}(...),)')}"
+            )
+
+
+def _replace_expression(owner: str, path: list[str], value: str) -> str:
+    """`exp.replace(learner=exp.learner.replace(variable_groups=VALUE))` for path [learner, variable_groups]."""
+    head, *rest = path
+    inner = _replace_expression(f"{owner}.{head}", rest, value) if rest else value
+    return f"{owner}.replace({head}={inner})"
 
 
 _RULE = re.compile(r"^[\s\-─━═╌┄]*$")

@@ -68,6 +68,31 @@ def test_typo_in_a_flag_fails_with_a_suggestion(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize(
+    "flag, field, element",
+    [
+        (["--learner.variable-groups", ".*norm.*"], "learner.variable_groups", "VariableGroupConfig"),
+        (["--checkpoint.init_from_checkpoint_rules=runs/src"], "checkpoint.init_from_checkpoint_rules",
+         "InitFromCheckpointConfig"),
+    ],
+)  # fmt: skip
+def test_a_python_only_field_as_a_flag_names_the_fix(tmp_path, capsys, flag, field, element):
+    """A tuple of configs has no flag syntax (tyro leaves it out): one line naming the field and the
+    Python that sets it, not tyro's bare "Unrecognized options"; nothing written; --help lists them."""
+    with pytest.raises(SystemExit) as e:
+        train.main(["--job-log-dir", str(tmp_path / "x"), *flag])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    section, name = field.split(".")
+    assert f"{field} is a tuple of {element}s" in err
+    assert f"exp.replace({section}=exp.{section}.replace({name}=({element}(...),)))" in err
+    assert "Write your own experiment" in err and err.count("\n") == 1
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(SystemExit):
+        train.main(["--help"])
+    assert f"{field} ({element})" in capsys.readouterr().out
+
+
 def test_unknown_experiment_is_named(tmp_path, capsys):
     with pytest.raises(UnknownExperimentError, match="'shakespeare_chars'.*Did you mean 'shakespeare_char'"):
         train.main(["--exp", "shakespeare_chars", "--job-log-dir", str(tmp_path)])
