@@ -114,7 +114,7 @@ def parse(
         python_only = python_only_fields(default)
         if python_only:
             print(
-                'fields set in Python only (a tuple of configs: README, "Write your own experiment"): '
+                f"fields set in Python only (a tuple of configs: {_HOW_TO_SET_IN_PYTHON}): "
                 + ", ".join(f"{name} ({cls.__name__})" for name, cls in python_only.items())
                 + "\n"
             )
@@ -315,11 +315,15 @@ def parse_fields(default: ExperimentConfig, args: Sequence[str], prog: str) -> E
     return exp
 
 
+# Where a user reads how to set a field the command line cannot (python_only_fields).
+_HOW_TO_SET_IN_PYTHON = 'README, "Write your own experiment"'
+
+
 def python_only_fields(value: Any, prefix: str = "") -> dict[str, type]:
     """{dotted field: its element class} for the fields of `value` (recursively) that hold a tuple of
     configs (`learner.variable_groups`, `checkpoint.init_from_checkpoint_rules`). tyro has no flag
     syntax for a variable-length tuple of dataclasses and leaves them out of the parser, so they
-    are set in Python, in an experiment function (README, "Your own experiment")."""
+    are set in Python, in an experiment function (README, "Write your own experiment")."""
     found: dict[str, type] = {}
     hints = typing.get_type_hints(type(value))
     for f in dataclasses.fields(value):
@@ -346,7 +350,7 @@ def _refuse_python_only(default: ExperimentConfig, args: Sequence[str]) -> None:
             element = fields[field].__name__
             raise FlagError(
                 f"{flag}: {field} is a tuple of {element}s, which has no command-line syntax; set it in Python, in "
-                f'an experiment function run with --exp mypkg.myexps.NAME (README, "Write your own experiment"): '
+                f"an experiment function run with --exp mypkg.myexps.NAME ({_HOW_TO_SET_IN_PYTHON}): "
                 f"{_replace_expression('exp', field.split('.'), f'({element}(...),)')}"
             )
 
