@@ -1,4 +1,5 @@
-"""`python -m benchmarks.images [--exp NAME] [--resnet50] [--image-size S] [--steps N] [--warmup N] [--a.b VALUE ...]`
+"""`python -m benchmarks.images [--exp NAME] [--resnet50] [--image-size S] [--steps N] [--warmup N]
+[--no-reference] [--a.b VALUE ...]`
 
 Images/s and MFU of an image classifier's real train step (the `Programs.train_step` the trainer
 runs: sharded, donated, BatchNorm state and all) on synthetic images [batch, S, S, C] and labels
@@ -7,7 +8,7 @@ and, as its last line, one JSON object:
 
     exp, device_kind, num_devices, params, images_per_step, step_time_s (median), images_per_s,
     flops_per_image, hlo_flops_per_image, hlo_expected_flops_per_image, model_tflops_per_s,
-    mfu, peak_tflops, compile_s
+    mfu, peak_tflops, compile_s, reference_step_time_s, ratio_to_reference, reference_mismatch
 
 - flops_per_image: the analytic training FLOPs, 3 x the forward's
   (`flops.resnet_flops_per_image`: every convolution and the head's matmul, a multiply-add is
@@ -21,6 +22,11 @@ and, as its last line, one JSON object:
   stem convolution (real-pixel taps). ResNet-50 at 224: 0.956 x flops_per_image.
 - mfu: images_per_s x flops_per_image / (peak x devices), where the device's datasheet peak
   is known (`flops.peak_tflops`, GPU/TPU bf16); None on CPU.
+- ratio_to_reference: step_time_s / reference_step_time_s, the step of a hand-written plain-JAX
+  ResNet-50 (`benchmarks/reference_resnet.py`, no pax_eqx imports) timed after pax_eqx's in the
+  same process on the same global batch (same images and labels), dtype, BatchNorm and optimizer
+  (`--no-reference` skips it). Only for a ResNet-50 network; otherwise `reference_mismatch` says
+  why and there is no ratio.
 
 `--exp` defaults to `imagenet_resnet50` when that experiment is registered, else
 `digits_resnet`; `--resnet50` swaps any classifier's network for `resnet50()` on 224x224x3
@@ -38,7 +44,8 @@ import jax
 import numpy as np
 
 from benchmarks import flops, hlo_ops
-from benchmarks.mfu import compile_and_time
+from benchmarks.mfu import compile_and_time, time_steps
+from benchmarks.reference_resnet import ResNetReferenceConfig, make_train_step
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.programs import cli
 
@@ -106,7 +113,50 @@ def hlo_flops(hlo_text: str) -> float:
     return sum(op.flops * op.executions for op in hlo_ops.index_module(hlo_text).values())
 
 
-def run(exp: ExperimentConfig, steps: int, warmup: int, log=print) -> dict[str, Any]:
+def reference_differences(exp: ExperimentConfig) -> list[str]:
+    """What keeps the plain-JAX ResNet-50 from timing the experiment's model (empty: nothing).
+    zero_init_residual and the head's init change only the initial values, not the step."""
+    from pax_eqx.layers.resnets import resnet50
+
+    net, learner = exp.model.network, exp.learner
+    block = net.block.replace(zero_init_residual=False, batch_norm_decay=0.9, batch_norm_epsilon=1e-3)
+    checks = [
+        (net.replace(block=block) == resnet50(), "model.network is not ResNet-50 (the reference's only network)"),
+        (len(exp.model.input_shape) == 3 and exp.model.input_shape[0] == exp.model.input_shape[1],
+         f"model.input_shape={tuple(exp.model.input_shape)} (the reference takes square images)"),
+        (learner.optimizer in ("sgd", "adam", "adamw"), f"learner.optimizer={learner.optimizer!r}"),
+        (learner.weight_decay_mask == "matrices", f"learner.weight_decay_mask={learner.weight_decay_mask!r}"),
+        (learner.clip_grad_norm == 0 and learner.clip_update_rms == 0, "learner gradient or update clipping"),
+        (not learner.skip_nonfinite and learner.ema_decay == 0, "learner.skip_nonfinite or learner.ema_decay"),
+        (not learner.frozen and not learner.variable_groups and learner.num_microbatches == 1,
+         "learner frozen parameters, variable groups or microbatches"),
+    ]  # fmt: skip
+    return [what for ok, what in checks if not ok]
+
+
+def reference_config(exp: ExperimentConfig, batch: int) -> ResNetReferenceConfig:
+    """The plain-JAX ResNet-50 of the experiment's shapes, dtype, BatchNorm and optimizer."""
+    m, learner, block = exp.model, exp.learner, exp.model.network.block
+    return ResNetReferenceConfig(
+        num_classes=m.num_classes, image_size=m.input_shape[0], channels=m.input_shape[-1], batch_size=batch,
+        dtype=exp.train.fprop_dtype, bn_decay=block.batch_norm_decay, bn_epsilon=block.batch_norm_epsilon,
+        zero_init_residual=block.zero_init_residual, label_smoothing=m.label_smoothing_prob,
+        optimizer=learner.optimizer, learning_rate=learner.learning_rate, momentum=learner.momentum,
+        nesterov=learner.nesterov, b1=learner.b1, b2=learner.b2, eps=learner.eps,
+        l2_regularization=learner.l2_regularization, weight_decay=learner.weight_decay,
+    )  # fmt: skip
+
+
+def time_reference(exp: ExperimentConfig, images: int, steps: int, warmup: int) -> float:
+    """Median step seconds of the plain-JAX ResNet-50 on the global batch pax_eqx's step ran."""
+    init_fn, step = make_train_step(reference_config(exp, images))
+    local = synthetic_images(images, tuple(exp.model.input_shape), exp.model.num_classes)  # the same arrays
+    batch = {"images": local["inputs"], "labels": local["labels"]}
+    times, _ = time_steps(lambda s: step(s, batch), init_fn(jax.random.key(0)), warmup + 1, steps)
+    return float(np.median(times))
+
+
+def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool = True, log=print) -> dict[str, Any]:
     from pax_eqx.layers.resnets import ResNetConfig
 
     if not isinstance(exp.model.network, ResNetConfig):
@@ -143,7 +193,14 @@ def run(exp: ExperimentConfig, steps: int, warmup: int, log=print) -> dict[str, 
         "mfu": flops.mfu(images_per_s, analytic["train"], peak, n_dev) if peak else None,
         "peak_tflops": peak,
         "compile_s": compile_s,
+        "reference_step_time_s": None,
+        "ratio_to_reference": None,
+        "reference_mismatch": reference_differences(exp) if with_reference else [],
     }
+    del programs, state, data, compiled  # free pax_eqx's step before the reference runs
+    if with_reference and not result["reference_mismatch"]:
+        result["reference_step_time_s"] = time_reference(exp, images, steps, warmup)
+        result["ratio_to_reference"] = step_time / result["reference_step_time_s"]
     _print_summary(result, log)
     return result
 
@@ -160,6 +217,11 @@ def _print_summary(r: dict[str, Any], log) -> None:
         f"{r['hlo_expected_flops_per_image']:,.0f}: real-pixel taps, no stem input gradient)")  # fmt: skip
     if r["mfu"] is not None:
         log(f"  MFU {r['mfu'] * 100:.1f}% (peak {r['peak_tflops']:.1f} TF/s per device, datasheet bf16)")
+    if r["reference_step_time_s"]:
+        log(f"  plain-JAX ResNet-50 reference {r['reference_step_time_s'] * 1e3:,.1f} ms (same batch, dtype, "
+            f"optimizer): ratio {r['ratio_to_reference']:.3f}")  # fmt: skip
+    if r["reference_mismatch"]:
+        log("  no ratio to the plain-JAX reference: " + "; ".join(r["reference_mismatch"]))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -176,6 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("--warmup", dict(type=int, default=2)),
             ("--image-size", dict(type=int, default=None)),
             ("--resnet50", dict(action="store_true")),
+            ("--no-reference", dict(action="store_true")),
         ],
     )
     if ns.steps <= 0 or ns.warmup < 0:
@@ -184,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         exp = as_resnet50(exp, ns.image_size or 224)
     elif ns.image_size:
         exp = with_image_size(exp, ns.image_size)
-    result = run(exp, ns.steps, ns.warmup)
+    result = run(exp, ns.steps, ns.warmup, not ns.no_reference)
     print(json.dumps(result))
     return 0
 

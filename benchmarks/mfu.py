@@ -150,8 +150,25 @@ def synthetic_step(exp: ExperimentConfig) -> tuple[Any, Any, dict[str, jax.Array
     exp.validate(num_devices=jax.device_count())
     programs = Programs(build_task(exp), build_mesh(exp.mesh), exp.mesh.rules)
     state = programs.init_state(exp.train.seed)
-    local = synthetic_tokens(exp.data.train.batch_size, exp.data.seq_len, exp.model.vocab_size)
+    if isinstance(exp.model, LanguageModelConfig):
+        local = synthetic_tokens(exp.data.train.batch_size, exp.data.seq_len, exp.model.vocab_size)
+    else:  # another family's fields and shapes: the first batch of its own train input
+        local = first_train_batch(exp)
     return programs, state, programs.global_batch(local)
+
+
+def first_train_batch(exp: ExperimentConfig) -> dict[str, np.ndarray]:
+    """This host's first batch of the experiment's train input, built as the trainer builds it
+    (tokenizer included) in a throwaway job dir: the batch an encoder-decoder or a user's model
+    takes has the fields and shapes only its input knows."""
+    import tempfile
+    from pathlib import Path
+
+    from pax_eqx.programs.runtime import Runtime
+
+    with tempfile.TemporaryDirectory() as job_dir:
+        runtime = Runtime.create(exp, Path(job_dir), log=lambda *_: None)
+        return next(iter(runtime.input("train")))
 
 
 def reference_step(exp: ExperimentConfig) -> tuple[Callable[..., Any], Any, dict[str, jax.Array]]:
@@ -161,6 +178,14 @@ def reference_step(exp: ExperimentConfig) -> tuple[Callable[..., Any], Any, dict
     init_fn, step = make_train_step(reference_config(exp, batch_size))
     tokens = synthetic_tokens(batch_size, exp.data.seq_len, exp.model.vocab_size)
     return step, init_fn(jax.random.key(0)), {k: tokens[k] for k in ("ids", "labels")}
+
+
+def compiled_step_flops(compiled: Any) -> float:
+    """Matmul + convolution FLOPs of one call of a compiled step, one device's program
+    (`benchmarks.hlo_ops`)."""
+    from benchmarks import hlo_ops
+
+    return sum(op.flops * op.executions for op in hlo_ops.index_module(compiled.as_text()).values())
 
 
 def compile_and_time(programs: Any, state: Any, data: Any, warmup: int, steps: int) -> tuple[Any, float, float, Any]:
@@ -208,14 +233,19 @@ def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, lo
     m = exp.model
     tokens_per_step = batch * seq
     tokens_per_s = tokens_per_step / step_time
-    model_fpt = flops.model_flops_per_token(num_params, m.num_layers, m.model_dims, seq)
     device = jax.devices()[0]
-    on_gpu = device.platform == "gpu"
-    hardware_fpt = flops.hardware_flops_per_token(
-        num_params, m.num_layers, m.model_dims, seq, m.remat_policy,
-        attention_impl="cudnn" if on_gpu and m.block.attention.implementation != "xla" else "xla",
-    )  # fmt: skip
     n_dev = jax.device_count()
+    if isinstance(m, LanguageModelConfig):
+        model_fpt = flops.model_flops_per_token(num_params, m.num_layers, m.model_dims, seq)
+        hardware_fpt = flops.hardware_flops_per_token(
+            num_params, m.num_layers, m.model_dims, seq, m.remat_policy,
+            attention_impl="cudnn" if device.platform == "gpu" and m.block.attention.implementation != "xla" else "xla",
+        )  # fmt: skip
+    else:
+        # No closed form for another family's FLOPs (an encoder-decoder's two lengths): the
+        # matmul and convolution FLOPs XLA compiled for the step, so `hfu` only (mfu is None).
+        model_fpt = None
+        hardware_fpt = compiled_step_flops(compiled) * n_dev / tokens_per_step
     peak, peak_source, mfu_devices = flops.peak_tflops(device.device_kind), "datasheet", n_dev
     if peak is None and device.platform == "cpu":
         # Fake CPU devices share the same cores: the process-wide matmul rate is the whole peak.
@@ -231,8 +261,9 @@ def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, lo
         "steps_per_loop": k,
         "one_step_call_time_s": one_call_step_time,
         "tokens_per_s": tokens_per_s,
-        "model_tflops_per_s": tokens_per_s * model_fpt / 1e12,
-        "mfu": flops.mfu(tokens_per_s, model_fpt, peak, mfu_devices) if peak else None,
+        "model_tflops_per_s": tokens_per_s * (model_fpt or hardware_fpt) / 1e12,
+        "mfu": flops.mfu(tokens_per_s, model_fpt, peak, mfu_devices) if peak and model_fpt else None,
+        "flops_source": "PaLM formula" if model_fpt else "compiled HLO matmuls (hfu only)",
         "hfu": flops.mfu(tokens_per_s, hardware_fpt, peak, mfu_devices) if peak else None,
         "peak_tflops": peak,
         "peak_source": peak_source if peak else "unknown",
@@ -266,6 +297,10 @@ def _print_summary(r: dict[str, Any], log) -> None:
     if r["mfu"] is not None:
         peak = f"peak {r['peak_tflops']:.1f} TF/s, {r['peak_source']}"
         log(f"  MFU {r['mfu'] * 100:.1f}%  HFU {r['hfu'] * 100:.1f}%  ({peak})")
+    elif r["hfu"] is not None:
+        peak = f"peak {r['peak_tflops']:.1f} TF/s, {r['peak_source']}"
+        log(f"  HFU {r['hfu'] * 100:.1f}% of the compiled step's matmul FLOPs; no model-FLOPs formula for "
+            f"this family, so no MFU  ({peak})")  # fmt: skip
     if r["reference_step_time_s"]:
         log(f"  plain-JAX reference {r['reference_step_time_s'] * 1e3:,.1f} ms (same model choices, one step per "
             f"call): ratio {r['ratio_to_reference']:.3f}")  # fmt: skip

@@ -131,6 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="results, one JSON object per line (appended)")
     parser.add_argument("--budget-s", type=float, default=540.0, help="start no variant that would end after this")
     parser.add_argument("--timeout-s", type=float, default=300.0, help="one variant's limit")
+    parser.add_argument(
+        "--confirm-best", action="store_true",
+        help="with --no-reference: then run the line of highest MFU again beside the plain-JAX reference",
+    )  # fmt: skip
     args, mfu_flags = parser.parse_known_args(argv)
     if not args.variants.is_file():
         print(f"error: --variants {args.variants} is not a file; pass a file of benchmarks.mfu command lines "
@@ -156,8 +160,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             f.write(json.dumps(result) + "\n")
         print("    " + (result.get("error") or f"step {result['step_time_s'] * 1e3:,.1f} ms"), flush=True)
     wanted = {_key(v, mfu_flags) for v in variants}
-    print(table([r for r in load_results(args.out) if _result_key(r) in wanted]))
+    results = [r for r in load_results(args.out) if _result_key(r) in wanted]
+    if args.confirm_best and "--no-reference" in mfu_flags:
+        results += confirm_best(results, mfu_flags, args)
+    print(table(results))
     return 0
+
+
+def confirm_best(results: list[dict[str, Any]], mfu_flags: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The line of highest MFU run again with the reference beside it (the ratio and the number
+    quoted come from one process), appended to the results; [] when none succeeded."""
+    measured = [r for r in results if r.get("mfu") is not None]
+    if not measured:
+        return []
+    best = max(measured, key=lambda r: r["mfu"])
+    flags = [f for f in mfu_flags if f != "--no-reference"]
+    if any(_result_key(r) == _key(best["variant"], flags) for r in load_results(args.out)):
+        return [r for r in load_results(args.out) if _result_key(r) == _key(best["variant"], flags)]
+    print(f"[best, with the reference] {best['variant']}", flush=True)
+    result = run_variant(best["variant"], flags, args.timeout_s * 2)
+    with args.out.open("a") as f:
+        f.write(json.dumps(result) + "\n")
+    return [result]
 
 
 def _key(variant: str, mfu_flags: list[str]) -> str:

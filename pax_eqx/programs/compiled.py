@@ -23,15 +23,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pax_eqx.sharding.rules import (
     batch_sharding,
+    opt_state_shardings,
     param_shardings,
     replicated,
 )
@@ -90,11 +89,12 @@ class Programs:
         rep = replicated(self.mesh)
         p_sh = param_shardings(abstract.params, self.mesh, self.rules)
         trainable_sh, _ = self.task.split_frozen(p_sh)  # the optimizer state and EMA cover these
+        trainable, _ = self.task.split_frozen(abstract.params)
         return TrainState(
             step=rep,
             params=p_sh,
             nt_state=jax.tree.map(lambda _: rep, abstract.nt_state),
-            opt_state=_opt_state_shardings(self.task.optimizer, abstract.opt_state, trainable_sh, self.mesh),
+            opt_state=opt_state_shardings(self.task.optimizer, abstract.opt_state, trainable, trainable_sh, self.mesh),
             ema=None if abstract.ema is None else trainable_sh,
             key=rep,
         )
@@ -133,18 +133,3 @@ class Programs:
             self.abstract_state,
             self.state_shardings,
         )
-
-
-def _opt_state_shardings(optimizer: Any, abstract_opt_state: Any, p_shardings: Any, mesh: Mesh) -> Any:
-    """Optimizer-state leaves shaped like params take the params' shardings; the rest replicate.
-    A per-variable group's state (`learner.variable_groups`) holds optax's MaskedNode in the other
-    groups' places, and the frozen parameters' places are None: both stay as they are."""
-    rep = replicated(mesh)
-    return optax.tree_map_params(
-        optimizer,
-        lambda value, sharding: value if value is None or isinstance(value, optax.MaskedNode) else sharding,
-        abstract_opt_state,
-        p_shardings,
-        transform_non_params=lambda leaf: rep if eqx.is_array_like(leaf) or hasattr(leaf, "shape") else leaf,
-        is_leaf=lambda x: x is None or isinstance(x, optax.MaskedNode),
-    )

@@ -116,19 +116,52 @@ def batch_divisor(mesh: Mesh, rules: tuple[str, ...] = ()) -> int:
 
 
 def opt_state_shardings(
-    optimizer: optax.GradientTransformation, abstract_opt_state: Any, p_shardings: Any, mesh: Mesh
+    optimizer: optax.GradientTransformation,
+    abstract_opt_state: Any,
+    abstract_params: Any,
+    p_shardings: Any,
+    mesh: Mesh,
 ) -> Any:
-    """Optimizer-state leaves shaped like params take the params' shardings; the rest replicate."""
+    """The optimizer state's shardings, from the parameters' (`p_shardings`, for
+    `abstract_params`).
+
+    A leaf in a parameter's place takes that parameter's sharding when it has the parameter's
+    shape (Adam's moments), and the parameter's spec without the dropped dimension when its
+    shape is the parameter's with one dimension left out (Adafactor's factored row and column
+    statistics); any other shape (Adafactor's (1,) placeholders) replicates, as do leaves outside
+    the parameters' places (step counts). A per-variable group's state
+    (`learner.variable_groups`) holds optax's MaskedNode in the other groups' places, and the
+    frozen parameters' places are None: both stay as they are."""
+    rep = replicated(mesh)
+
+    def in_param_place(value: Any, param: Any, sharding: Any) -> Any:
+        if value is None or isinstance(value, optax.MaskedNode) or not hasattr(value, "shape"):
+            return value
+        return _statistic_sharding(tuple(value.shape), tuple(param.shape), sharding, rep)
+
     return optax.tree_map_params(
         optimizer,
-        lambda _, s: s,
+        in_param_place,
         abstract_opt_state,
+        abstract_params,
         p_shardings,
-        transform_non_params=lambda leaf: (
-            replicated(mesh) if eqx.is_array_like(leaf) or hasattr(leaf, "shape") else leaf
-        ),
-        is_leaf=lambda x: x is None,
+        transform_non_params=lambda leaf: rep if eqx.is_array_like(leaf) or hasattr(leaf, "shape") else leaf,
+        is_leaf=lambda x: x is None or isinstance(x, optax.MaskedNode),
     )
+
+
+def _statistic_sharding(
+    shape: tuple[int, ...], param_shape: tuple[int, ...], param_sharding: Any, rep: NamedSharding
+) -> Any:
+    """The sharding of an optimizer statistic of `shape` kept for a parameter of `param_shape`."""
+    if shape == param_shape:
+        return param_sharding
+    if isinstance(param_sharding, NamedSharding) and len(shape) == len(param_shape) - 1:
+        spec = tuple(param_sharding.spec) + (None,) * (len(param_shape) - len(param_sharding.spec))
+        for drop in range(len(param_shape)):
+            if param_shape[:drop] + param_shape[drop + 1 :] == shape:
+                return NamedSharding(param_sharding.mesh, PartitionSpec(*spec[:drop], *spec[drop + 1 :]))
+    return rep
 
 
 def with_sharding(abstract: Any, shardings: Any) -> Any:
