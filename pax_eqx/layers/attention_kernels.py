@@ -123,6 +123,19 @@ def cudnn_qualifies(q: Array, logit_cap: float, has_dropout: bool) -> bool:
     )
 
 
+def one_segment_per_row(
+    segment_ids: Int[Array, "batch time"] | None, key_valid: Bool[Array, "batch time"] | None
+) -> Bool[Array, ""]:
+    """True when every row is one segment with no padding: then the causal mask is the whole
+    mask, whatever the segment ids say (unpacked rows, the usual benchmark and eval batch)."""
+    one = jnp.bool_(True)
+    if segment_ids is not None:
+        one = one & jnp.all(segment_ids == segment_ids[:, :1])
+    if key_valid is not None:
+        one = one & jnp.all(key_valid)
+    return one
+
+
 def cudnn_attention(
     q: Float[Array, "batch q heads dim"],
     k: Float[Array, "batch k kv_heads dim"],
@@ -133,13 +146,16 @@ def cudnn_attention(
     causal_only: bool,
     bias: Array | None = None,
 ) -> Float[Array, "batch q heads dim"]:
-    """cuDNN flash attention; a plain causal mask is passed as `is_causal` (no mask tensor)."""
+    """cuDNN flash attention; a plain causal mask is passed as `is_causal` (no mask tensor).
+    cuDNN takes a mask or bias only with its query and key lengths whole (a [B, 1, 1, K]
+    padding mask fails its layout check), so both are broadcast to [., ., q, k] first."""
+    full = lambda a: None if a is None else jnp.broadcast_to(a, (*a.shape[:2], q.shape[1], k.shape[1]))
     return jax.nn.dot_product_attention(
         q,
         k,
         v,
-        bias=bias,
-        mask=None if causal_only else mask,
+        bias=full(bias),
+        mask=None if causal_only else full(mask),
         scale=scale,
         is_causal=causal_only,
         implementation="cudnn",

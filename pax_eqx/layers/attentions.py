@@ -273,7 +273,11 @@ class Attention(eqx.Module):
             # min(query mask, key mask), so a padded query's whole row is masked.
             mask = mask & key_valid[:, None, :, None]
         causal_only = self.causal and segment_ids is None and key_valid is None
-        return self._attend(q, k, v, mask, ctx, causal_only=causal_only, bias=bias, with_probs=with_probs)
+        # Rows that are one unpadded segment each need only the causal mask: known at run time.
+        plain_causal = None if causal_only or not self.causal else kernels.one_segment_per_row(segment_ids, key_valid)
+        return self._attend(
+            q, k, v, mask, ctx, causal_only=causal_only, bias=bias, with_probs=with_probs, plain_causal=plain_causal
+        )
 
     def cross(
         self,
@@ -331,11 +335,15 @@ class Attention(eqx.Module):
         causal_only: bool,
         bias: Float[Array, "#batch #heads q k"] | None,
         with_probs: bool = False,
+        plain_causal: Bool[Array, ""] | None = None,
     ) -> tuple:
         """The attention of projected q, k, v (self or cross), by the configured kernel, with
         probability dropout in training and the `logit_max` statistic; then the output projection:
         (output, ctx), or (output, probabilities, ctx) with_probs (the XLA kernel then).
-        causal_only: `mask` is exactly the causal mask (cuDNN then takes `is_causal`, no tensor)."""
+        causal_only: `mask` is exactly the causal mask (cuDNN then takes `is_causal`, no tensor).
+        plain_causal: a traced flag, True when this batch's `mask` equals the causal mask (every
+        row one segment, no padding): cuDNN then runs the `is_causal` kernel, chosen at run time
+        (`lax.cond`), since a mask tensor makes the fused kernel read a [batch, q, k] bias."""
         if ctx.records(LAYER_STATISTICS_VERBOSITY):
             # From q and k directly, so it is the same number whichever kernel runs below.
             logits = kernels.scaled_logits(q, k, self._scale())
@@ -345,7 +353,13 @@ class Attention(eqx.Module):
         impl = self.implementation
         cudnn = impl == "cudnn" or (impl == "auto" and kernels.cudnn_qualifies(q, self.logit_cap, use_dropout))
         if cudnn and not with_probs:
-            o = kernels.cudnn_attention(q, k, v, mask, scale=self._scale(), causal_only=causal_only, bias=bias)
+            attend = lambda m, causal: kernels.cudnn_attention(
+                q, k, v, m, scale=self._scale(), causal_only=causal, bias=bias
+            )  # fmt: skip
+            if plain_causal is None:
+                o = attend(mask, causal_only)
+            else:
+                o = jax.lax.cond(plain_causal, lambda: attend(None, True), lambda: attend(mask, False))
         else:
             keep = None
             if use_dropout:

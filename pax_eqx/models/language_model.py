@@ -296,7 +296,13 @@ class LanguageModel(Model):
             x = self.embed(ids, positions, contiguous=True)
         else:
             positions = segment_pos
-            x = self.embed(ids, positions)
+            if self.position is None:
+                x = self.embed(ids, positions)
+            else:  # unpacked rows (positions arange(t) in every row) take the table's slice, not a gather
+                contiguous = jnp.all(positions == jnp.arange(t))
+                x = jax.lax.cond(
+                    contiguous, lambda: self.embed(ids, positions, contiguous=True), lambda: self.embed(ids, positions)
+                )
         if ctx.dtype is not None:
             x = x.astype(ctx.dtype)
         x, ctx = call(
