@@ -111,3 +111,27 @@ def test_every_line_of_the_shipped_sweeps_is_a_valid_experiment():
                 exp.validate(num_devices=1)
                 assert mesh == (1, 1, 1), f"{path.name}: {variant}"
             assert set(env) <= {"XLA_FLAGS"}, f"{path.name}: {variant}"
+
+
+def test_confirm_best_runs_the_line_of_highest_mfu_again_beside_the_reference(tmp_path, monkeypatch, capsys):
+    """A lease sweeps without the reference (half the time), then times only the winner beside it."""
+    calls = []
+
+    def fake_run(variant, mfu_flags, timeout_s):
+        calls.append((variant, mfu_flags))
+        mfu = {"--exp a": 0.40, "--exp b": 0.55, "--exp c": 0.50}[variant]
+        reference = None if "--no-reference" in mfu_flags else 0.01
+        return {"variant": variant, "mfu_flags": mfu_flags, **RESULT, "mfu": mfu, "wall_s": 1.0,
+                "reference_step_time_s": reference, "ratio_to_reference": reference and 1.0}  # fmt: skip
+
+    monkeypatch.setattr(sweep, "run_variant", fake_run)
+    variants = tmp_path / "v.txt"
+    variants.write_text("--exp a\n--exp b\n--exp c\n")
+    out = tmp_path / "r.jsonl"
+    args = ["--variants", str(variants), "--out", str(out), "--no-reference", "--confirm-best", "--steps", "3"]
+    assert sweep.main(args) == 0
+    assert calls[-1] == ("--exp b", ["--steps", "3"]) and len(calls) == 4
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| `--exp b`")]
+    assert len(table) == 2 and "1.000" in table[-1]
+    # Run again: the confirmation is recorded too, so nothing runs.
+    assert sweep.main(args) == 0 and len(calls) == 4

@@ -413,3 +413,38 @@ def test_probabilities_in_training_are_after_dropout():
 def test_mask_mode_is_checked():
     with pytest.raises(ConfigError, match="mask_mode='paxml'"):
         AttentionConfig(mask_mode="paxml")
+
+
+def test_cudnn_takes_the_causal_kernel_at_run_time_when_every_row_is_one_unpadded_segment(monkeypatch):
+    """The trainer's batch always carries segment ids; cuDNN's fused causal kernel runs only when
+    the mask they make is the causal one (checked per batch at run time), else the mask tensor.
+    cuDNN stands in here as the XLA kernel (this runs on CPU), recording which form each call ran."""
+    ran = []
+
+    def fake_cudnn(q, k, v, mask, *, scale, causal_only, bias=None):
+        jax.debug.callback(lambda: ran.append("is_causal" if causal_only else "mask"))
+        causal = kernels.make_mask(q.shape[1], k.shape[1], causal=True)
+        return kernels.xla_attention(q, k, v, causal if causal_only else mask, scale=scale)
+
+    monkeypatch.setattr(kernels, "cudnn_attention", fake_cudnn)
+    xla, cudnn = _build(), _build(implementation="cudnn")
+    x = _x()
+    one = jnp.ones((B, T), jnp.int32)
+    packed = jnp.asarray([[1, 1, 1, 2, 2, 2], [1, 1, 1, 1, 1, 1]])
+    padded = one.at[1, -2:].set(0)
+    for segment_ids, expected in [(one, "is_causal"), (packed, "mask"), (padded, "mask")]:
+        ran.clear()
+        paddings = 1.0 - (segment_ids > 0)
+        kwargs = dict(segment_ids=segment_ids, paddings=paddings)
+        y = jax.block_until_ready(_fwd(cudnn, x, **kwargs))
+        assert ran == [expected]
+        np.testing.assert_allclose(y, _fwd(xla, x, **kwargs), rtol=1e-5, atol=1e-5)
+
+
+def test_one_segment_per_row_is_true_only_for_unpacked_unpadded_rows():
+    one = jnp.ones((2, 4), jnp.int32)
+    assert kernels.one_segment_per_row(one, None)
+    assert kernels.one_segment_per_row(one * 3, jnp.ones((2, 4), bool))
+    assert not kernels.one_segment_per_row(one.at[0, 2:].set(2), None)
+    assert not kernels.one_segment_per_row(one, jnp.ones((2, 4), bool).at[1, 3].set(False))
+    assert kernels.one_segment_per_row(None, None)

@@ -94,3 +94,32 @@ def test_unnamed_weight_is_an_error():
 
     with pytest.raises(ValueError, match="no logical axis names"):
         logical_axes(Bad(jnp.zeros((2, 2))))
+
+
+def test_adafactor_factored_statistics_keep_their_parameters_other_axes():
+    """Adafactor keeps, per matrix, a row and a column statistic (the matrix's shape less one
+    dimension) and (1,) placeholders: each takes the parameter's spec less the dropped dimension,
+    where Adam's moments take it whole. (t5_1_1_small's init failed on a rank-2 spec for a rank-1
+    statistic before.)"""
+    import jax.numpy as jnp
+    import optax
+    from jax.sharding import NamedSharding
+
+    from pax_eqx.sharding.rules import opt_state_shardings
+
+    mesh = build_mesh(MeshConfig(ici_mesh_shape=(1, 4, 2)))
+    params = {"w": jax.ShapeDtypeStruct((256, 512), jnp.float32), "b": jax.ShapeDtypeStruct((512,), jnp.float32)}
+    p_sh = {"w": NamedSharding(mesh, P("fsdp", "tensor")), "b": NamedSharding(mesh, P("tensor"))}
+    factored = {((256,), ("fsdp",)), ((512,), ("tensor",)), ((1,), ())}  # w's row and column; b's placeholders
+    whole = {((256, 512), ("fsdp", "tensor")), ((512,), ("tensor",))}
+    for optimizer, expected in [
+        (optax.adafactor(1e-3, min_dim_size_to_factor=128), factored),
+        (optax.adamw(1e-3), whole),
+    ]:
+        state = jax.eval_shape(optimizer.init, params)
+        shardings = opt_state_shardings(optimizer, state, params, p_sh, mesh)
+        leaves = jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, NamedSharding))
+        pairs = list(zip(jax.tree.leaves(state), leaves))
+        assert expected <= {(a.shape, tuple(s.spec)) for a, s in pairs}
+        for a, s in pairs:
+            jax.device_put(jnp.zeros(a.shape, a.dtype), s)  # every sharding fits its leaf
