@@ -11,7 +11,6 @@ eval table, sequence length vs model -- so bad combinations fail before anything
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 from pax_eqx.checkpoint import CheckpointConfig
@@ -87,9 +86,9 @@ class TrainConfig(Config):
       then they are not even traced, so the step is as fast.
     steps_per_loop: train steps per compiled call (a lax.scan over that many batches, as TPU
       infeed loops run several steps per host round trip): the host dispatches, feeds and
-      syncs once per loop. It must divide the eval and summary intervals (and the checkpoint
-      interval), so every eval, summary and checkpoint falls at a loop's end; the result is the
-      same training, step for step.
+      syncs once per loop. Any interval works: the steps up to an eval, summary, decode or
+      checkpoint step a loop would pass run one a call, so every event falls at a call's end;
+      the result is the same training, step for step.
     early_stopping: stop on an eval metric (patience, min_delta, mode, target); off by default.
     decode_interval_steps: every N steps, decode `decode.num_samples` samples of `decode.prompt`
       (models that decode) and log them to metrics.jsonl (split "decode", key "samples") and
@@ -119,28 +118,12 @@ class TrainConfig(Config):
         check_range(self, "seed", ge=0, le=SEED_MAX, prefix="train")
         check_range(self, "steps_per_loop", ge=1, le=10_000, prefix="train", note="1 = one step per call")
         check_range(self, "decode_interval_steps", ge=0, prefix="train", note="0 = off")
-        for name in ("eval_interval_steps", "summary_interval_steps", "decode_interval_steps"):
-            check_divides_interval(self.steps_per_loop, f"train.{name}", getattr(self, name))
         self.early_stopping.validate()
         if self.early_stopping.metric and not self.eval_interval_steps:
             raise ConfigError(
                 f"train.early_stopping.metric={self.early_stopping.metric!r} with train.eval_interval_steps=0: the "
                 "run evaluates only at the end, so it can never stop early; set --train.eval-interval-steps."
             )
-
-
-def check_divides_interval(steps_per_loop: int, where: str, interval: int) -> None:
-    """ConfigError unless `train.steps_per_loop` divides `interval` (the field `where`; 0 = off):
-    a loop of several steps ends only at multiples of steps_per_loop, where every eval, summary
-    and checkpoint must fall."""
-    if interval and interval % steps_per_loop:
-        k = steps_per_loop
-        flag = "--" + where.replace("_", "-")
-        raise ConfigError(
-            f"train.steps_per_loop={k} does not divide {where}={interval}: a loop of {k} steps in one compiled "
-            f"call ends only at multiples of {k}. Pass {flag} {-(-interval // k) * k}, or a "
-            f"--train.steps-per-loop that divides {interval} (e.g. {math.gcd(k, interval)})."
-        )
 
 
 @config
@@ -220,8 +203,6 @@ class ExperimentConfig(Config):
         self.resolved_learner()  # a decay that follows train.num_steps must start before it
         self.task.validate()
         self.checkpoint.validate()
-        # a checkpoint due inside a loop of several steps would never be saved
-        check_divides_interval(self.train.steps_per_loop, "checkpoint.every_n_steps", self.checkpoint.every_n_steps)
         self.decode.validate(modes=False)  # the decode program checks what its mode reads
         self.profile.validate()
         self.mesh.validate(num_devices)

@@ -7,8 +7,8 @@ Everything numeric happens in `Programs.train_step`; this loop only
 - feeds per-host batches, fetching metrics from the device only every
   `train.summary_interval_steps` (the one host sync of the steady state); with
   `train.steps_per_loop` K > 1, K batches at a time to `Programs.train_steps` (K steps in one
-  compiled call), single steps only where a loop of K would not start at a multiple of K (a
-  resumed run catching up to one) or would pass `train.num_steps` or a profiled step,
+  compiled call), single steps only where a loop of K would pass an eval, summary, decode or
+  checkpoint step, `train.num_steps` or a profiled step (so no interval has to be a multiple of K),
 - evaluates every `train.eval_interval_steps`, saves checkpoints by step or time,
 - stops cleanly on SIGTERM/SIGINT (finish the step, save, exit 0), with all hosts agreeing,
 - stops on a NaN/Inf loss or gradient norm (or counts the skipped updates, by policy), and on
@@ -324,14 +324,25 @@ def _decode_during_training(rt: Runtime, state: Any, step: int, ckpt: Checkpoint
 
 
 def _loop_length(exp: ExperimentConfig, step: int) -> int:
-    """How many steps the next compiled call runs from `step`: `train.steps_per_loop` when `step`
-    is a multiple of it and the loop ends by `train.num_steps` and holds no profiled step, else 1.
-    Every eval, summary and checkpoint step is a multiple of it (ExperimentConfig.validate), so
-    each falls at a call's end."""
+    """How many steps the next compiled call runs from `step`: `train.steps_per_loop` K when no
+    event falls strictly inside those K steps, else 1. The events are the eval, summary, decode
+    and checkpoint steps (multiples of their intervals), the last step and a profiled range; so
+    every event falls at a call's end whatever the intervals, K need not divide them, and the
+    steps up to an event K would pass run one a call (two compiled programs in all: the K-step
+    loop and the single step; the updates are the same step for step)."""
     k = exp.train.steps_per_loop
-    if k == 1 or step % k or step + k > exp.train.num_steps:
+    end = step + k
+    if k == 1 or end > exp.train.num_steps:
         return 1
-    if exp.profile.steps and exp.profile.steps[0] <= step + k and step <= exp.profile.steps[1] + 1:
+    intervals = (
+        exp.train.eval_interval_steps,
+        exp.train.summary_interval_steps,
+        exp.train.decode_interval_steps,
+        exp.checkpoint.every_n_steps,
+    )
+    if any(n and (step // n + 1) * n < end for n in intervals):
+        return 1  # that interval's next event comes before the loop would end
+    if exp.profile.steps and exp.profile.steps[0] <= end and step <= exp.profile.steps[1] + 1:
         return 1  # the trace starts before step `first` and stops after step `last`: single steps
     return k
 

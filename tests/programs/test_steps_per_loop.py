@@ -1,6 +1,6 @@
 """train.steps_per_loop: K steps in one compiled call train exactly as K calls of one step do,
-with the same summaries, evals and checkpoints, resume exactly, and refuse intervals K does not
-divide."""
+with the same summaries, evals and checkpoints, resume exactly, and take any interval (the steps
+up to an event a loop would pass run one a call)."""
 
 import json
 
@@ -10,9 +10,6 @@ import pytest
 from tiny import TINY, mesh_args
 
 from pax_eqx import train
-from pax_eqx.checkpoint import CheckpointConfig
-from pax_eqx.config import ConfigError
-from pax_eqx.experiment import TrainConfig
 from pax_eqx.programs import cli
 from pax_eqx.programs.train_loop import _loop_length
 
@@ -76,20 +73,50 @@ def test_loop_length_catches_up_to_a_multiple_and_stops_at_the_end():
     assert [_loop_length(profiled, s) for s in (0, 4, 7, 8)] == [4, 1, 1, 1]
 
 
-@pytest.mark.parametrize("field", ["eval_interval_steps", "summary_interval_steps"])
-def test_an_interval_the_loop_does_not_divide_is_refused(field):
-    fine = dict(eval_interval_steps=8, summary_interval_steps=4, steps_per_loop=4)
-    with pytest.raises(ConfigError, match=rf"steps_per_loop=4 does not divide train.{field}=10.*12"):
-        TrainConfig(**{**fine, field: 10}).validate()
-    TrainConfig(**{**fine, field: 0}).validate()  # 0 = only at the end
-
-
-def test_a_checkpoint_interval_the_loop_does_not_divide_is_refused_by_validate():
-    """ExperimentConfig.validate checks it, so --dry-run refuses it too."""
+def test_intervals_the_loop_does_not_divide_put_single_steps_before_each_event():
     exp, _, _ = cli.parse(
-        ["--train.steps-per-loop", "4", "--train.eval-interval-steps", "8", "--train.summary-interval-steps", "4"],
+        ["--train.num-steps", "20", "--train.steps-per-loop", "10", "--train.eval-interval-steps", "15",
+         "--train.summary-interval-steps", "10", "--checkpoint.every-n-steps", "0"],
         "test", "test", job_dir_required=False,
     )  # fmt: skip
-    exp = exp.replace(checkpoint=CheckpointConfig(every_n_steps=10))
-    with pytest.raises(ConfigError, match=r"checkpoint.every_n_steps=10.*--checkpoint.every-n-steps 12"):
-        exp.validate(num_devices=1)
+    exp.validate(num_devices=1)  # nothing refused
+    step, calls = 0, []
+    while step < exp.train.num_steps:
+        calls.append(_loop_length(exp, step))
+        step += calls[-1]
+    assert calls == [10] + [1] * 10  # 10 -> 15 (eval) -> 20 (summary, last): singles, then none left
+    every = exp.replace(train=exp.train.replace(summary_interval_steps=1))
+    assert {_loop_length(every, s) for s in range(20)} == {1}  # a summary every step: nothing to fuse
+
+
+@pytest.mark.parametrize("flags", [
+    ["--train.eval-interval-steps", "15"], ["--train.summary-interval-steps", "1"], ["--checkpoint.every-n-steps", "5"],
+])  # fmt: skip
+def test_the_default_experiments_loop_refuses_no_interval(flags):
+    """shakespeare_char runs 10 steps a call; these were refused before ('does not divide')."""
+    exp, _, _ = cli.parse(["--exp", "shakespeare_char", *flags], "test", "test", job_dir_required=False)
+    assert exp.train.steps_per_loop == 10
+    exp.validate(num_devices=1, data_files=False)
+
+
+def test_a_loop_with_intervals_it_does_not_divide_trains_the_same(tmp_path):
+    """K = 3 with evals, summaries and checkpoints every 5: loops 0-3 and 5-8, singles 3-5."""
+    every5 = [
+        "--train.eval-interval-steps",
+        "5",
+        "--train.summary-interval-steps",
+        "5",
+        "--checkpoint.every-n-steps",
+        "5",
+    ]
+    jobs = {k: tmp_path / f"k{k}" for k in (1, 3)}
+    for k, job in jobs.items():
+        assert train.main(_args(job, "--train.no-sample-at-end", "--train.steps-per-loop", str(k), *every5)) == 0
+    ours, theirs = _rows(jobs[3]), _rows(jobs[1])
+    assert [(r["split"], r["step"]) for r in ours] == [(r["split"], r["step"]) for r in theirs]
+    assert {(r["split"], r["step"]) for r in ours} >= {("train", 5), ("eval", 5), ("train", 8), ("eval", 8)}
+    for a, b in zip(ours, theirs):
+        assert a.keys() == b.keys()
+        np.testing.assert_allclose([a[k] for k in sorted(a) if k not in ("split", "step")],
+                                   [b[k] for k in sorted(b) if k not in ("split", "step")], rtol=1e-5)  # fmt: skip
+    assert _checkpoints(jobs[3]) == _checkpoints(jobs[1]) == ["5", "8"]
