@@ -250,11 +250,14 @@ def _subclasses(cls: type) -> list[type]:
 
 def _concrete_config(tp: type, value: dict[str, Any]) -> type:
     """The class a JSON object of a polymorphic field (`model: ModelConfig`) was written from:
-    `tp` itself or the (imported) subclass whose fields are exactly the object's keys."""
+    `tp` itself or the (imported) subclass whose fields are exactly the object's keys. Where
+    several have those fields (a user's subclass that adds methods, not fields), the one the
+    others derive from: the JSON holds nothing that tells them apart."""
     if set(value) <= set(field_names(tp)):
         return tp
     matches = [sub for sub in _subclasses(tp) if dataclasses.is_dataclass(sub) and set(field_names(sub)) == set(value)]
-    return matches[0] if len(matches) == 1 else tp
+    roots = [m for m in matches if all(issubclass(other, m) for other in matches)]
+    return roots[0] if roots else tp
 
 
 def _from_jsonable(tp: Any, value: Any, where: str) -> Any:

@@ -1,6 +1,9 @@
-"""`python -m pax_eqx.decode --exp NAME --job-log-dir DIR --prompt "ROMEO:" --max-new-tokens 200
+"""`python -m pax_eqx.decode --job-log-dir DIR --prompt "ROMEO:" --max-new-tokens 200
 [--temperature 0.8 --top-k 40 --top-p 0.95 --seed 0 --num-samples 1]`: print samples;
 `[--beam-size 4 --length-norm-alpha 0.8]`: print beam search's n-best list instead.
+
+The experiment is the one DIR/config.json saved (every flag the run was trained with); `--exp`
+is needed only for a job dir without one.
 
 The short flags are the `decode.*` fields of the experiment (`--decode.prompt` works too).
 """
@@ -12,8 +15,8 @@ from collections.abc import Sequence
 from pax_eqx.programs import cli, entry
 
 DESCRIPTION = (
-    "Sample text (or beam-search an n-best list) from the newest checkpoint of a job dir. Pass the --exp and model "
-    "flags the job was trained with. --prompt, --max-new-tokens, --temperature, --top-k, --top-p, --seed, "
+    "Sample text (or beam-search an n-best list) from the newest checkpoint of a job dir, with the experiment "
+    "and flags its config.json saved. --prompt, --max-new-tokens, --temperature, --top-k, --top-p, --seed, "
     "--num-samples, --eos-id, --beam-size and --length-norm-alpha are short for the --decode.* fields below."
 )
 _SHORT = (
@@ -38,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     argv = expand_short_flags(list(sys.argv[1:] if argv is None else argv))
-    exp, job_dir, _ = cli.parse(argv, "python -m pax_eqx.decode", DESCRIPTION)
+    exp, job_dir, _ = cli.parse(argv, "python -m pax_eqx.decode", DESCRIPTION, saved_experiment=True)
     from pax_eqx.programs.decode_modes import check_decode, given_decode_fields
     from pax_eqx.programs.restore import restore_for_inference
     from pax_eqx.programs.sampling import print_samples

@@ -1,4 +1,8 @@
-"""`python -m pax_eqx.eval --exp NAME --job-log-dir DIR`: evaluate DIR's newest checkpoint.
+"""`python -m pax_eqx.eval --job-log-dir DIR`: evaluate DIR's newest checkpoint.
+
+The experiment is the one DIR/config.json saved (every flag the run was trained with); flags
+given change only what may differ from the run (the eval data's batches, the mesh, decode);
+`--exp` is needed only for a job dir without a config.json.
 
 Safe beside a running `train` on the same DIR: the checkpoint is read without changing
 anything in DIR/checkpoints (pax_eqx.programs.restore), and the result goes to files of its
@@ -14,12 +18,12 @@ from collections.abc import Sequence
 
 from pax_eqx.programs import cli, entry
 
-DESCRIPTION = "Evaluate the newest checkpoint of a job dir on the experiment's eval data."
+DESCRIPTION = "Evaluate the newest checkpoint of a job dir on its experiment's eval data (read from DIR/config.json)."
 SPLIT = "eval_separate"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    exp, job_dir, _ = cli.parse(argv, "python -m pax_eqx.eval", DESCRIPTION)
+    exp, job_dir, _ = cli.parse(argv, "python -m pax_eqx.eval", DESCRIPTION, saved_experiment=True)
     import jax
 
     from pax_eqx.programs.errors import RunError

@@ -123,10 +123,9 @@ NOT_RUN = {
     "python -m pax_eqx.train --exp ResNet50Pjit --dry-run": _DOCUMENTED_DRY_RUN,
     "python -m pax_eqx.train --exp C4SpmdPipelineGpt3SmallAdam64Replicas --dry-run": _DOCUMENTED_DRY_RUN,
     "python -m pax_eqx.train --exp shakespeare_span_corruption --job-log-dir runs/s2s": _SPAN_CORRUPTION,
-    "python -m pax_eqx.decode --exp shakespeare_span_corruption --job-log-dir runs/s2s --beam-size 16 "
-    "--num-samples 16": _SPAN_CORRUPTION,
-    "python -m pax_eqx.decode --exp shakespeare_span_corruption --job-log-dir runs/s2s --beam-size 4 "
-    '--prompt "ROMEO: <extra_id_0> art thou Romeo?"': _SPAN_CORRUPTION,
+    "python -m pax_eqx.decode --job-log-dir runs/s2s --beam-size 16 --num-samples 16": _SPAN_CORRUPTION,
+    'python -m pax_eqx.decode --job-log-dir runs/s2s --beam-size 4 --prompt "ROMEO: <extra_id_0> art thou Romeo?"':
+        _SPAN_CORRUPTION,
     "XLA_FLAGS=--xla_force_host_platform_device_count=2 python -m pax_eqx.train --exp shakespeare_pipelined "
     "--job-log-dir runs/pipelined": "tests/programs/test_cli_pipeline.py trains shakespeare_pipelined through "
         "train.main (2 stages, resumed pipelined <-> unpipelined) and checks the registered experiment fits 2 devices",

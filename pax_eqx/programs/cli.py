@@ -24,11 +24,14 @@ import contextlib
 import dataclasses
 import inspect
 import io
+import json
 import re
+import shlex
 import sys
 import types
 import typing
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import tyro
@@ -56,10 +59,17 @@ def parse(
     *,
     job_dir_required: bool = True,
     extra: Sequence[tuple[str, dict]] = (),
+    saved_experiment: bool = False,
 ) -> tuple[ExperimentConfig, str | None, argparse.Namespace]:
-    """Returns (experiment, job dir, namespace of `extra` flags)."""
+    """Returns (experiment, job dir, namespace of `extra` flags).
+
+    saved_experiment: the program reads a trained job dir (eval, decode): without `--exp` the
+    experiment is DIR/config.json's, every field as the run saved it, and the flags given
+    change only what they name; an `--exp` naming another experiment than the saved one is
+    refused with the command that works."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = f"{prog} --exp NAME" + (" --job-log-dir DIR" if job_dir_required else " [--job-log-dir DIR]")
+    usage = f"{prog} {'[--exp NAME]' if saved_experiment else '--exp NAME'}"
+    usage += " --job-log-dir DIR" if job_dir_required else " [--job-log-dir DIR]"
     usage += "".join(f" [{flag}{' ' + _metavar(flag, kw) if _takes_value(kw) else ''}]" for flag, kw in extra)
     pre = argparse.ArgumentParser(
         prog=prog,
@@ -68,12 +78,15 @@ def parse(
         add_help=False,
         allow_abbrev=False,
     )
+    default_help = (
+        "the experiment the job dir's config.json saved, else " if saved_experiment else ""
+    ) + DEFAULT_EXPERIMENT
     pre.add_argument(
         "--exp",
-        default=DEFAULT_EXPERIMENT,
+        default=None,
         metavar="NAME",
-        help="a registered experiment (listed below) or alias, Pax's class name, or a dotted path "
-        f"package.module.function to your own (default: {DEFAULT_EXPERIMENT})",
+        help="a registered experiment (listed below) or alias, Pax's class name, a dotted path "
+        f"package.module.function to your own, or a config.json (default: {default_help})",
     )
     pre.add_argument(
         "--job-log-dir",
@@ -103,8 +116,13 @@ def parse(
     ns, rest = pre.parse_known_args(argv)
     if ns.verbose:
         entry.set_verbose()
+    saved = saved_config(ns.job_log_dir) if saved_experiment else None
+    if ns.exp is None:
+        ns.exp = str(saved) if saved else DEFAULT_EXPERIMENT
     # A bad --exp (unknown, or its code raises) is a ConfigError: entry.run prints its one line.
     default = registry.load_experiment(ns.exp)
+    if saved and Path(ns.exp) != saved:
+        _refuse_other_experiment(default, saved, prog, ns.job_log_dir, rest)
     if ns.help:
         print(pre.format_help())
         print(
@@ -134,6 +152,27 @@ def parse(
     exp = _parse_fields(default, rest, prog)
     entry.note_run(prog, exp, ns.job_log_dir)
     return exp, ns.job_log_dir, ns
+
+
+def saved_config(job_dir: str | None) -> Path | None:
+    """DIR/config.json when DIR holds one (a run started there), else None."""
+    file = Path(job_dir) / "config.json" if job_dir else None
+    return file if file is not None and file.is_file() else None
+
+
+def _refuse_other_experiment(named: ExperimentConfig, saved: Path, prog: str, job_dir: str, rest: list[str]) -> None:
+    """An `--exp` that is not the experiment DIR trained: one line naming both, and the command
+    that reads the saved one."""
+    try:
+        saved_name = json.loads(saved.read_text()).get("name", "")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return  # check_config reports an unreadable config.json with its reason
+    if saved_name and named.name != saved_name:
+        again = shlex.join([*prog.split(), "--job-log-dir", job_dir, *rest])
+        raise fail(
+            f"--exp {named.name} but --job-log-dir {job_dir} holds a run of {saved_name!r} ({saved}); drop --exp to "
+            f"use the saved experiment and its flags: {again}"
+        )
 
 
 def _takes_value(kwargs: dict) -> bool:

@@ -215,8 +215,12 @@ def check_config(path: Path, config: dict[str, Any], allow_change: bool, *, prog
             f"cannot {program} --job-log-dir {str(path)!r}: it holds a run of a different experiment; changed "
             "fields (saved -> given):\n  "
             + "\n  ".join(blocking)
-            + "\nPass the flags the run was started with, use a new --job-log-dir, or pass "
-            "--checkpoint.allow-config-change to go ahead anyway."
+            + (
+                "\nPass the flags the run was started with, use a new --job-log-dir, or pass "
+                if program == "resume"
+                else "\nDrop --exp and those flags (the experiment saved in config.json is read), or pass "
+            )
+            + "--checkpoint.allow-config-change to go ahead anyway."
         )
     return changed
 

@@ -50,13 +50,27 @@ def test_second_run_resumes_from_the_latest_checkpoint(trained, capsys):
 
 
 def test_eval_and_decode_use_the_checkpoint(trained, capsys):
+    """Both read the experiment and every train flag from DIR/config.json: no flag repeated."""
     job, args = trained
-    assert eval_main.main(args) == 0
+    assert eval_main.main(["--job-log-dir", str(job)]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["step"] >= 6 and result["total_loss"] > 0
-    assert decode.main(args + ["--prompt", "ROMEO:", "--max-new-tokens", "10", "--temperature", "0"]) == 0
+    assert eval_main.main(args) == 0  # the train command's own flags agree with the saved ones
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
+    decode_args = ["--job-log-dir", str(job), "--prompt", "ROMEO:", "--max-new-tokens", "10", "--temperature", "0"]
+    assert decode.main(decode_args) == 0
     out = capsys.readouterr().out
     assert "ROMEO:" in out
+
+
+def test_an_exp_other_than_the_saved_one_is_refused_with_the_command_that_works(trained, capsys):
+    job, _ = trained
+    with pytest.raises(SystemExit) as e:
+        eval_main.main(["--exp", "digits_mlp", "--job-log-dir", str(job), "--data.eval.eval-loop-num-batches", "1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds a run of 'shakespeare_char'" in err
+    assert err.endswith(f"python -m pax_eqx.eval --job-log-dir {job} --data.eval.eval-loop-num-batches 1")
 
 
 def test_typo_in_a_flag_fails_with_a_suggestion(tmp_path, capsys):

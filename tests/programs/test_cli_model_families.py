@@ -67,7 +67,7 @@ def test_a_classifier_trains_resumes_and_evaluates_through_the_same_cli(tmp_path
     assert abs(evals[-1]["balanced_accuracy"] - recall.mean()) < 1e-9
     assert (job / "plots" / "confusion.png").read_bytes()[:4] == b"\x89PNG"
     assert (job / "plots" / "accuracy.png").exists() and (job / "plots" / "loss.png").exists()
-    assert eval_main.main(args) == 0
+    assert eval_main.main(["--job-log-dir", str(job)]) == 0  # the experiment and its flags from config.json
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert abs(result["accuracy"] - evals[-1]["accuracy"]) < 1e-6
 

@@ -35,7 +35,7 @@ def test_span_corruption_trains_resumes_and_decodes(tmp_path, capsys):
     assert out.count("greedy (score") == 2 and out.count("beam 1 (score") == 2
     assert "<extra_id_0>" in out and "mean score over 2 input(s): greedy" in out
 
-    assert decode.main([*args, "--beam-size", "2"]) == 0
+    assert decode.main(["--job-log-dir", str(job), "--beam-size", "2"]) == 0  # the experiment from config.json
     out = capsys.readouterr().out
     assert "Beam search from the checkpoint at step 6" in out and "beam 2 (score" in out
     assert decode.main([*args, "--prompt", "To be <extra_id_0> not to be", "--beam-size", "1"]) == 0

@@ -5,7 +5,7 @@ TINY = [
     "--data.seq-len", "16", "--data.eval.eval-loop-num-batches", "2",
     "--train.num-steps", "6", "--train.summary-interval-steps", "2", "--train.eval-interval-steps", "3",
     "--checkpoint.every-n-steps", "3", "--decode.max-new-tokens", "12",
-    "--train.steps-per-loop", "1",  # shakespeare_char's 10 divides none of the intervals above
+    "--train.steps-per-loop", "1",  # with events every 2-3 steps, a 10-step loop would only add a compile
 ]  # fmt: skip
 
 
