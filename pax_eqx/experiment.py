@@ -15,12 +15,11 @@ from typing import Literal
 
 from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.config import SEED_MAX, Config, ConfigError, check_range, config
-from pax_eqx.data import DataConfig, is_seq2seq, target_length
+from pax_eqx.data import DataConfig
 from pax_eqx.learners import LearnerConfig
 from pax_eqx.models.decoding import SampleConfig
 from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.models.model import ModelConfig
-from pax_eqx.models.sequence_model import SequenceModelConfig
 from pax_eqx.sharding.mesh import MeshConfig
 from pax_eqx.task_config import TaskConfig
 
@@ -207,8 +206,7 @@ class ExperimentConfig(Config):
         self.profile.validate()
         self.mesh.validate(num_devices)
         self._check_pipeline_mesh()
-        if isinstance(self.model, LanguageModelConfig | SequenceModelConfig):
-            self._check_sequence_data()
+        self.model.check_data(self.data)
         if self.train.sample_at_end and not self.model.decodes:
             raise ConfigError(
                 f"train.sample_at_end=True, but the model ({type(self.model).__name__}) does not decode; "
@@ -249,34 +247,6 @@ class ExperimentConfig(Config):
             raise ConfigError(
                 f"model.pipeline.num_stages={stages} but the mesh's stage axis is {mesh_stages} (mesh.ici_mesh_shape"
                 f" {self.mesh.ici_mesh_shape} x mesh.dcn_mesh_shape {self.mesh.dcn_mesh_shape}); make them equal."
-            )
-
-    def _check_sequence_data(self) -> None:
-        """A token model's data: the right kind (LM rows or seq2seq pairs), lengths that fit."""
-        seq2seq = isinstance(self.model, SequenceModelConfig)
-        if seq2seq != is_seq2seq(self.data):
-            want = (
-                "a sequence-to-sequence layout (data.layout='span_corruption' or data.source='seq2seq_jsonl')"
-                if seq2seq
-                else "language-model rows (data.layout 'stream' or 'packed', not span_corruption or seq2seq_jsonl)"
-            )
-            raise ConfigError(
-                f"model is a {type(self.model).__name__}, which trains on {want}; data.source={self.data.source!r} "
-                f"with data.layout={self.data.layout!r} gives the other kind. Change the data or the model."
-            )
-        lengths = {"data.seq_len": self.data.seq_len}
-        if seq2seq:
-            lengths["data.target_seq_len (as resolved)"] = target_length(self.data)
-        for name, length in lengths.items():
-            if length > self.model.max_seq_len:
-                raise ConfigError(
-                    f"{name}={length} is longer than model.max_seq_len={self.model.max_seq_len}; "
-                    f"lower {name.split(' ')[0]} or raise model.max_seq_len."
-                )
-        if self.decode.eos_id >= self.model.vocab_size:
-            raise ConfigError(
-                f"decode.eos_id={self.decode.eos_id} is not a token of model.vocab_size={self.model.vocab_size}, so "
-                "decoding would never stop at it; use an id below the vocabulary size, or -1 for the tokenizer's eos."
             )
 
 

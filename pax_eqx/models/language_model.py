@@ -20,7 +20,7 @@ a layer and gets its dimensions from here.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import equinox as eqx
 import jax
@@ -44,8 +44,9 @@ from pax_eqx.layers.remat import RematPolicy
 from pax_eqx.layers.repeats import StackedTransformerConfig
 from pax_eqx.layers.transformers import TransformerConfig
 from pax_eqx.metrics import Metrics, weighted_mean
-from pax_eqx.models.model import Batch, Model, ModelConfig
+from pax_eqx.models.model import Batch, Model, ModelConfig, StepPlan, StepShape
 from pax_eqx.models.stack_checks import check_moe_fields, check_stack_fields
+from pax_eqx.models.token_data import check_token_data
 
 PositionEmbedding = Literal["trainable", "sinusoidal", "rotary", "none"]
 
@@ -168,6 +169,20 @@ class LanguageModelConfig(ModelConfig):
                     "rematerialised); choose a remat_policy (e.g. full) or set remat_stage=False."
                 )
 
+    def check_data(self, data: Any) -> None:
+        check_token_data(self, data, pairs=False)
+
+    def tokens_per_example(self, data: Any) -> int:
+        return data.seq_len
+
+    def token_vocab_size(self) -> int | None:
+        return self.vocab_size
+
+    def step_plan(self, step: StepShape) -> StepPlan:
+        from pax_eqx.models.lm_plan import language_model_plan  # the dry run's arithmetic, kept apart
+
+        return language_model_plan(self, step)
+
     def build(self, key: PRNGKeyArray) -> LanguageModel:
         self.validate()
         return LanguageModel(self, key=key)
@@ -217,6 +232,17 @@ class LanguageModel(Model):
         self.position_embedding = cfg.position_embedding
         self.max_seq_len = cfg.max_seq_len
         self.loss_chunk_size = cfg.loss_chunk_size
+
+    def incremental_decoder(self, prompts: list[list[int]], max_new_tokens: int, pad_id: int, bos_id: int = 0) -> Any:
+        from pax_eqx.models.incremental import LanguageModelDecoder  # it imports this module
+
+        return LanguageModelDecoder.from_prompts(self, prompts, max_new_tokens, pad_id)
+
+    def continue_prompts(self, prompts: list[list[int]], cfg: Any, key: PRNGKeyArray, pad_id: int) -> list[list[int]]:
+        """As the contract's, sliding a window past max_seq_len (`decoding.generate`)."""
+        from pax_eqx.models.decoding import generate  # it imports this module
+
+        return generate(self, prompts, cfg, key, pad_id=pad_id)
 
     # Pieces shared by training and decoding ---------------------------------------------------
     def embed(

@@ -17,22 +17,29 @@
   several, with weights (Pax's LossAggregator).
 - `per_example_outputs(predictions, batch)` (optional, Pax's per_example_out) gives host-side
   eval metrics (`data.eval.metrics`: a confusion matrix, ...) what they read.
-- Decoding is optional (`decodes = True` on the config when the model has the decoding calls
-  `pax_eqx.models.decoding` uses: `init_cache`, `extend_step`).
+- Decoding is optional: `decodes = True` on the config when the model returns an
+  `IncrementalDecoder` (`incremental_decoder`, pax_eqx.models.incremental) for its prompts;
+  sampling and beam search are written once against that protocol. `decodes_inputs` marks a
+  model that maps inputs to outputs (an encoder-decoder: with no prompt, decode reads eval
+  examples).
 
-A model is built by its config, `ModelConfig.build(key)`. A user's own model family subclasses
-both and plugs into the same Task, CLI, checkpoints and summaries.
+The programs (train, eval, decode, the dry run) ask a model's config what they need instead of
+testing its class: which data it takes (`check_data`), what its throughput counts
+(`tokens_per_example`), the vocabulary its tokens need (`token_vocab_size`), its share of a
+train step's memory and layout (`step_plan`). A user's own model family subclasses `Model` and
+`ModelConfig`, answers what applies, and gets every program.
 """
 
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import equinox as eqx
 from jaxtyping import Array, ArrayLike, PRNGKeyArray
 
-from pax_eqx.config import Config, config
+from pax_eqx.config import Config, ConfigError, config
 from pax_eqx.layers.base import Context
 from pax_eqx.metrics import Metrics
 
@@ -61,17 +68,88 @@ class Model(eqx.Module):
         (`data.eval.metrics`) read, with `weight` marking real rows. None by default."""
         return {}
 
+    def incremental_decoder(self, prompts: list[list[int]], max_new_tokens: int, pad_id: int, bos_id: int = 0) -> Any:
+        """The `IncrementalDecoder` continuing `prompts` (token ids; a sequence-to-sequence model:
+        its inputs, decoded from `bos_id`) by up to `max_new_tokens`: what sampling and beam search
+        run. Models whose config `decodes` implement it."""
+        raise ConfigError(f"{type(self).__name__} does not decode: it has no incremental_decoder.")
+
+    def continue_prompts(self, prompts: list[list[int]], cfg: Any, key: PRNGKeyArray, pad_id: int) -> list[list[int]]:
+        """Sampled continuations of `prompts` (token ids, each cut before `cfg.eos_id`; `cfg` a
+        SampleConfig): one pass of `incremental_decoder`. A model may do more (the language model
+        slides a window past its max_seq_len)."""
+        import jax
+
+        from pax_eqx.models.decoding import cut_at_eos, sample
+
+        decoder = self.incremental_decoder(prompts, cfg.max_new_tokens, pad_id)
+        return cut_at_eos(jax.device_get(sample(decoder, cfg, key, pad_id)[0]).tolist(), cfg.eos_id)
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What a plan of one train step (the dry run) knows beyond the model: the global batch
+    (rows), the data's sequence length (0: no sequences), the activation dtype, gradient
+    accumulation's microbatches, and the mesh: `mesh_shape` {mesh axis: size} and `rules`
+    {logical axis: mesh axes} (pax_eqx.sharding)."""
+
+    global_batch: int
+    seq_len: int
+    fprop_dtype: str
+    num_microbatches: int
+    mesh_shape: dict[str, int]
+    rules: dict[str, tuple[str, ...]]
+
+    def ways(self, logical: str) -> int:
+        """The devices a logical axis (batch, mlp, heads, ...) is split over."""
+        n = 1
+        for axis in self.rules.get(logical, ()):
+            n *= self.mesh_shape[axis]
+        return n
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """A model's share of the dry run: activation bytes per device (None: not estimated), what
+    they assume (`activation_note`), and lines on its layout (pipeline stages, all-to-all)."""
+
+    activation_bytes: int | None = None
+    activation_note: str = ""
+    lines: list[str] = field(default_factory=list)
+
 
 @config
 class ModelConfig(Config):
     """Base of every model config: the template `build(key)` turns into a `Model`."""
 
     decodes: ClassVar[bool] = False
-    """True when the built model can decode (sample continuations of a prompt)."""
+    """True when the built model can decode (`Model.incremental_decoder`)."""
+    decodes_inputs: ClassVar[bool] = False
+    """True when decoding maps inputs to outputs (an encoder-decoder): with no prompt, the
+    decode program reads eval examples' inputs and shows their targets."""
 
     def validate(self) -> None:
         """Every check of this config's own fields (ConfigError names the field); the default
         has none."""
+
+    def check_data(self, data: Any) -> None:
+        """ConfigError when `data` (a DataConfig) gives rows this model cannot take (the kind of
+        rows, lengths that do not fit); the default takes any."""
+
+    def tokens_per_example(self, data: Any) -> int:
+        """Tokens one example of `data` carries: throughput is counted in tokens when > 1 (a
+        language model: data.seq_len), else in examples (the default)."""
+        return 1
+
+    def token_vocab_size(self) -> int | None:
+        """The vocabulary the model's token ids index (the tokenizer's, sentinels included, must
+        fit in it); None when the model reads no tokens (the default)."""
+        return None
+
+    def step_plan(self, step: StepShape) -> StepPlan:
+        """The dry run's estimate of the activations of one train step per device, and lines on
+        the model's layout; the default estimates nothing (the dry run says so)."""
+        return StepPlan(activation_note=f"not estimated for a {type(self).__name__}; leave headroom for them")
 
     @abc.abstractmethod
     def build(self, key: PRNGKeyArray) -> Model:

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from pax_eqx.config import ConfigError, check_range, config, require_positive
+from pax_eqx.data import target_length
 from pax_eqx.layers.attentions import KVCache
 from pax_eqx.layers.base import Context, Mode, call
 from pax_eqx.layers.embedding_softmax import EmbeddingConfig, SharedEmbeddingSoftmaxConfig, SoftmaxConfig
@@ -45,6 +46,7 @@ from pax_eqx.models.incremental import IncrementalDecoder
 from pax_eqx.models.language_model import lm_metrics
 from pax_eqx.models.model import Batch, Model, ModelConfig
 from pax_eqx.models.stack_checks import check_stack_fields
+from pax_eqx.models.token_data import check_token_data
 
 SequencePositions = Literal["relative_bias", "trainable", "sinusoidal", "rotary"]
 
@@ -75,6 +77,7 @@ class SequenceModelConfig(ModelConfig):
     """
 
     decodes: ClassVar[bool] = True
+    decodes_inputs: ClassVar[bool] = True
 
     vocab_size: int = 0
     max_seq_len: int = 0
@@ -133,6 +136,15 @@ class SequenceModelConfig(ModelConfig):
             remat_policy=self.remat_policy, unroll=self.unroll, cross_attention=decoder,
         )  # fmt: skip
 
+    def check_data(self, data: Any) -> None:
+        check_token_data(self, data, pairs=True)
+
+    def tokens_per_example(self, data: Any) -> int:
+        return data.seq_len + target_length(data)  # input and target tokens
+
+    def token_vocab_size(self) -> int | None:
+        return self.vocab_size
+
     def build(self, key: PRNGKeyArray) -> SequenceModel:
         self.validate()
         return SequenceModel(self, key=key)
@@ -156,6 +168,24 @@ class SequenceModel(Model):
     decoder_norm: eqx.Module
     position_embedding: str = eqx.field(static=True)
     max_seq_len: int = eqx.field(static=True)
+
+    def incremental_decoder(self, prompts: list[list[int]], max_new_tokens: int, pad_id: int, bos_id: int = 0) -> Any:
+        """A `SequenceModelDecoder` of `prompts` as inputs (right-padded), decoding from `bos_id`."""
+        import numpy as np
+
+        longest = max(len(r) for r in prompts)
+        if longest > self.max_seq_len or max_new_tokens + 1 > self.max_seq_len:
+            raise ConfigError(
+                f"an input of {longest} tokens or decode.max_new_tokens={max_new_tokens} (+1 for the start "
+                f"token) is longer than model.max_seq_len={self.max_seq_len}; shorten them."
+            )
+        inputs = np.full((len(prompts), longest), pad_id, np.int32)
+        paddings = np.ones((len(prompts), longest), np.float32)
+        for i, r in enumerate(prompts):
+            inputs[i, : len(r)], paddings[i, : len(r)] = r, 0.0
+        return SequenceModelDecoder(
+            self, jnp.asarray(inputs), jnp.asarray(paddings), max_new_tokens=max_new_tokens, start_id=bos_id
+        )
 
     def __init__(self, cfg: SequenceModelConfig, *, key: PRNGKeyArray):
         k_emb, k_soft, k_pos, k_enc_bias, k_dec_bias, k_enc, k_dec = jax.random.split(key, 7)

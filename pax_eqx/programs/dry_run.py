@@ -52,24 +52,12 @@ import jax.tree_util as jtu
 
 from pax_eqx.config import ConfigError
 from pax_eqx.experiment import ExperimentConfig
-from pax_eqx.layers.moe_routing import capacity
-from pax_eqx.models.language_model import LanguageModelConfig
+from pax_eqx.models.model import StepShape
 from pax_eqx.programs.runtime import build_task
 from pax_eqx.sharding.logical import LogicalAxes, logical_axes
 from pax_eqx.sharding.mesh import AXES
 from pax_eqx.sharding.rules import parse_rules, spec_for
 from pax_eqx.tasks.task import Task
-
-_POLICY_SAVED = {
-    "full": lambda d, h: 1.0,
-    "save_context_and_out_proj": lambda d, h: 3.0,
-    "save_qkv_context_and_out_proj": lambda d, h: 6.0,
-    "dots_with_no_batch_dims_saveable": lambda d, h: 6 + h / d,
-    "dots_with_no_batch_dims_and_context": lambda d, h: 7 + h / d,
-    "dots_saveable": lambda d, h: 7 + h / d,
-    "everything_saveable": lambda d, h: 10 + 2 * h / d,
-    "none": lambda d, h: 10 + 2 * h / d,
-}
 
 
 def _shard_bytes(shape: tuple[int, ...], dtype, spec, mesh_shape: dict[str, int]) -> int:
@@ -127,8 +115,11 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> Plan:
         param_bytes += _shard_bytes(leaf.shape, leaf.dtype, spec, mesh_shape)
     lines.append(f"Parameters: {param_count:,} ({_short_count(param_count)})")
     lines += _expert_lines(specs, axes, [leaf for _, leaf in leaves], param_count, table)
-    lines += _all_to_all_lines(exp, mesh_shape, table)
-    lines += _pipeline_lines(exp, mesh_shape, global_batch)
+    step = StepShape(
+        global_batch, exp.data.seq_len, exp.train.fprop_dtype, exp.learner.num_microbatches, mesh_shape, table
+    )
+    model_plan = exp.model.step_plan(step)  # the model's own share: activations, pipeline, all-to-all
+    lines += model_plan.lines
     lines.append("Parameter groups (shape, logical axes -> PartitionSpec):")
     for name, items in groups.items():
         leaf, spec, ax = items[0]
@@ -143,19 +134,11 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> Plan:
         f"  optimizer state           {opt_bytes / gib:10.2f} GiB",
         f"  gradients (float32)       {grad_bytes / gib:10.2f} GiB",
     ]
-    if isinstance(exp.model, LanguageModelConfig):
-        act_bytes = _activation_bytes(exp, mesh_shape, table, global_batch)
-        attention = "cuDNN flash on GPU" if flash_attention(exp) else "XLA, with S x S scores"
-        lines.append(
-            f"  activations (estimate)    {act_bytes / gib:10.2f} GiB  (per-device batch {global_batch // batch_ways}, "
-            f"seq {exp.data.seq_len}, remat {exp.model.remat_policy}, attention {attention})"
-        )
+    act_bytes = model_plan.activation_bytes or 0
+    if model_plan.activation_bytes is None:
+        lines.append(f"  activations               {model_plan.activation_note}")
     else:
-        act_bytes = 0
-        lines.append(
-            f"  activations               not estimated: the estimate is for language models only "
-            f"(model is a {type(exp.model).__name__}); leave headroom for them"
-        )
+        lines.append(f"  activations (estimate)    {act_bytes / gib:10.2f} GiB  ({model_plan.activation_note})")
     total = param_bytes + opt_bytes + grad_bytes + act_bytes
     lines.append(f"  total                     {total / gib:10.2f} GiB")
     fits = None if device_memory_gb is None else total <= device_memory_gb * gib
@@ -183,81 +166,10 @@ def _expert_lines(specs, axes, leaves, param_count: int, table: dict) -> list[st
             f"{moving}"]  # fmt: skip
 
 
-def _all_to_all_lines(exp: ExperimentConfig, mesh_shape: dict[str, int], table: dict) -> list[str]:
-    """The bytes an MoE language model's train step moves by all-to-all: every MoE layer sends its
-    dispatch buffer [E, G, C, M] to the experts and the combine buffer back, forward and again in
-    the backward (4 buffers a layer a step); a device keeps its own (n - 1) / n share of each."""
-    m = exp.model
-    if not isinstance(m, LanguageModelConfig) or not m.moe_layer_interval:
-        return []
-    ways = math.prod(mesh_shape[a] for a in table.get("expert", ()))
-    if ways <= 1 or m.moe.num_experts % ways:
-        return []
-    if m.moe.dropless:
-        return ["All-to-all: none (dropless routing computes every expert on its tokens in place)"]
-    batch, time = exp.data.train.batch_size // exp.learner.num_microbatches, exp.data.seq_len
-    groups = m.moe.num_groups or batch
-    group_size = batch * time // groups
-    slots = capacity(group_size, m.moe.num_experts, m.moe.capacity_factor, m.moe.min_capacity)
-    nbytes = jnp.dtype(exp.train.fprop_dtype).itemsize
-    layer = 4 * m.moe.num_experts * groups * slots * m.model_dims * nbytes
-    moe_layers = m.num_layers // m.moe_layer_interval
-    total = layer * moe_layers * exp.learner.num_microbatches
-    per_device = total * (ways - 1) / ways / ways
-    return [
-        f"All-to-all per step: {_bytes(total)} over the expert axis ({moe_layers} MoE layers x 4 buffers of "
-        f"[{m.moe.num_experts} experts, {groups} groups, capacity {slots}, {m.model_dims}] {exp.train.fprop_dtype}"
-        f"{f' x {exp.learner.num_microbatches} microbatches' if exp.learner.num_microbatches > 1 else ''}); "
-        f"each of the {ways} devices sends {_bytes(per_device)}"
-    ]
-
-
 def _mesh_text(exp: ExperimentConfig) -> str:
     """The mesh's axes and sizes; the stage axis only where there is one."""
     shape = exp.mesh.shape
     return f"(stage, data, fsdp, tensor) = {shape}" if shape[0] > 1 else f"(data, fsdp, tensor) = {shape[1:]}"
-
-
-def _pipeline(exp: ExperimentConfig) -> Any:
-    """The model's PipelineConfig when it pipelines its layers, else None."""
-    pipeline = getattr(exp.model, "pipeline", None)
-    return pipeline if pipeline is not None and pipeline.enabled else None
-
-
-def _pipeline_lines(exp: ExperimentConfig, mesh_shape: dict[str, int], global_batch: int) -> list[str]:
-    """Stages, microbatches, the bubble, and what moves between stages."""
-    p = _pipeline(exp)
-    if p is None:
-        return []
-    m = exp.model
-    chunk = m.num_layers // p.num_chunks
-    rows = global_batch // exp.learner.num_microbatches // p.num_microbatches
-    rows_d = rows // (mesh_shape["data"] * mesh_shape["fsdp"])
-    nbytes = jnp.dtype(exp.train.fprop_dtype).itemsize
-    hop = rows_d * exp.data.seq_len * m.model_dims * nbytes
-    schedule = (
-        f"GPipe: stage s holds layers [{chunk}s, {chunk}s + {chunk})"
-        if p.circular_repeat == 1
-        else f"circular: {p.num_chunks} chunks of {chunk} layers, chunk c on stage c % {p.num_stages}, "
-        f"{p.circular_repeat} rounds per microbatch"
-    )
-    lines = [
-        f"Pipeline: {p.num_stages} stages x {m.num_layers // p.num_stages} layers ({schedule}); "
-        f"{p.num_microbatches} microbatches of {rows} rows ({rows_d} per device), {p.num_iterations} iterations "
-        f"a step; bubble (S - 1) / (M x R + S - 1) = {p.bubble_fraction:.1%}",
-        f"  stage to stage: {_bytes(hop)} per device per iteration (collective permute on stage), "
-        f"{_bytes(2 * hop * p.num_iterations * exp.learner.num_microbatches)} a step with the backward",
-    ]
-    if p.circular_repeat > 1:
-        lines.append(
-            "  circular: the stacked weights are regrouped from layer order to [stage, round, layer] each step "
-            "(an all-to-all over stage, and their gradients back)"
-        )
-    return lines
-
-
-def _bytes(n: int | float) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
 
 
 def _short_count(n: int) -> str:
@@ -289,52 +201,3 @@ def _opt_state_bytes(task: Task, state: Any, param_specs: Any, mesh_shape: dict[
     leaves = jtu.tree_leaves(state.opt_state)
     spec_leaves = jtu.tree_leaves(specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
     return sum(_shard_bytes(leaf.shape, leaf.dtype, s, mesh_shape) for leaf, s in zip(leaves, spec_leaves))
-
-
-def flash_attention(exp: ExperimentConfig) -> bool:
-    """Whether attention will run as cuDNN's fused kernel on a GPU (no S x S scores in memory):
-    the conditions of `layers.attention_kernels.cudnn_qualifies`, read off the config (of a
-    language model: `exp.model` is a LanguageModelConfig)."""
-    a = exp.model.block.attention
-    head_dim = exp.model.dim_per_head or exp.model.model_dims // exp.model.num_heads
-    qualifies = (
-        exp.train.fprop_dtype == "bfloat16" and head_dim % 8 == 0 and head_dim <= 256
-        and a.logit_cap == 0.0 and a.dropout_prob == 0.0
-    )  # fmt: skip
-    return a.implementation == "cudnn" or (a.implementation == "auto" and qualifies)
-
-
-def _activation_bytes(exp: ExperimentConfig, mesh_shape: dict[str, int], table: dict, global_batch: int) -> int:
-    m = exp.model
-    s, d = exp.data.seq_len, m.model_dims
-    ways = lambda name: math.prod(mesh_shape[a] for a in table.get(name, ()))
-    batch = global_batch // ways("batch")
-    h_t = m.hidden_dims / ways("mlp")
-    n_t = m.num_heads / ways("heads")
-    v_t = m.vocab_size / ways("vocab")
-    nbytes = 2 if exp.train.fprop_dtype == "bfloat16" else 4
-    c = lambda policy: _POLICY_SAVED[policy](d, m.hidden_dims)
-    p = _pipeline(exp)
-    if p is None:
-        saved = m.num_layers * batch * s * d * c(m.remat_policy) * nbytes
-    else:
-        batch = (
-            global_batch // exp.learner.num_microbatches // p.num_microbatches // (ways("batch") // mesh_shape["stage"])
-        )
-        chunk = m.num_layers // p.num_chunks
-        token = batch * s * d * nbytes  # one microbatch's [rows, s, d] on a device
-        if p.remat_stage:  # each iteration keeps its stage input (+ what the policy names in its layers) ...
-            saved = p.num_iterations * token * (1 + chunk * (c(m.remat_policy) - 1))
-            saved += chunk * token * c("none")  # ... and the backward recomputes one stage whole
-        else:
-            saved = p.num_iterations * chunk * token * c(m.remat_policy)
-        saved += 2 * p.num_microbatches * token  # the microbatch buffer, in and out
-    layer = batch * s * (6 * d + 2 * h_t) * nbytes
-    if not flash_attention(exp):
-        layer += batch * n_t * s * s * 4
-    outside = global_batch // ways("batch")  # logits: the whole per-device batch, outside any pipeline
-    if m.loss_chunk_size:
-        logits = 2 * outside * min(s, m.loss_chunk_size) * v_t * 4 + v_t * d * 4
-    else:
-        logits = outside * s * v_t * 4
-    return int(saved + layer + logits)

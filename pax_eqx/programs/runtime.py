@@ -18,8 +18,6 @@ from pax_eqx.config import ConfigError
 from pax_eqx.data import build_input, build_tokenizer, required_vocab_size
 from pax_eqx.experiment import ExperimentConfig, check_batch_divisible
 from pax_eqx.layers.base import DEFAULT_SUMMARY_VERBOSITY, LAYER_STATISTICS_VERBOSITY
-from pax_eqx.models.language_model import LanguageModelConfig
-from pax_eqx.models.sequence_model import SequenceModelConfig
 from pax_eqx.programs.compiled import Programs
 from pax_eqx.sharding.mesh import build_mesh
 from pax_eqx.sharding.rules import batch_divisor
@@ -50,11 +48,12 @@ class Runtime:
         check_batch_divisible(exp, jax.process_count(), batch_divisor(mesh, exp.mesh.rules))
         tokenizer = build_tokenizer(exp.data, job_dir)
         needed = required_vocab_size(exp.data, tokenizer)  # the tokenizer's, plus any sentinels
-        if isinstance(exp.model, LanguageModelConfig | SequenceModelConfig) and needed > exp.model.vocab_size:
+        vocab = exp.model.token_vocab_size()
+        if vocab is not None and needed > vocab:
             sentinels = needed - tokenizer.vocab_size
             extra = f" plus {sentinels} span-corruption sentinels" if sentinels else ""
             raise ConfigError(
-                f"the tokenizer has {tokenizer.vocab_size} tokens{extra} but model.vocab_size={exp.model.vocab_size}; "
+                f"the tokenizer has {tokenizer.vocab_size} tokens{extra} but model.vocab_size={vocab}; "
                 f"set model.vocab_size >= {needed}."
             )
         return cls(exp, job_dir, Programs(build_task(exp), mesh, exp.mesh.rules), tokenizer)

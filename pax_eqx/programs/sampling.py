@@ -1,8 +1,9 @@
 """Text in, text out: encode a prompt, sample continuations or beam-search an n-best list, decode
 them (decode CLI + end of training).
 
-`make_decoder` is the one model-specific piece: it turns a model and its encoded prompts into
-an `IncrementalDecoder`, which sampling and beam search both run on.
+Nothing here is model-specific: the model answers `continue_prompts` (samples) and
+`incremental_decoder` (the `IncrementalDecoder` beam search runs on), and a model whose config
+`decodes_inputs` prints its inputs' outputs instead (seq2seq_decoding).
 """
 
 from __future__ import annotations
@@ -14,10 +15,6 @@ import jax
 
 from pax_eqx.config import ConfigError
 from pax_eqx.models.beam_search import beam_search, nbest_lists
-from pax_eqx.models.decoding import cut_at_eos, generate, sample
-from pax_eqx.models.incremental import IncrementalDecoder, LanguageModelDecoder
-from pax_eqx.models.language_model import LanguageModel
-from pax_eqx.models.sequence_model import SequenceModelConfig
 from pax_eqx.programs.decode_modes import check_decode, for_mode
 from pax_eqx.programs.seq2seq_decoding import print_seq2seq
 
@@ -31,13 +28,6 @@ def check_prompt(tokenizer: Any, prompt: str) -> None:
             f"decode.prompt (--prompt) {prompt!r} has characters outside the vocabulary: {bad!r}; "
             "remove them, or use a tokenizer that covers them (data.tokenizer.byte_fallback, or the byte tokenizer)."
         )
-
-
-def make_decoder(model: Any, prompts: list[list[int]], max_new_tokens: int, pad_id: int) -> IncrementalDecoder:
-    """The model's IncrementalDecoder over `prompts` (token ids), with room for max_new_tokens."""
-    if isinstance(model, LanguageModel):
-        return LanguageModelDecoder.from_prompts(model, prompts, max_new_tokens, pad_id)
-    raise ConfigError(f"{type(model).__name__} does not decode (no IncrementalDecoder for it).")
 
 
 def _setup(rt: Any, state: Any, decode_cfg: Any) -> tuple[Any, list[int], Any, Any]:
@@ -55,12 +45,7 @@ def sample_text(rt: Any, state: Any, decode_cfg: Any) -> list[str]:
     """decode_cfg.num_samples continuations of decode_cfg.prompt (prompt included)."""
     model, prompt, cfg, tokenizer = _setup(rt, state, decode_cfg)  # a DecodeConfig is a SampleConfig
     key = jax.random.PRNGKey(decode_cfg.seed)
-    prompts = [prompt] * decode_cfg.num_samples
-    if isinstance(model, LanguageModel):
-        outs = generate(model, prompts, cfg, key, pad_id=tokenizer.pad_id)  # slides a window past max_seq_len
-    else:
-        decoder = make_decoder(model, prompts, cfg.max_new_tokens, tokenizer.pad_id)
-        outs = cut_at_eos(jax.device_get(sample(decoder, cfg, key, tokenizer.pad_id)[0]).tolist(), cfg.eos_id)
+    outs = model.continue_prompts([prompt] * decode_cfg.num_samples, cfg, key, tokenizer.pad_id)
     return [decode_cfg.prompt + tokenizer.decode(ids) for ids in outs]
 
 
@@ -68,7 +53,7 @@ def beam_text(rt: Any, state: Any, decode_cfg: Any) -> list[tuple[str, float]]:
     """The n-best list of decode_cfg.prompt: (prompt + continuation, length-normalised score),
     best first, up to decode_cfg.beam_size of them."""
     model, prompt, cfg, tokenizer = _setup(rt, state, decode_cfg)
-    decoder = make_decoder(model, [prompt], cfg.max_new_tokens, tokenizer.pad_id)
+    decoder = model.incremental_decoder([prompt], cfg.max_new_tokens, tokenizer.pad_id, tokenizer.bos_id)
     result = beam_search(
         decoder, beam_size=cfg.beam_size, max_new_tokens=cfg.max_new_tokens, eos_id=cfg.eos_id,
         pad_id=tokenizer.pad_id, length_norm_alpha=cfg.length_norm_alpha,
@@ -79,7 +64,7 @@ def beam_text(rt: Any, state: Any, decode_cfg: Any) -> list[tuple[str, float]]:
 def print_samples(rt: Any, state: Any, decode_cfg: Any, log: Callable = print) -> list[str]:
     """Samples (decode.beam_size 1) or the beam's n-best list, printed; returns the texts. A
     sequence-to-sequence model prints its inputs' outputs instead (seq2seq_decoding)."""
-    if isinstance(rt.exp.model, SequenceModelConfig):
+    if rt.exp.model.decodes_inputs:
         return print_seq2seq(rt, state, decode_cfg, log)
     decode_cfg = for_mode(decode_cfg)
     if decode_cfg.beam_size > 1:

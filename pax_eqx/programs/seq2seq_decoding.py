@@ -26,13 +26,12 @@ from pax_eqx.data import build_input
 from pax_eqx.data.span_corruption import decode_with_sentinels, encode_with_sentinels
 from pax_eqx.models.beam_search import beam_search, length_normalize
 from pax_eqx.models.decoding import sample
-from pax_eqx.models.sequence_model import SequenceModelConfig, SequenceModelDecoder
 from pax_eqx.programs.decode_modes import for_mode
 
 
 def decodes_examples(exp: Any) -> bool:
-    """True when decoding reads eval examples: a sequence-to-sequence model with no prompt."""
-    return isinstance(exp.model, SequenceModelConfig) and not exp.decode.prompt
+    """True when decoding reads eval examples: a model that decodes inputs, with no prompt."""
+    return exp.model.decodes_inputs and not exp.decode.prompt
 
 
 def source_rows(rt: Any, decode_cfg: Any) -> list[tuple[list[int], list[int] | None]]:
@@ -72,19 +71,7 @@ def decode_rows(
     model: Any, rows: list[list[int]], decode_cfg: Any, pad_id: int, start_id: int
 ) -> tuple[np.ndarray, np.ndarray, Any]:
     """(first-mode tokens [B, new], their normalised scores [B], the BeamResult or None)."""
-    longest = max(len(r) for r in rows)
-    if longest > model.max_seq_len or decode_cfg.max_new_tokens + 1 > model.max_seq_len:
-        raise ConfigError(
-            f"an input of {longest} tokens or decode.max_new_tokens={decode_cfg.max_new_tokens} (+1 for the start "
-            f"token) is longer than model.max_seq_len={model.max_seq_len}; shorten them."
-        )
-    inputs = np.full((len(rows), longest), pad_id, np.int32)
-    paddings = np.ones((len(rows), longest), np.float32)
-    for i, r in enumerate(rows):
-        inputs[i, : len(r)], paddings[i, : len(r)] = r, 0.0
-    decoder = SequenceModelDecoder(
-        model, jnp.asarray(inputs), jnp.asarray(paddings), max_new_tokens=decode_cfg.max_new_tokens, start_id=start_id
-    )
+    decoder = model.incremental_decoder(rows, decode_cfg.max_new_tokens, pad_id, start_id)
     tokens, log_probs = sample(decoder, first_mode(decode_cfg), jax.random.PRNGKey(decode_cfg.seed), pad_id)
     tokens, log_probs = np.asarray(tokens), np.asarray(log_probs)
     ended = tokens == decode_cfg.eos_id

@@ -45,11 +45,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from pax_eqx.checkpoint import Checkpointer, CheckpointSaveError
-from pax_eqx.data import target_length
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.learners import skipped_steps
-from pax_eqx.models.language_model import LanguageModelConfig
-from pax_eqx.models.sequence_model import SequenceModelConfig
 from pax_eqx.programs.decode_modes import check_decode
 from pax_eqx.programs.early_stopping import STATE_KEY as EARLY_STOPPING_KEY
 from pax_eqx.programs.early_stopping import EarlyStopping
@@ -220,13 +217,9 @@ def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult
     writer = _log_writes(ckpt, SummaryWriter, job_dir, enabled=primary, start_step=step)
     progress = Progress(exp.train.num_steps, step) if primary and step < exp.train.num_steps else None
     examples_per_step = exp.data.train.batch_size * jax.process_count()
-    # A language model's throughput is counted in tokens (Pax's and nanoGPT's unit), a
-    # sequence-to-sequence model's in input + target tokens; any other model's in examples.
-    tokens_per_example = 1
-    if isinstance(exp.model, LanguageModelConfig):
-        tokens_per_example = exp.data.seq_len
-    elif isinstance(exp.model, SequenceModelConfig):
-        tokens_per_example = exp.data.seq_len + target_length(exp.data)
+    # Throughput in the model's unit: tokens (Pax's and nanoGPT's; a sequence-to-sequence
+    # model's input + target tokens) where an example carries several, else examples.
+    tokens_per_example = exp.model.tokens_per_example(exp.data)
     tokens_per_step = examples_per_step * tokens_per_example
     train_metrics: dict[str, float] = {}
     eval_metrics: dict[str, float] = {}
