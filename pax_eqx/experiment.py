@@ -11,6 +11,7 @@ eval table, sequence length vs model -- so bad combinations fail before anything
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pax_eqx.checkpoint import CheckpointConfig
@@ -20,7 +21,8 @@ from pax_eqx.learners import LearnerConfig
 from pax_eqx.models.decoding import SampleConfig
 from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.models.model import ModelConfig
-from pax_eqx.sharding.mesh import MeshConfig
+from pax_eqx.sharding.mesh import AXES, MeshConfig
+from pax_eqx.sharding.rules import parse_rules
 from pax_eqx.task_config import TaskConfig
 
 
@@ -193,9 +195,14 @@ class ExperimentConfig(Config):
     decode: DecodeConfig = DecodeConfig()
     profile: ProfileConfig = ProfileConfig()
 
-    def validate(self, num_devices: int | None = None, data_files: bool = True) -> None:
-        """Every constraint that can be checked before the run starts; ValueError names the field.
-        data_files=False leaves the data files unread (the --dry-run planner)."""
+    def validate(self, num_devices: int | None = None, data_files: bool = True, num_hosts: int | None = None) -> None:
+        """Every constraint that can be checked before the run starts; ConfigError names the
+        field. The one place an experiment is checked: the entry points call it once, before
+        anything is written, and what they build after takes it as valid. num_devices: the
+        devices the mesh must match (None: not checked); num_hosts: the processes whose per-host
+        batches make the train and eval global batches, checked against the mesh (None: not
+        checked; the dry run plans the train batch alone); data_files=False leaves the data files unread (the
+        --dry-run planner)."""
         self.train.validate()
         self.model.validate()
         self.learner.validate()
@@ -224,6 +231,8 @@ class ExperimentConfig(Config):
                 f"learner.num_microbatches={micro}."
             )
         self.data.validate(files=data_files)
+        if num_hosts is not None:
+            _check_batch_divisible(self, num_hosts)
 
     def resolved_learner(self) -> LearnerConfig:
         """The learner this run trains with: `learner` with what it leaves to the run filled in
@@ -250,8 +259,11 @@ class ExperimentConfig(Config):
             )
 
 
-def check_batch_divisible(exp: ExperimentConfig, num_hosts: int, divisor: int) -> None:
-    """The global batch (per-host batch x hosts, per microbatch) must split over data x fsdp."""
+def _check_batch_divisible(exp: ExperimentConfig, num_hosts: int) -> None:
+    """The global batch (per-host batch x hosts, per microbatch) must split over the mesh's
+    batch axes (data x fsdp by the default rules)."""
+    mesh = dict(zip(AXES, exp.mesh.shape))
+    divisor = math.prod(mesh[a] for a in parse_rules(exp.mesh.rules)["batch"])
     for split in ("train", "eval"):
         per_host = getattr(exp.data, split).batch_size
         micro = exp.learner.num_microbatches if split == "train" else 1

@@ -37,7 +37,7 @@ def restore_for_inference(
     initialize()
     path: Path = prepare(job_dir, create=False)
     check_config(path, exp.to_dict(), exp.checkpoint.allow_config_change, program=program)
-    exp.validate(num_devices=jax.device_count())
+    exp.validate(num_devices=jax.device_count(), num_hosts=jax.process_count())
     rt = Runtime.create(exp, path)
     if prompt is not None:
         check_prompt(rt.tokenizer, prompt)

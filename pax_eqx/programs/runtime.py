@@ -1,8 +1,9 @@
 """Runtime: what train, eval and decode all build from an experiment before running.
 
 The mesh, the Task and its compiled Programs, the tokenizer (trained into / loaded from the
-job dir) and this host's inputs. Building it validates the experiment against the devices,
-hosts and data first, so every bad combination is reported before anything is written.
+job dir) and this host's inputs. It takes an experiment the entry point has validated
+(`ExperimentConfig.validate`, once, before anything is written) and checks only what needs the
+built pieces: the tokenizer's vocabulary against the model's.
 """
 
 from __future__ import annotations
@@ -12,15 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jax
-
 from pax_eqx.config import ConfigError
 from pax_eqx.data import build_input, build_tokenizer, required_vocab_size
-from pax_eqx.experiment import ExperimentConfig, check_batch_divisible
+from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.layers.base import DEFAULT_SUMMARY_VERBOSITY, LAYER_STATISTICS_VERBOSITY
 from pax_eqx.programs.compiled import Programs
 from pax_eqx.sharding.mesh import build_mesh
-from pax_eqx.sharding.rules import batch_divisor
 from pax_eqx.tasks.task import Task
 
 
@@ -43,9 +41,7 @@ class Runtime:
 
     @classmethod
     def create(cls, exp: ExperimentConfig, job_dir: Path, log: Callable = print) -> Runtime:
-        exp.validate(num_devices=jax.device_count())
         mesh = build_mesh(exp.mesh)
-        check_batch_divisible(exp, jax.process_count(), batch_divisor(mesh, exp.mesh.rules))
         tokenizer = build_tokenizer(exp.data, job_dir)
         needed = required_vocab_size(exp.data, tokenizer)  # the tokenizer's, plus any sentinels
         vocab = exp.model.token_vocab_size()

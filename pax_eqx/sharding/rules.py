@@ -111,10 +111,6 @@ def batch_sharding(mesh: Mesh, rules: tuple[str, ...] = (), ndim: int = 2) -> Na
     return NamedSharding(mesh, PartitionSpec(lead, *([None] * (ndim - 1))))
 
 
-def batch_divisor(mesh: Mesh, rules: tuple[str, ...] = ()) -> int:
-    return math.prod(mesh.shape[a] for a in parse_rules(rules)["batch"])
-
-
 def opt_state_shardings(
     optimizer: optax.GradientTransformation,
     abstract_opt_state: Any,
