@@ -35,7 +35,8 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -178,122 +179,195 @@ def _train(exp: ExperimentConfig, job_dir: Path, log, stop: _StopFlag) -> TrainR
     _check_step_traces(rt, train_input)
     ckpt = Checkpointer(job_dir / "checkpoints", exp.checkpoint)
     try:
-        return _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed)
+        return _Run(exp, job_dir, log, stop, rt, ckpt, train_input).run(changed)
     except BaseException:
         _finish_in_flight_save(ckpt, log)
         raise
 
 
-def _run(exp, job_dir, log, stop, rt, ckpt, train_input, changed) -> TrainResult:
-    primary = jax.process_index() == 0
-    start = time.time()
-    latest = ckpt.latest_step()
-    early = EarlyStopping(exp.train.early_stopping)
-    if latest is None:
-        state = rt.programs.init_state(exp.train.seed)
-        step = 0
-        log(f"Starting {exp.name or 'experiment'} from scratch in {job_dir}.")
-        if exp.checkpoint.init_from_checkpoint_rules:
-            state = _init_from_checkpoints(rt, state, exp, log)
-    else:
-        step, state, data_state = ckpt.restore(rt.programs.abstract_with_shardings())
-        if step >= exp.train.num_steps:
-            ckpt.close()
-            log(f"{exp.name or 'The experiment'} in {job_dir} is already trained to step {step} (train.num_steps="
-                f"{exp.train.num_steps}): nothing to do. Raise --train.num-steps to train further.")  # fmt: skip
-            return TrainResult(step, {}, {}, False, 0.0, time.time() - start)
-        early = EarlyStopping.restore(exp.train.early_stopping, data_state)
-        if early.stopped:
-            ckpt.close()
-            log(f"{exp.name or 'The experiment'} in {job_dir} stopped early at step {step}: {early.stopped} "
-                "(train.early_stopping): nothing to do. Change train.early_stopping to train further.")  # fmt: skip
-            return TrainResult(step, {}, {}, False, 0.0, time.time() - start, early.stopped)
-        _restore_inputs(rt, exp, data_state, log)
-        log(f"Resuming {exp.name or 'experiment'} from checkpoint at step {step} in {job_dir}.")
-    if primary:
-        write_config(job_dir, exp.to_dict())
-        if changed:
-            log("Config changes since the last run in this job dir:\n  " + "\n  ".join(changed))
-    writer = _log_writes(ckpt, SummaryWriter, job_dir, enabled=primary, start_step=step)
-    progress = Progress(exp.train.num_steps, step) if primary and step < exp.train.num_steps else None
-    examples_per_step = exp.data.train.batch_size * jax.process_count()
-    # Throughput in the model's unit: tokens (Pax's and nanoGPT's; a sequence-to-sequence
-    # model's input + target tokens) where an example carries several, else examples.
-    tokens_per_example = exp.model.tokens_per_example(exp.data)
-    tokens_per_step = examples_per_step * tokens_per_example
-    train_metrics: dict[str, float] = {}
-    eval_metrics: dict[str, float] = {}
-    window_start, window_steps, tokens_per_s = time.time(), 0, 0.0
-    skipped_so_far = int(jax.device_get(skipped_steps(state.opt_state)))
-    preempted = False
-    stop_reason = ""
-    while step < exp.train.num_steps:
-        n = _loop_length(exp, step)
-        if n == 1:
-            batch = rt.programs.global_batch(_next_train_batch(train_input, step + 1, ckpt))
-            _maybe_profile(exp, job_dir, step)
-            state, outputs = rt.programs.train_step(state, batch)
+@dataclass
+class _Run:
+    """One training run: the pieces `_train` built, the train state, and the running counters.
+    `run` is the loop; each event of it (a compiled call, a summary, an eval, a decode, a
+    checkpoint) is a method of its own, and `start` / `finish` open and close the run."""
+
+    exp: ExperimentConfig
+    job_dir: Path
+    log: Callable[[str], None]
+    stop: _StopFlag
+    rt: Runtime
+    ckpt: Checkpointer
+    train_input: Any
+    primary: bool = field(default_factory=lambda: jax.process_index() == 0)
+    started: float = field(default_factory=time.time)
+    step: int = 0
+    state: Any = None
+    outputs: Any = None
+    early: EarlyStopping | None = None
+    writer: Any = None
+    progress: Progress | None = None
+    train_metrics: dict[str, float] = field(default_factory=dict)
+    eval_metrics: dict[str, float] = field(default_factory=dict)
+    window_start: float = 0.0
+    window_steps: int = 0
+    tokens_per_s: float = 0.0
+    skipped_so_far: int = 0
+    preempted: bool = False
+    stop_reason: str = ""
+
+    def run(self, changed: list[str]) -> TrainResult:
+        done = self.start(changed)
+        if done is not None:
+            return done
+        exp = self.exp
+        while self.step < exp.train.num_steps:
+            self.train_call()
+            if _due(self.step, exp.train.summary_interval_steps) or self.step == exp.train.num_steps:
+                self.summarize()
+            if _due(self.step, exp.train.eval_interval_steps):
+                self.evaluate()
+            if _due(self.step, exp.train.decode_interval_steps):
+                self.decode()
+            stopping = self.stop.agreed()
+            if self.ckpt.should_save(self.step) or stopping or self.stop_reason or self.step == exp.train.num_steps:
+                self.save()
+            if self.stop_reason and not stopping:
+                self.ckpt.wait_until_finished()
+                self.log(f"Stopping early at step {self.step}: {self.stop_reason} (train.early_stopping); saved a "
+                         "checkpoint.")  # fmt: skip
+                break
+            if stopping:
+                self.preempted = True
+                self.ckpt.wait_until_finished()
+                self.log(f"Stop requested ({self.stop.requested or 'by another host'}): saved a checkpoint at step "
+                         f"{self.step}; exiting. Rerun the same command to resume from it.")  # fmt: skip
+                break
+        return self.finish()
+
+    # -- opening: a fresh state or the newest checkpoint ------------------------------------
+    def start(self, changed: list[str]) -> TrainResult | None:
+        """Restores (or initialises) the state, writes config.json and opens the writers; a
+        TrainResult when there is nothing to train (already at num_steps, stopped early)."""
+        exp, ckpt, log = self.exp, self.ckpt, self.log
+        self.early = EarlyStopping(exp.train.early_stopping)
+        if ckpt.latest_step() is None:
+            self.state = self.rt.programs.init_state(exp.train.seed)
+            log(f"Starting {exp.name or 'experiment'} from scratch in {self.job_dir}.")
+            if exp.checkpoint.init_from_checkpoint_rules:
+                self.state = _init_from_checkpoints(self.rt, self.state, exp, log)
         else:
-            batches = [_next_train_batch(train_input, step + 1 + i, ckpt) for i in range(n)]
-            state, outputs = rt.programs.train_steps(state, rt.programs.global_batches(batches))
-        step += n
-        window_steps += n
-        interval = exp.train.summary_interval_steps
-        if (interval and step % interval == 0) or step == exp.train.num_steps:
-            train_metrics = step_scalars(*jax.device_get((outputs.metrics, outputs.summaries)))
-            elapsed = time.time() - window_start
-            tokens_per_s = tokens_per_step * window_steps / max(elapsed, 1e-9)
-            if tokens_per_example > 1:
-                train_metrics["tokens_per_s"] = tokens_per_s
-            train_metrics["examples_per_s"] = examples_per_step * window_steps / max(elapsed, 1e-9)
-            train_metrics["steps_per_s"] = window_steps / max(elapsed, 1e-9)
-            window_start, window_steps = time.time(), 0
-            _log_writes(ckpt, writer.write, step, "train", train_metrics)
-            if progress:
-                progress.update(step, train_metrics)
-            _check_finite(exp, step, train_metrics, ckpt)
-            skipped_so_far = _report_skipped(step, train_metrics, skipped_so_far, log)
-        if exp.train.eval_interval_steps and step % exp.train.eval_interval_steps == 0:
-            eval_metrics = _evaluate(rt, state, step, ckpt, log)
-            _log_writes(ckpt, writer.write, step, "eval", eval_metrics)
-            stop_reason = early.update(step, eval_metrics)
-        if exp.train.decode_interval_steps and step % exp.train.decode_interval_steps == 0:
-            _decode_during_training(rt, state, step, ckpt, writer, log)
-        stopping = stop.agreed()
-        if ckpt.should_save(step) or stopping or stop_reason or step == exp.train.num_steps:
-            finite = {k: float(outputs.metrics[k].value) for k in ("total_loss", "grad_norm")}
-            _check_finite(exp, step, finite, ckpt)
-            ckpt.save(step, state, _input_states(rt, exp, early), force=True)
-        if stop_reason and not stopping:
-            ckpt.wait_until_finished()
-            log(f"Stopping early at step {step}: {stop_reason} (train.early_stopping); saved a checkpoint.")
-            break
-        if stopping:
-            preempted = True
-            ckpt.wait_until_finished()
-            log(f"Stop requested ({stop.requested or 'by another host'}): saved a checkpoint at step {step}; "
-                "exiting. Rerun the same command to resume from it.")  # fmt: skip
-            break
-    if progress:
-        progress.close()
-    if exp.profile.steps and primary and exp.profile.steps[0] < step <= exp.profile.steps[1]:
-        jax.profiler.stop_trace()
-    interval = exp.train.eval_interval_steps
-    if not preempted and (interval == 0 or step % interval):
-        eval_metrics = _evaluate(rt, state, step, ckpt, log)
-        _log_writes(ckpt, writer.write, step, "eval", eval_metrics)
-    ckpt.wait_until_finished()
-    ckpt.close()
-    _log_writes(ckpt, writer.close)
-    if primary:
-        _log_writes(ckpt, write_plots, job_dir, what=f"drawing the plots in {job_dir / 'plots'}")
-    wall = time.time() - start
-    if not preempted and primary:
-        unit = "tokens" if tokens_per_example > 1 else "examples"
-        log(_summary_line(step, train_metrics, eval_metrics, tokens_per_s, unit, wall))
-        if exp.train.sample_at_end:
-            print_samples(rt, state, exp.decode, log=log)
-    return TrainResult(step, train_metrics, eval_metrics, preempted, tokens_per_s, wall, stop_reason)
+            self.step, self.state, data_state = ckpt.restore(self.rt.programs.abstract_with_shardings())
+            if self.step >= exp.train.num_steps:
+                ckpt.close()
+                log(f"{exp.name or 'The experiment'} in {self.job_dir} is already trained to step {self.step} "
+                    f"(train.num_steps={exp.train.num_steps}): nothing to do. Raise --train.num-steps to train "
+                    "further.")  # fmt: skip
+                return TrainResult(self.step, {}, {}, False, 0.0, time.time() - self.started)
+            self.early = EarlyStopping.restore(exp.train.early_stopping, data_state)
+            if self.early.stopped:
+                ckpt.close()
+                log(f"{exp.name or 'The experiment'} in {self.job_dir} stopped early at step {self.step}: "
+                    f"{self.early.stopped} (train.early_stopping): nothing to do. Change train.early_stopping to "
+                    "train further.")  # fmt: skip
+                return TrainResult(self.step, {}, {}, False, 0.0, time.time() - self.started, self.early.stopped)
+            _restore_inputs(self.rt, exp, data_state, log)
+            log(f"Resuming {exp.name or 'experiment'} from checkpoint at step {self.step} in {self.job_dir}.")
+        if self.primary:
+            write_config(self.job_dir, exp.to_dict())
+            if changed:
+                log("Config changes since the last run in this job dir:\n  " + "\n  ".join(changed))
+        self.writer = _log_writes(ckpt, SummaryWriter, self.job_dir, enabled=self.primary, start_step=self.step)
+        if self.primary and self.step < exp.train.num_steps:
+            self.progress = Progress(exp.train.num_steps, self.step)
+        self.window_start = time.time()
+        self.skipped_so_far = int(jax.device_get(skipped_steps(self.state.opt_state)))
+        return None
+
+    # -- the events of the loop ---------------------------------------------------------------
+    def train_call(self) -> None:
+        """One compiled call: a single step, or `train.steps_per_loop` of them (`_loop_length`)."""
+        rt, n = self.rt, _loop_length(self.exp, self.step)
+        if n == 1:
+            batch = rt.programs.global_batch(_next_train_batch(self.train_input, self.step + 1, self.ckpt))
+            _maybe_profile(self.exp, self.job_dir, self.step)
+            self.state, self.outputs = rt.programs.train_step(self.state, batch)
+        else:
+            batches = [_next_train_batch(self.train_input, self.step + 1 + i, self.ckpt) for i in range(n)]
+            self.state, self.outputs = rt.programs.train_steps(self.state, rt.programs.global_batches(batches))
+        self.step += n
+        self.window_steps += n
+
+    def summarize(self) -> None:
+        """The train metrics of the last step and the throughput since the last summary, to the
+        log files and the progress bar (the loop's one host sync); stops on a non-finite loss."""
+        exp = self.exp
+        metrics = step_scalars(*jax.device_get((self.outputs.metrics, self.outputs.summaries)))
+        elapsed = max(time.time() - self.window_start, 1e-9)
+        examples_per_step = exp.data.train.batch_size * jax.process_count()
+        # Throughput in the model's unit: tokens (Pax's and nanoGPT's; a sequence-to-sequence
+        # model's input + target tokens) where an example carries several, else examples.
+        tokens_per_example = exp.model.tokens_per_example(exp.data)
+        self.tokens_per_s = examples_per_step * tokens_per_example * self.window_steps / elapsed
+        if tokens_per_example > 1:
+            metrics["tokens_per_s"] = self.tokens_per_s
+        metrics["examples_per_s"] = examples_per_step * self.window_steps / elapsed
+        metrics["steps_per_s"] = self.window_steps / elapsed
+        self.window_start, self.window_steps = time.time(), 0
+        self.train_metrics = metrics
+        _log_writes(self.ckpt, self.writer.write, self.step, "train", metrics)
+        if self.progress:
+            self.progress.update(self.step, metrics)
+        _check_finite(exp, self.step, metrics, self.ckpt)
+        self.skipped_so_far = _report_skipped(self.step, metrics, self.skipped_so_far, self.log)
+
+    def evaluate(self) -> None:
+        """An eval run, its metrics logged, and early stopping's verdict on them."""
+        self.eval_metrics = _evaluate(self.rt, self.state, self.step, self.ckpt, self.log)
+        _log_writes(self.ckpt, self.writer.write, self.step, "eval", self.eval_metrics)
+        self.stop_reason = self.early.update(self.step, self.eval_metrics)
+
+    def decode(self) -> None:
+        _decode_during_training(self.rt, self.state, self.step, self.ckpt, self.writer, self.log)
+
+    def save(self) -> None:
+        """A checkpoint of this step (asynchronous), after checking the loss is finite."""
+        finite = {k: float(self.outputs.metrics[k].value) for k in ("total_loss", "grad_norm")}
+        _check_finite(self.exp, self.step, finite, self.ckpt)
+        self.ckpt.save(self.step, self.state, _input_states(self.rt, self.exp, self.early), force=True)
+
+    # -- closing: the last eval, plots, the summary line and a sample ---------------------------
+    def finish(self) -> TrainResult:
+        exp, log = self.exp, self.log
+        if self.progress:
+            self.progress.close()
+        if exp.profile.steps and self.primary and exp.profile.steps[0] < self.step <= exp.profile.steps[1]:
+            jax.profiler.stop_trace()
+        if not self.preempted and not _due(self.step, exp.train.eval_interval_steps):
+            self.evaluate_at_end()
+        self.ckpt.wait_until_finished()
+        self.ckpt.close()
+        _log_writes(self.ckpt, self.writer.close)
+        if self.primary:
+            _log_writes(self.ckpt, write_plots, self.job_dir, what=f"drawing the plots in {self.job_dir / 'plots'}")
+        wall = time.time() - self.started
+        if not self.preempted and self.primary:
+            unit = "tokens" if exp.model.tokens_per_example(exp.data) > 1 else "examples"
+            log(_summary_line(self.step, self.train_metrics, self.eval_metrics, self.tokens_per_s, unit, wall))
+            if exp.train.sample_at_end:
+                print_samples(self.rt, self.state, exp.decode, log=log)
+        return TrainResult(
+            self.step, self.train_metrics, self.eval_metrics, self.preempted, self.tokens_per_s, wall, self.stop_reason
+        )
+
+    def evaluate_at_end(self) -> None:
+        """The final eval when the last step was not an eval step (early stopping has had its say)."""
+        self.eval_metrics = _evaluate(self.rt, self.state, self.step, self.ckpt, self.log)
+        _log_writes(self.ckpt, self.writer.write, self.step, "eval", self.eval_metrics)
+
+
+def _due(step: int, interval: int) -> bool:
+    """Whether an event every `interval` steps (0 = never) falls on `step`."""
+    return bool(interval) and step % interval == 0
 
 
 def _init_from_checkpoints(rt: Runtime, state: Any, exp: ExperimentConfig, log) -> Any:
