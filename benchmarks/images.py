@@ -46,15 +46,15 @@ import numpy as np
 from benchmarks import flops, hlo_ops
 from benchmarks.mfu import compile_and_time, time_steps
 from benchmarks.reference_resnet import ResNetReferenceConfig, make_train_step
+from pax_eqx.command_line import cli
 from pax_eqx.experiment import ExperimentConfig
-from pax_eqx.programs import cli
 
 IMAGENET_EXP, FALLBACK_EXP = "imagenet_resnet50", "digits_resnet"
 
 
 def default_experiment() -> str:
     """`imagenet_resnet50` when registered, else `digits_resnet`."""
-    from pax_eqx.programs import registry
+    from pax_eqx.command_line import registry
 
     try:
         registry.load_experiment(IMAGENET_EXP)
@@ -253,6 +253,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from pax_eqx.programs import entry
+    from pax_eqx.command_line import entry
 
     entry.run(lambda: main(sys.argv[1:]))

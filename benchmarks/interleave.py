@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import jax
 
 from benchmarks.mfu import synthetic_step
-from pax_eqx.programs import cli
+from pax_eqx.command_line import cli
 
 
 def build(exp_name: str, flags: str) -> Any:

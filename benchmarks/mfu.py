@@ -37,10 +37,10 @@ import numpy as np
 from benchmarks import flops
 from benchmarks.reference_config import ACTIVATIONS, NORMS, ReferenceConfig
 from benchmarks.reference_gpt import make_train_step
+from pax_eqx.command_line import cli
 from pax_eqx.data.lm_examples import FIELDS, RandomTokens
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.models.language_model import LanguageModelConfig
-from pax_eqx.programs import cli
 
 
 def time_steps(step: Callable[[Any], Any], state: Any, warmup: int, steps: int) -> tuple[list[float], Any]:
@@ -331,6 +331,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from pax_eqx.programs import entry
+    from pax_eqx.command_line import entry
 
     entry.run(lambda: main(sys.argv[1:]))

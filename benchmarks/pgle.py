@@ -28,7 +28,7 @@ from typing import Sequence
 import jax
 
 from benchmarks.mfu import synthetic_step
-from pax_eqx.programs import cli
+from pax_eqx.command_line import cli
 from pax_eqx.programs.pgle import write_profile, xla_flag
 
 NO_COMMAND_BUFFERS = "--xla_gpu_enable_command_buffer="
@@ -71,6 +71,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from pax_eqx.programs import entry
+    from pax_eqx.command_line import entry
 
     entry.run(lambda: main(sys.argv[1:]))

@@ -40,7 +40,7 @@ import jax
 from benchmarks import hlo_ops
 from benchmarks.mfu import reference_step, synthetic_step, time_steps
 from benchmarks.pgle import without_command_buffers
-from pax_eqx.programs import cli
+from pax_eqx.command_line import cli
 from pax_eqx.programs.pgle import newest_trace_dir
 
 Event = tuple[str, str, int, int]  # (hlo_op, device, start_ns, end_ns)
@@ -232,6 +232,6 @@ def _print_comparison(ours: dict[str, Any], ref: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    from pax_eqx.programs import entry
+    from pax_eqx.command_line import entry
 
     entry.run(lambda: main(sys.argv[1:]))

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pax_eqx.programs import cli, entry
+from pax_eqx import programs
+from pax_eqx.command_line import cli, entry
 
 DESCRIPTION = (
     "Sample text (or beam-search an n-best list) from the newest checkpoint of a job dir, with the experiment "
@@ -38,6 +39,7 @@ def expand_short_flags(argv: list[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    entry.set_memory_planner(programs.planned_bytes)  # an out-of-memory line quotes the plan
     import sys
 
     argv = expand_short_flags(list(sys.argv[1:] if argv is None else argv))

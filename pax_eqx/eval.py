@@ -16,13 +16,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from pax_eqx.programs import cli, entry
+from pax_eqx import programs
+from pax_eqx.command_line import cli, entry
 
 DESCRIPTION = "Evaluate the newest checkpoint of a job dir on its experiment's eval data (read from DIR/config.json)."
 SPLIT = "eval_separate"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    entry.set_memory_planner(programs.planned_bytes)  # an out-of-memory line quotes the plan
     exp, job_dir, _ = cli.parse(argv, "python -m pax_eqx.eval", DESCRIPTION, saved_experiment=True)
     import jax
 

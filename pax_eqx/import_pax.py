@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from pax_eqx.programs import entry
+from pax_eqx.command_line import entry
 
 DESCRIPTION = (
     "Import a Paxml checkpoint into a new pax_eqx job dir, for `train` (fine-tuning), `eval` and `decode`. Pass "
@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not {"-h", "--help"} & set(argv):
         print(f"Loading experiment {entry.experiment_named(argv)} ...", flush=True)
-    from pax_eqx.programs import cli
+    from pax_eqx.command_line import cli
 
     exp, job_dir, ns = cli.parse(
         argv,

@@ -146,7 +146,7 @@ def write_image_grid(batch: dict, path: str | os.PathLike, source: str = "", max
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pax_eqx.programs import cli
+    from pax_eqx.command_line import cli
 
     extra = (
         ("--split", {"choices": ("train", "eval"), "default": "train", "help": "which input (default: train)"}),
@@ -184,6 +184,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from pax_eqx.programs import entry
+    from pax_eqx.command_line import entry
 
     entry.run(main)

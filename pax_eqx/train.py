@@ -15,16 +15,18 @@ import os
 import sys
 from collections.abc import Sequence
 
-from pax_eqx.programs import entry
+from pax_eqx import programs
+from pax_eqx.command_line import entry
 
 DESCRIPTION = "Train a pax_eqx experiment; a second run on the same --job-log-dir resumes it."
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    entry.set_memory_planner(programs.planned_bytes)  # an out-of-memory line quotes the plan
     argv = list(sys.argv[1:] if argv is None else argv)
     if not {"-h", "--help"} & set(argv):
         print(f"Loading experiment {entry.experiment_named(argv)} ...", flush=True)
-    from pax_eqx.programs import cli
+    from pax_eqx.command_line import cli
 
     exp, job_dir, ns = cli.parse(
         argv,

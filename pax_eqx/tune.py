@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from pax_eqx.programs import entry
+from pax_eqx.command_line import entry
 
 DESCRIPTION = (
     "Search an experiment's hyperparameters with Optuna: trials are real training runs under --study-dir; rerun the "
@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"Loading experiment {exp_arg} ...", flush=True)
     import optuna
 
-    from pax_eqx.programs import cli
+    from pax_eqx.command_line import cli
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the tuner prints one line per trial itself
     # Heartbeats and the stale-trial check are marked experimental, and heartbeats are said to be
@@ -180,7 +180,7 @@ def _without_exp(args: list[str]) -> list[str]:
 def _search_space(exp_arg: str, ns: argparse.Namespace):
     """The experiment's registered space (or --search-space's), with --param, --metric and
     --direction applied."""
-    from pax_eqx.programs import registry
+    from pax_eqx.command_line import registry
     from pax_eqx.tuning.space import SearchSpace, SearchSpaceError, parse_param
 
     if ns.search_space:

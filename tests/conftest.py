@@ -7,7 +7,7 @@ back instead of recompiled. It is the same executable, so no result changes; it 
 jax.config, not the environment, so the CLI subprocesses that tests start compile as a user's do.
 PAX_EQX_TESTS_NO_COMPILATION_CACHE=1 turns it off (to time or debug the compiles themselves).
 The host allocator keeps freed pages for the next step, as every pax_eqx program's does
-(pax_eqx/programs/host_memory.py).
+(pax_eqx/command_line/host_memory.py).
 """
 
 import atexit
@@ -22,7 +22,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
-from pax_eqx.programs.host_memory import retain_freed_pages  # noqa: E402
+from pax_eqx.command_line.host_memory import retain_freed_pages  # noqa: E402
 
 retain_freed_pages()
 

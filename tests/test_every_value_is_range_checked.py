@@ -30,10 +30,10 @@ from typing import Any
 
 import pytest
 
+from pax_eqx.command_line import cli, registry
 from pax_eqx.config import ConfigError
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.learners import ScheduleConfig, build_schedule
-from pax_eqx.programs import cli, registry
 
 INT_SUSPECTS = (-1, 0, 2**63, -(2**63), 1.5, True)
 FLOAT_SUSPECTS = (math.nan, math.inf, -math.inf, -1.0, 0.0)

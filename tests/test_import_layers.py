@@ -47,7 +47,7 @@ def test_the_import_contracts_hold():
             "from pax_eqx import experiment",
             "never import tasks, experiment or programs",
         ),
-        ("pax_eqx/programs/cli.py", "import experiments.shakespeare", "pax_eqx never imports experiments"),
+        ("pax_eqx/command_line/cli.py", "import experiments.shakespeare", "pax_eqx never imports experiments"),
         ("pax_eqx/tasks/task.py", "from pax_eqx.experiment import ExperimentConfig", "tasks never import"),
         ("pax_eqx/models/model.py", "from pax_eqx.tasks import task", "floors: imports point down"),
     ],

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pax_eqx import layers
-from pax_eqx.programs import registry
+from pax_eqx.command_line import registry
 
 TUTORIALS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "tutorials"
 LAYER_BASICS = TUTORIALS / "layer_basics.py"

@@ -1,7 +1,7 @@
 """What can go wrong with a checkpoint: the errors and the warning the Checkpointer raises.
 
 One family, so a caller catches every checkpoint failure with `CheckpointError` and tells the
-kinds apart by class (`pax_eqx.programs.entry` maps a mismatch to exit 2, the rest to exit 1).
+kinds apart by class (`pax_eqx.command_line.entry` maps a mismatch to exit 2, the rest to exit 1).
 `listed` and `one_line` shape their messages: a long list cut to its first lines, an
 orbax/tensorstore exception cut to one readable line.
 """

@@ -80,6 +80,11 @@ class Plan(NamedTuple):
         return self.text
 
 
+def planned_bytes(exp: ExperimentConfig) -> int:
+    """The plan's total per device: what an out-of-memory error quotes (entry.set_memory_planner)."""
+    return plan(exp).total_bytes
+
+
 def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> Plan:
     exp.validate(data_files=False)
     mesh_shape = dict(zip(AXES, exp.mesh.shape))

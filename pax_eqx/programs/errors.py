@@ -1,14 +1,14 @@
 """Errors of a run that started well and then failed: `python -m pax_eqx.*` exits 1 on them.
 
 A bad input (flag, field, path, data file, job dir) is reported before anything runs and exits
-2 (pax_eqx.programs.entry); these are the failures that can only happen mid-run. Each message
+2 (pax_eqx.command_line.entry); these are the failures that can only happen mid-run. Each message
 says at which step, why, and which checkpoint a rerun of the same command resumes from.
 
 pax_eqx's error types, the only exceptions the entry points print as one `error:` line:
 
     exit 2  ConfigError (pax_eqx.config; a ValueError) -- a bad flag, field, value, data file
               JobDirError (pax_eqx.programs.job_dir)    -- a job dir that cannot be used
-              UnknownExperimentError (pax_eqx.programs.registry) -- a bad --exp
+              UnknownExperimentError (pax_eqx.command_line.registry) -- a bad --exp
             CheckpointMismatchError (pax_eqx.checkpoint) -- a checkpoint of another model
     exit 1  RunError (here): NonFiniteLossError, DataPipelineError
             CheckpointError (pax_eqx.checkpoint): a checkpoint that cannot be written or read

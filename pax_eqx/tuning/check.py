@@ -15,9 +15,9 @@ import types
 import typing
 from typing import Any
 
+from pax_eqx.command_line import cli
 from pax_eqx.config import ConfigError, check_fields
 from pax_eqx.experiment import ExperimentConfig
-from pax_eqx.programs import cli
 from pax_eqx.tuning.space import Choice, Domain, IntRange, Scalar, SearchSpace, SearchSpaceError, flag
 
 PROG = "python -m pax_eqx.train"

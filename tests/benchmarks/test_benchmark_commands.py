@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "programs"))
 from tiny import tiny_args  # noqa: E402
 
 from pax_eqx import train  # noqa: E402
-from pax_eqx.programs import cli  # noqa: E402
+from pax_eqx.command_line import cli  # noqa: E402
 
 TOY_XL = [
     "--model.num-layers", "2", "--model.model-dims", "64", "--model.hidden-dims", "256", "--model.num-heads", "4",

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import pytest
 
 from benchmarks import flops, hlo_ops, images
+from pax_eqx.command_line import cli
 from pax_eqx.layers.resnets import ResNetBlockConfig, ResNetConfig, resnet18, resnet50
-from pax_eqx.programs import cli
 
 TINY = ResNetConfig(
     blocks=(1, 1), channels=(8, 8), strides=(1, 2), stem="small", stem_channels=8, block=ResNetBlockConfig()

@@ -15,8 +15,8 @@ import pytest
 
 from benchmarks import hlo_ops, step_breakdown
 from benchmarks.mfu import synthetic_step
-from pax_eqx.programs import cli
-from pax_eqx.programs.cli import CliError
+from pax_eqx.command_line import cli
+from pax_eqx.command_line.cli import CliError
 
 L, D, F, N, H, V, S, B = 2, 64, 256, 4, 16, 512, 32, 8
 TOY_XL = [

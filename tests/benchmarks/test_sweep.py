@@ -100,7 +100,7 @@ def test_a_missing_or_empty_variants_file_is_one_clear_error(tmp_path, capsys):
 
 def test_every_line_of_the_shipped_sweeps_is_a_valid_experiment():
     """A typo in a sweep costs GPU time on a lease: each line must parse and validate here."""
-    from pax_eqx.programs import cli
+    from pax_eqx.command_line import cli
 
     for path in sorted(SMOKE.parent.glob("*.txt")):
         for variant in sweep.read_variants(path):

@@ -10,8 +10,8 @@ import numpy as np
 
 from pax_eqx import import_pax
 from pax_eqx.checkpoint.config import InitFromCheckpointConfig
+from pax_eqx.command_line import cli
 from pax_eqx.learners.variables import param_names
-from pax_eqx.programs import cli
 from pax_eqx.programs.restore import restore_for_inference
 from pax_eqx.programs.runtime import Runtime
 from pax_eqx.programs.train_loop import _init_from_checkpoints

@@ -228,7 +228,7 @@ def _check_restores_as_pax(flags: list[str]) -> None:
     logits, and Adam's moments at Praxis' update count."""
     import optax
 
-    from pax_eqx.programs import cli
+    from pax_eqx.command_line import cli
     from pax_eqx.programs.restore import restore_for_inference
 
     exp, job_dir, _ = cli.parse(flags, "test", "test")

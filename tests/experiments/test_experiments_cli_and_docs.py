@@ -89,7 +89,7 @@ def test_documented_dry_run_commands_work(capsys, doc, argv, expected):
 
 
 def test_data_synthetic_true_is_data_source_synthetic(capsys):
-    from pax_eqx.programs import cli
+    from pax_eqx.command_line import cli
 
     exp, _, _ = cli.parse(
         ["--exp", "c4_spmd_1b_adam_4replicas", "--data.synthetic", "true"], "t", "", job_dir_required=False

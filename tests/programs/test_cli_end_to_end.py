@@ -10,7 +10,7 @@ from tiny import TINY, mesh_args, tiny_args
 
 from pax_eqx import decode, train
 from pax_eqx import eval as eval_main
-from pax_eqx.programs.registry import UnknownExperimentError
+from pax_eqx.command_line.registry import UnknownExperimentError
 
 ONE_DEVICE = {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
 

@@ -12,10 +12,10 @@ import dataclasses
 
 import pytest
 
+from pax_eqx.command_line import cli, registry
 from pax_eqx.config import Config, config
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.models import LanguageModelConfig
-from pax_eqx.programs import cli, registry
 
 
 @config

@@ -13,7 +13,7 @@ import pytest
 from tiny import TINY
 
 from pax_eqx import train
-from pax_eqx.programs import entry, registry
+from pax_eqx.command_line import entry, registry
 
 PIPELINED = ["--mesh.ici-mesh-shape", "2", "2", "2", "1"]
 UNPIPELINED = ["--model.pipeline.num-stages", "1", "--model.pipeline.num-microbatches", "1",

@@ -16,8 +16,8 @@ from tiny import tiny_args
 
 from pax_eqx import train
 from pax_eqx.checkpoint import Checkpointer
+from pax_eqx.command_line import cli
 from pax_eqx.learners.variables import param_names
-from pax_eqx.programs import cli
 from pax_eqx.programs.runtime import Runtime
 
 KNOBS = (
@@ -98,8 +98,8 @@ def test_decoding_during_training_logs_samples_to_metrics_and_tensorboard(tmp_pa
 
 
 def test_decoding_during_training_needs_a_model_that_decodes():
+    from pax_eqx.command_line import registry
     from pax_eqx.config import ConfigError
-    from pax_eqx.programs import registry
 
     exp = registry.load_experiment("digits_mlp")
     exp = exp.replace(train=exp.train.replace(decode_interval_steps=10))

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
+from pax_eqx.command_line.registry import load_experiment
 from pax_eqx.programs.dry_run import plan
-from pax_eqx.programs.registry import load_experiment
 
 
 def gib(text: str, row: str) -> float:

@@ -19,13 +19,14 @@ import jax
 import pytest
 
 from experiments.registry import load_experiment
+from pax_eqx import programs
 from pax_eqx.checkpoint import CheckpointError
 from pax_eqx.checkpoint.errors import CheckpointMismatchError
+from pax_eqx.command_line import entry
+from pax_eqx.command_line.registry import UnknownExperimentError
 from pax_eqx.config import ConfigError
-from pax_eqx.programs import entry
 from pax_eqx.programs.errors import NonFiniteLossError
 from pax_eqx.programs.job_dir import JobDirError
-from pax_eqx.programs.registry import UnknownExperimentError
 
 
 @pytest.fixture(autouse=True)
@@ -91,7 +92,7 @@ def test_an_error_that_is_not_ours_keeps_its_traceback(capsys, error):
 def test_a_real_command_keeps_the_traceback_of_an_unexpected_error(tmp_path):
     """The same through a real process: exit 1 with Python's traceback, no `error:` line."""
     code = (
-        "from pax_eqx.programs import entry\n"
+        "from pax_eqx.command_line import entry\n"
         "def main():\n"
         "    raise ValueError('a bug, not a user error')\n"
         "entry.run(main)\n"
@@ -105,7 +106,9 @@ def test_a_real_command_keeps_the_traceback_of_an_unexpected_error(tmp_path):
 
 def test_the_entry_module_imports_nothing_heavy():
     """A program prints its first line before JAX, orbax and tyro load (they take seconds)."""
-    code = "import sys, pax_eqx.programs.entry; print(sorted(m for m in ('jax', 'orbax', 'tyro') if m in sys.modules))"
+    code = (
+        "import sys, pax_eqx.command_line.entry; print(sorted(m for m in ('jax', 'orbax', 'tyro') if m in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "[]", result.stderr
 
@@ -161,6 +164,7 @@ def test_out_of_memory_is_one_line_with_the_estimate_and_the_flags(capsys, error
     exp = load_experiment("gpt3_xl")
 
     def main() -> int:
+        entry.set_memory_planner(programs.planned_bytes)  # what train.main does
         entry.note_run("python -m pax_eqx.train", exp, None)  # what cli.parse does
         raise error
 
@@ -185,6 +189,7 @@ def test_out_of_memory_when_planning_fails_too(capsys, monkeypatch):
     exp = load_experiment("shakespeare_char")
 
     def main() -> int:
+        entry.set_memory_planner(programs.planned_bytes)
         entry.note_run("python -m pax_eqx.eval", exp, None)
         raise jax.errors.JaxRuntimeError(OOM)
 

@@ -15,7 +15,7 @@ import pytest
 
 from pax_eqx import decode, inspect_data, train
 from pax_eqx import eval as eval_program
-from pax_eqx.programs import cli, registry
+from pax_eqx.command_line import cli, registry
 
 
 def help_text(main, capsys, *argv: str) -> str:

@@ -16,13 +16,13 @@ import sys
 
 import pytest
 
-from pax_eqx.programs import host_memory
+from pax_eqx.command_line import host_memory
 
 PAGES = (8 << 20) // os.sysconf("SC_PAGE_SIZE")  # the probe's block
 
 PROBE = r"""
 import ctypes, json, resource, sys
-from pax_eqx.programs.host_memory import retain_freed_pages
+from pax_eqx.command_line.host_memory import retain_freed_pages
 applied = retain_freed_pages()
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
@@ -70,7 +70,7 @@ def test_the_environments_own_malloc_tuning_and_the_opt_out_are_left_alone():
 
 
 def test_entry_run_applies_it(monkeypatch):
-    from pax_eqx.programs import entry
+    from pax_eqx.command_line import entry
 
     calls = []
     monkeypatch.setattr(entry, "retain_freed_pages", lambda: calls.append(1))

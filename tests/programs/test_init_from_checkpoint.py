@@ -9,9 +9,9 @@ from tiny import tiny_args
 
 from pax_eqx import train
 from pax_eqx.checkpoint.config import InitFromCheckpointConfig
+from pax_eqx.command_line import cli
 from pax_eqx.config import ConfigError
 from pax_eqx.learners.variables import param_names
-from pax_eqx.programs import cli
 from pax_eqx.programs.init_from import _source_params
 from pax_eqx.programs.runtime import Runtime
 from pax_eqx.programs.train_loop import _init_from_checkpoints

@@ -14,8 +14,8 @@ import textwrap
 
 import pytest
 
+from pax_eqx.command_line import registry
 from pax_eqx.config import ConfigError
-from pax_eqx.programs import registry
 
 
 def python(code: str, **kwargs) -> str:
@@ -30,7 +30,7 @@ def test_every_module_of_experiments_is_loaded_through_the_entry_point():
     out = python(
         """
         import pkgutil, sys
-        from pax_eqx.programs import registry
+        from pax_eqx.command_line import registry
         assert not [m for m in sys.modules if m.split(".")[0] == "experiments"]  # nothing before asked
         names = registry.names()
         import experiments
@@ -65,7 +65,7 @@ def test_a_package_of_ones_own_registers_through_its_entry_point(tmp_path):
         textwrap.dedent(
             '''
             from experiments.shakespeare import shakespeare_char
-            from pax_eqx.programs.registry import register
+            from pax_eqx.command_line.registry import register
 
             @register("my_tiny", aliases=("MyTiny",))
             def my_tiny():
@@ -76,7 +76,7 @@ def test_a_package_of_ones_own_registers_through_its_entry_point(tmp_path):
     )
     out = python(
         """
-        from pax_eqx.programs import registry
+        from pax_eqx.command_line import registry
         print(registry.load_experiment("MyTiny").name, "my_tiny" in registry.names())
         """,
         env={**os.environ, "PYTHONPATH": str(tmp_path)},

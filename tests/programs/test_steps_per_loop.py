@@ -10,7 +10,7 @@ import pytest
 from tiny import TINY, mesh_args
 
 from pax_eqx import train
-from pax_eqx.programs import cli
+from pax_eqx.command_line import cli
 from pax_eqx.programs.train_loop import _loop_length
 
 # 8 steps: summaries every 2, evals and checkpoints every 4.

@@ -21,11 +21,11 @@ from jaxtyping import Array, Float, Int
 
 from pax_eqx import decode, train
 from pax_eqx import eval as eval_main
+from pax_eqx.command_line import registry
 from pax_eqx.config import config
 from pax_eqx.metrics import weighted_mean
 from pax_eqx.models.incremental import IncrementalDecoder
 from pax_eqx.models.model import Model, ModelConfig
-from pax_eqx.programs import registry
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pax_eqx"
 FAMILIES = {

@@ -28,7 +28,8 @@ import sys
 import jax
 
 import pax_eqx.train
-from pax_eqx.programs import compiled, entry
+from pax_eqx.command_line import entry
+from pax_eqx.programs import compiled
 
 AT, KIND = int(os.environ["OOM_AT_CALL"]), os.environ["OOM_KIND"]
 build = compiled.Programs.__init__

@@ -2,7 +2,7 @@
 a non-zero exit, no traceback, and nothing already written lost or changed.
 
 Most cases need no training, so they call the CLI's `main()` in this process through
-`pax_eqx.programs.entry.run` -- the same wrapper `python -m` uses, so an exception that escaped it would
+`pax_eqx.command_line.entry.run` -- the same wrapper `python -m` uses, so an exception that escaped it would
 fail the test with its traceback. A few run as real subprocesses to prove the exit status and
 the output of the actual command line. Cases that resume a job dir use a copy of the reference
 run's job dir and compare its config.json and checkpoints byte for byte before and after.
@@ -30,8 +30,8 @@ from reliability_harness import (
 
 from pax_eqx import decode, train
 from pax_eqx import eval as eval_main
+from pax_eqx.command_line import entry
 from pax_eqx.data import DataConfig, TokenizerConfig, build_tokenizer
-from pax_eqx.programs import entry
 
 
 def args(job, *extra: str) -> list[str]:

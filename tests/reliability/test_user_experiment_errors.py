@@ -165,7 +165,7 @@ def test_an_entry_point_module_that_raises_at_import_is_one_line(user_dir, tmp_p
     (tmp_path / "broken_exps" / "tiny.py").write_text(
         textwrap.dedent(
             """
-            from pax_eqx.programs.registry import register
+            from pax_eqx.command_line.registry import register
 
             LAYERS = int("two")
             """

@@ -12,7 +12,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from pax_eqx.programs import cli, registry
+from pax_eqx.command_line import cli, registry
 from pax_eqx.tuning import Choice, IntRange, LogUniform, SearchSpace, SearchSpaceError, Uniform, parse_param
 from pax_eqx.tuning.check import baseline, check_space, flags, trial_experiment
 from pax_eqx.tuning.study import counted, grid, requeue

@@ -24,7 +24,7 @@ import optuna
 import pytest
 
 from pax_eqx import tune
-from pax_eqx.programs import registry
+from pax_eqx.command_line import registry
 
 TINY_TRIAL = [
     "--model.num-layers", "1", "--model.model-dims", "16", "--model.hidden-dims", "32", "--model.num-heads", "2",
@@ -146,7 +146,7 @@ def test_a_killed_study_resumes_its_trial_and_two_processes_share_it(tmp_path):
 def test_bad_input_is_one_line_before_anything_is_written(tmp_path, capsys, args, message):
     study = tmp_path / "study"
     with pytest.raises(SystemExit) as info:
-        from pax_eqx.programs import entry
+        from pax_eqx.command_line import entry
 
         entry.run(lambda: tune.main(["--exp", "shakespeare_char", "--study-dir", str(study), *args]))
     err = capsys.readouterr().err
@@ -156,7 +156,7 @@ def test_bad_input_is_one_line_before_anything_is_written(tmp_path, capsys, args
 
 
 def test_a_study_started_with_another_setup_is_refused(tmp_path, capsys):
-    from pax_eqx.programs import entry
+    from pax_eqx.command_line import entry
     from pax_eqx.tuning.study import open_storage, open_study, setup_attrs, storage_url
 
     study = tmp_path / "study"

@@ -36,9 +36,9 @@ from typing import Any
 
 import tyro
 
+from pax_eqx.command_line import entry, registry
 from pax_eqx.config import ConfigError
 from pax_eqx.experiment import ExperimentConfig
-from pax_eqx.programs import entry, registry
 
 DEFAULT_EXPERIMENT = entry.DEFAULT_EXPERIMENT
 

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pax_eqx.programs.host_memory import retain_freed_pages
+from pax_eqx.command_line.host_memory import retain_freed_pages
 
 VERBOSE_ENV = ("PAX_EQX_VERBOSE", "PAX_EQX_TRACEBACK")
 DEFAULT_EXPERIMENT = "shakespeare_char"
@@ -59,13 +59,21 @@ _RUN_ERRORS = (("pax_eqx.programs.errors", "RunError"), ("pax_eqx.checkpoint.err
 
 
 class _State:
-    """What the running program told us (pax_eqx.programs.cli.parse fills it in): `--verbose`,
+    """What the running program told us (pax_eqx.command_line.cli.parse fills it in): `--verbose`,
     and the experiment and job dir an out-of-memory message talks about."""
 
     verbose = False
     program = ""
     exp: Any = None
     job_dir: str | None = None
+    planner: Callable[[Any], int] | None = None  # experiment -> planned bytes per device (--dry-run)
+
+
+def set_memory_planner(planned_bytes: Callable[[Any], int]) -> None:
+    """What an out-of-memory line quotes: the program's estimate of an experiment's bytes per
+    device. A program that plans memory (train, eval, decode: the dry-run planner) sets it; this
+    room never imports the programs."""
+    _State.planner = planned_bytes
 
 
 def set_verbose(on: bool = True) -> None:
@@ -112,7 +120,7 @@ def _is(error: BaseException, pairs: tuple[tuple[str, str], ...]) -> bool:
 
 
 def run(main: Callable[[], int]) -> None:
-    _State.verbose, _State.program, _State.exp, _State.job_dir = False, "", None, None
+    _State.verbose, _State.program, _State.exp, _State.job_dir, _State.planner = False, "", None, None, None
     warnings.formatwarning = _format_warning
     for library in ("absl", "asyncio"):  # orbax's threads; tensorstore's unretrieved write tasks
         logging.getLogger(library).addFilter(_drop_traceback)
@@ -127,7 +135,7 @@ def run(main: Callable[[], int]) -> None:
 
 def _handle(error: BaseException) -> int:
     """The exit status for an error of ours (printed as one line); re-raises anything else."""
-    cli = sys.modules.get("pax_eqx.programs.cli")
+    cli = sys.modules.get("pax_eqx.command_line.cli")
     if cli is not None and isinstance(error, cli.CliError):
         return error.code
     if _is(error, _USER_ERRORS):
@@ -200,10 +208,10 @@ def oom_message(error: BaseException) -> str:
 
 def _planned(exp: Any) -> str:
     """The dry-run planner's per-device total, or "" when planning itself fails."""
+    if _State.planner is None:
+        return ""
     try:
-        from pax_eqx.programs.dry_run import plan
-
-        total = plan(exp).total_bytes
+        total = _State.planner(exp)
         name = getattr(exp, "name", "") or "the experiment"
         return f"the planner (--dry-run) estimates {_size(total)} per device for {name}{_device_memory()}"
     except Exception:  # noqa: BLE001 -- an estimate is a courtesy; the error line must come out regardless
