@@ -3,10 +3,13 @@ decode eval examples with greedy and a beam, decode a prompt with sentinels; the
 meets first (data of the other kind, a vocabulary without room for the sentinels, a sampling
 flag beside a beam) name the field before anything is written."""
 
+import json
+
 import pytest
 from test_cli_end_to_end import metrics
 
 from pax_eqx import decode, train
+from pax_eqx import eval as eval_main
 from pax_eqx.config import ConfigError
 
 TINY_S2S = [
@@ -29,13 +32,17 @@ def test_span_corruption_trains_resumes_and_decodes(tmp_path, capsys):
     rows = metrics(job)
     train_rows = [r for r in rows if r["split"] == "train"]
     assert [r["step"] for r in train_rows] == [2, 3, 4, 6] and train_rows[-1]["tokens_per_s"] > 0
-    assert [r["step"] for r in rows if r["split"] == "eval"] == [3, 6]
+    eval_rows = [r for r in rows if r["split"] == "eval"]
+    assert [r["step"] for r in eval_rows] == [3, 6]
     # The end of training decodes two eval examples: input, target, greedy and a beam of 4.
     assert out.count("--- example") == 2 and out.count("target: ") == 2
     assert out.count("greedy (score") == 2 and out.count("beam 1 (score") == 2
     assert "<extra_id_0>" in out and "mean score over 2 input(s): greedy" in out
 
-    assert decode.main(["--job-log-dir", str(job), "--beam-size", "2"]) == 0  # the experiment from config.json
+    assert eval_main.main(["--job-log-dir", str(job)]) == 0  # the experiment and its flags from config.json
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["step"] == 6 and result["total_loss"] > 0
+    assert decode.main(["--job-log-dir", str(job), "--beam-size", "2"]) == 0
     out = capsys.readouterr().out
     assert "Beam search from the checkpoint at step 6" in out and "beam 2 (score" in out
     assert decode.main([*args, "--prompt", "To be <extra_id_0> not to be", "--beam-size", "1"]) == 0
