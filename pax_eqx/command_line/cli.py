@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import difflib
 import inspect
 import io
 import json
@@ -347,7 +348,8 @@ def parse_fields(default: ExperimentConfig, args: Sequence[str], prog: str) -> E
             exp = generalise(tyro.cli(spec, default=_as(spec, default), args=list(args), prog=prog))
     except SystemExit as e:
         if e.code not in (0, None):
-            raise FlagError(one_line(captured.getvalue()) or f"cannot parse the arguments {list(args)}") from None
+            message = one_line(captured.getvalue()) or f"cannot parse the arguments {list(args)}"
+            raise FlagError(_with_nearest_flags(message, default)) from None
         sys.stderr.write(captured.getvalue())
         raise
     sys.stderr.write(captured.getvalue())  # warnings, if any
@@ -402,6 +404,46 @@ def _replace_expression(owner: str, path: list[str], value: str) -> str:
 
 
 _RULE = re.compile(r"^[\s\-─━═╌┄]*$")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_UNRECOGNIZED = re.compile(r"Unrecognized options?: ([^-]*(?:--[^ ,]+[^-]*)+?)(?: -- |$)")
+
+
+def _with_nearest_flags(message: str, default: Any) -> str:
+    """tyro's line, with the nearest field flags of each unrecognised one where tyro found none
+    (`--lr`: --learner.learning-rate; `--max-tokens`: --decode.max-new-tokens)."""
+    match = _UNRECOGNIZED.search(message)
+    if match is None or "Perhaps you meant" in message:
+        return message
+    unknown = [w for w in re.split(r"[,\s]+", match.group(1)) if w.startswith("--")]
+    flags = ["--" + path.replace("_", "-") for path in field_paths(default)]
+    hints = [f"{flag}: did you mean {', '.join(near)}?" for flag in unknown if (near := nearest_flags(flag, flags))]
+    if not hints:
+        return message
+    return message.replace(" -- For full helptext", " -- " + "; ".join(hints) + " -- For full helptext", 1)
+
+
+def field_paths(value: Any, prefix: str = "") -> list[str]:
+    """Every leaf field of a config as a dotted path (`learner.learning_rate`)."""
+    paths = []
+    for f in dataclasses.fields(value):
+        child = getattr(value, f.name)
+        if dataclasses.is_dataclass(child) and not isinstance(child, type):
+            paths += field_paths(child, f"{prefix}{f.name}.")
+        else:
+            paths.append(prefix + f.name)
+    return paths
+
+
+def nearest_flags(flag: str, flags: Sequence[str], n: int = 3) -> list[str]:
+    """The flags nearest `flag`: by the whole path, by the last part (`--max-tokens` ~
+    `--decode.max-new-tokens`), and by the last part's initials (`--lr` = learning-rate)."""
+    want = flag.lstrip("-").replace("_", "-")
+    tail = want.rsplit(".", 1)[-1]
+    last = {f: f.lstrip("-").rsplit(".", 1)[-1] for f in flags}
+    initials = [f for f in flags if len(tail) > 1 and "".join(w[:1] for w in last[f].split("-")) == tail]
+    by_tail = [f for t in difflib.get_close_matches(tail, set(last.values()), n, 0.75) for f in flags if last[f] == t]
+    by_path = difflib.get_close_matches("--" + want, flags, n, 0.8)
+    return list(dict.fromkeys([*by_path, *initials, *by_tail]))[:n]
 
 
 def one_line(box: str) -> str:
@@ -411,6 +453,7 @@ def one_line(box: str) -> str:
     of a section are joined with spaces.
     """
     sections: list[list[str]] = [[]]
+    box = _ANSI.sub("", box)  # a colour terminal's codes sit between the box characters
     lines = [line.strip().strip("│|╭╮╰╯").strip() for line in box.splitlines()]
     lines = [line for line in lines if line]
     for line in lines[1:]:  # lines[0] is the title ("Value error", "Unrecognized options")
