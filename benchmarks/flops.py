@@ -167,6 +167,33 @@ def measure_cpu_peak_tflops(size: int = 1024, repeats: int = 5, dtype=jnp.float3
     return 2.0 * size**3 / best / 1e12
 
 
+def rate_text(tflops_per_s: float) -> str:
+    """A FLOP rate in the unit that fits it: a CPU's 0.2 TF/s reads "210 GF/s", not "0.2 TF/s"
+    (or "0.0 TF/s" at one decimal)."""
+    if tflops_per_s >= 1.0:
+        return f"{tflops_per_s:,.1f} TF/s"
+    return f"{tflops_per_s * 1e3:,.1f} GF/s"
+
+
+def load_note(cores: int | None = None) -> str:
+    """ "" on an idle machine; else a sentence saying the measured peak and MFU are unreliable:
+    other processes running during the measurement slow the peak's matmuls and the step by
+    different amounts (a loaded machine has read MFU 91%). From the 1-minute load average."""
+    import os
+
+    cores = cores or os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not on this platform
+        return ""
+    if load <= 0.5 * cores:
+        return ""
+    return (
+        f"the machine's load average was {load:.1f} on {cores} cores during the measurement: the measured peak and "
+        "the MFU are unreliable; measure on an idle machine"
+    )
+
+
 def mfu(tokens_per_s: float, flops_per_token: float, peak: float, num_devices: int = 1) -> float:
     """Utilization: tokens_per_s * flops_per_token / (peak TFLOP/s per device * 1e12 * num_devices).
 

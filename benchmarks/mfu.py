@@ -251,6 +251,9 @@ def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, lo
         # Fake CPU devices share the same cores: the process-wide matmul rate is the whole peak.
         peak, mfu_devices = flops.measure_cpu_peak_tflops(), 1
         peak_source = "measured in this run: a jitted 1024x1024 float32 matmul, best of 5, whole CPU"
+        load = flops.load_note()  # the step was timed just before, the peak now: one reading covers both
+        if load:
+            peak_source += f"; {load}"
     result = {
         "exp": exp.name,
         "device_kind": device.device_kind,
@@ -290,15 +293,15 @@ def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, lo
 def _print_summary(r: dict[str, Any], log) -> None:
     log(f"{r['exp']} on {r['num_devices']} x {r['device_kind']}: {r['params'] / 1e6:,.1f}M params")
     log(f"  step {r['step_time_s'] * 1e3:,.1f} ms (median), {r['tokens_per_s']:,.0f} tokens/s, "
-        f"{r['model_tflops_per_s']:,.2f} model TFLOP/s, compile {r['compile_s']:.1f} s")  # fmt: skip
+        f"model {flops.rate_text(r['model_tflops_per_s'])}, compile {r['compile_s']:.1f} s")  # fmt: skip
     if r["steps_per_loop"] > 1:
         log(f"  ({r['steps_per_loop']} steps per compiled call, train.steps_per_loop; one step per call: "
             f"{r['one_step_call_time_s'] * 1e3:,.1f} ms)")  # fmt: skip
     if r["mfu"] is not None:
-        peak = f"peak {r['peak_tflops']:.1f} TF/s, {r['peak_source']}"
+        peak = f"peak {flops.rate_text(r['peak_tflops'])}, {r['peak_source']}"
         log(f"  MFU {r['mfu'] * 100:.1f}%  HFU {r['hfu'] * 100:.1f}%  ({peak})")
     elif r["hfu"] is not None:
-        peak = f"peak {r['peak_tflops']:.1f} TF/s, {r['peak_source']}"
+        peak = f"peak {flops.rate_text(r['peak_tflops'])}, {r['peak_source']}"
         log(f"  HFU {r['hfu'] * 100:.1f}% of the compiled step's matmul FLOPs; no model-FLOPs formula for "
             f"this family, so no MFU  ({peak})")  # fmt: skip
     if r["reference_step_time_s"]:

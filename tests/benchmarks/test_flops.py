@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from benchmarks import flops
 from benchmarks.flops import (
     attention_flops_per_token,
     hardware_flops_per_token,
@@ -84,3 +85,19 @@ def test_measured_cpu_peak_is_a_positive_rate():
     assert math.isfinite(tflops) and 0 < tflops < 100  # two CPU cores do not reach 100 TF/s
     with pytest.raises(ValueError, match="size > 0"):
         measure_cpu_peak_tflops(size=0)
+
+
+def test_rates_read_in_the_unit_that_fits_them():
+    assert flops.rate_text(0.21) == "210.0 GF/s"  # a CPU: not "0.2 TF/s", nor "0.0 TF/s"
+    assert flops.rate_text(989.4) == "989.4 TF/s"
+    assert flops.rate_text(1.0) == "1.0 TF/s"
+
+
+def test_a_loaded_machine_is_named_beside_the_measured_peak(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 0.4, 0.4))
+    assert flops.load_note(cores=2) == ""
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.5, 3.0, 2.0))
+    note = flops.load_note(cores=2)
+    assert note.startswith("the machine's load average was 3.5 on 2 cores") and "unreliable" in note
