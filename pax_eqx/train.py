@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     created = not os.path.exists(job_dir)
     path = prepare(job_dir)
     try:
-        train(exp, path)
+        train(exp, path, argv=argv)
     except BaseException:
         if created:
             _remove_if_empty(path)  # a run that failed before writing anything leaves no trace

@@ -56,6 +56,7 @@ from pax_eqx.programs.eval_loop import evaluate
 from pax_eqx.programs.init_from import init_from_checkpoints
 from pax_eqx.programs.job_dir import JobDirError, check_config, exclusive, write_config
 from pax_eqx.programs.pgle import enable_auto_pgle
+from pax_eqx.programs.run_record import record_command, tee_to_log
 from pax_eqx.programs.runtime import Runtime
 from pax_eqx.programs.sampling import check_prompt, print_samples
 from pax_eqx.programs.seq2seq_decoding import decodes_examples
@@ -118,7 +119,9 @@ class _StopFlag:
         return any_host(bool(self.requested))
 
 
-def train(exp: ExperimentConfig, job_dir: Path, log=print) -> TrainResult:
+def train(exp: ExperimentConfig, job_dir: Path, log=print, argv: list[str] | None = None) -> TrainResult:
+    """Trains `exp` in `job_dir` (resuming its newest checkpoint); `argv` (the command's flags,
+    default sys.argv's) is recorded in DIR/command.txt."""
     with contextlib.ExitStack() as stack:
         _lock_everywhere(stack, job_dir)
         log(
@@ -127,7 +130,7 @@ def train(exp: ExperimentConfig, job_dir: Path, log=print) -> TrainResult:
         )
         sys.stdout.flush()
         stop = stack.enter_context(_StopFlag())
-        return _train(exp, job_dir, log, stop)
+        return _train(exp, job_dir, log, stop, argv)
 
 
 def _lock_everywhere(stack: contextlib.ExitStack, job_dir: Path) -> None:
@@ -164,7 +167,7 @@ def _check_config_everywhere(exp: ExperimentConfig, job_dir: Path) -> list[str]:
     return changed
 
 
-def _train(exp: ExperimentConfig, job_dir: Path, log, stop: _StopFlag) -> TrainResult:
+def _train(exp: ExperimentConfig, job_dir: Path, log, stop: _StopFlag, argv: list[str] | None) -> TrainResult:
     if exp.profile.auto_pgle:
         enable_auto_pgle()
     rt = Runtime.create(exp, job_dir, log=log)
@@ -179,7 +182,7 @@ def _train(exp: ExperimentConfig, job_dir: Path, log, stop: _StopFlag) -> TrainR
     _check_step_traces(rt, train_input)
     ckpt = Checkpointer(job_dir / "checkpoints", exp.checkpoint)
     try:
-        return _Run(exp, job_dir, log, stop, rt, ckpt, train_input).run(changed)
+        return _Run(exp, job_dir, log, stop, rt, ckpt, train_input, argv).run(changed)
     except BaseException:
         _finish_in_flight_save(ckpt, log)
         raise
@@ -198,6 +201,7 @@ class _Run:
     rt: Runtime
     ckpt: Checkpointer
     train_input: Any
+    argv: list[str] | None = None
     primary: bool = field(default_factory=lambda: jax.process_index() == 0)
     started: float = field(default_factory=time.time)
     step: int = 0
@@ -211,6 +215,8 @@ class _Run:
     window_start: float = 0.0
     window_steps: int = 0
     tokens_per_s: float = 0.0
+    average_from: tuple[int, float] | None = None  # (step, time) of the first summary: compile excluded
+    average_to: tuple[int, float] | None = None  # ... and of the last
     skipped_so_far: int = 0
     preempted: bool = False
     stop_reason: str = ""
@@ -274,6 +280,8 @@ class _Run:
             log(f"Resuming {exp.name or 'experiment'} from checkpoint at step {self.step} in {self.job_dir}.")
         if self.primary:
             write_config(self.job_dir, exp.to_dict())
+            record_command(self.job_dir, self.argv)
+            self.log = log = tee_to_log(self.job_dir, log)
             if changed:
                 log("Config changes since the last run in this job dir:\n  " + "\n  ".join(changed))
         self.writer = _log_writes(ckpt, SummaryWriter, self.job_dir, enabled=self.primary, start_step=self.step)
@@ -313,6 +321,8 @@ class _Run:
         metrics["examples_per_s"] = examples_per_step * self.window_steps / elapsed
         metrics["steps_per_s"] = self.window_steps / elapsed
         self.window_start, self.window_steps = time.time(), 0
+        self.average_from = self.average_from or (self.step, self.window_start)
+        self.average_to = (self.step, self.window_start)
         self.train_metrics = metrics
         _log_writes(self.ckpt, self.writer.write, self.step, "train", metrics)
         if self.progress:
@@ -351,8 +361,14 @@ class _Run:
             _log_writes(self.ckpt, write_plots, self.job_dir, what=f"drawing the plots in {self.job_dir / 'plots'}")
         wall = time.time() - self.started
         if not self.preempted and self.primary:
-            unit = "tokens" if exp.model.tokens_per_example(exp.data) > 1 else "examples"
-            log(_summary_line(self.step, self.train_metrics, self.eval_metrics, self.tokens_per_s, unit, wall))
+            per_example = exp.model.tokens_per_example(exp.data)
+            unit = "tokens" if per_example > 1 else "examples"
+            rate = f"{self.tokens_per_s:,.0f} {unit}/s"
+            if self.average_from and self.average_to and self.average_to[1] > self.average_from[1]:
+                steps, seconds = self.average_to[0] - self.average_from[0], self.average_to[1] - self.average_from[1]
+                average = steps * exp.data.train.batch_size * jax.process_count() * per_example / seconds
+                rate = f"{average:,.0f} {unit}/s on average after the first summary (last window {rate})"
+            log(_summary_line(self.step, self.train_metrics, self.eval_metrics, rate, wall))
             if exp.train.sample_at_end:
                 print_samples(self.rt, self.state, exp.decode, log=log)
         return TrainResult(
@@ -553,13 +569,13 @@ def _report_skipped(step: int, metrics: dict, before: int, log) -> int:
     return now
 
 
-def _summary_line(step, train_m, eval_m, per_s, unit, wall) -> str:
+def _summary_line(step, train_m, eval_m, rate: str, wall) -> str:
     def fmt(m, k):
         return f"{m[k]:.4f}" if k in m else "n/a"
 
     return (
         f"Finished at step {step}: train loss {fmt(train_m, 'total_loss')}, "
-        f"eval loss {fmt(eval_m, 'total_loss')}, {per_s:,.0f} {unit}/s, {wall:.1f}s wall."
+        f"eval loss {fmt(eval_m, 'total_loss')}, {rate}, {wall:.1f}s wall."
     )
 
 

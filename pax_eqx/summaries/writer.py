@@ -8,7 +8,9 @@ Two records of the same numbers, for two readers:
 - `DIR/summaries/{train,eval}/events.*` -- TensorBoard event files (tensorboardX, no
   TensorFlow needed), one run per split so both curves share a chart;
 - `DIR/metrics.jsonl` -- one JSON object per logged step, `{"step": 120, "split": "train",
-  "loss": 2.31, "total_loss": 2.31, ...}`, for scripts, plots and tests. It is flushed after
+  "loss": 2.31, "total_loss": 2.31, ..., "time": 1764116400.123, "elapsed_s": 41.7}` (the
+  wall time of the write, and seconds since this process's writer opened: `TIMING_KEYS`, with
+  the rates, are the keys that are not a step's results), for scripts, plots and tests. It is flushed after
   every line, so a SIGKILL loses nothing already written, and it is opened for appending, so a
   resumed run adds to it and never truncates it. A resumed run re-logs the steps after its
   checkpoint; readers keep the last record of each (split, step) (`read_metrics` does).
@@ -72,6 +74,11 @@ def _as_float(split: str, step: int, name: str, value: Any) -> float:
         ) from None
 
 
+# The keys of a metrics.jsonl row that are clocks and rates, not what a step computed: a resumed
+# run's rows equal an uninterrupted run's once these are left out.
+TIMING_KEYS = frozenset({"time", "elapsed_s", "tokens_per_s", "examples_per_s", "steps_per_s"})
+
+
 class SummaryWriter:
     """Writes TensorBoard scalars and metrics.jsonl lines under `job_dir` (see module doc).
 
@@ -92,6 +99,7 @@ class SummaryWriter:
         self.enabled = enabled
         self.metrics_path = self.job_dir / metrics_file
         self._start_step = start_step
+        self._opened = time.time()  # a row's elapsed_s counts from here (this process's run)
         self._tensorboard: dict[str, Any] = {}
         self._jsonl = None
         self._closed = False
@@ -134,6 +142,8 @@ class SummaryWriter:
         if "loss" not in values and "total_loss" in values:
             values = {"loss": values["total_loss"], **values}
         record = {"step": step, "split": split, **{k: _json_number(v) for k, v in values.items()}}
+        now = time.time()
+        record.update(time=round(now, 3), elapsed_s=round(now - self._opened, 3))  # not metrics: not on the board
 
         def add_to_board(board) -> None:
             for name, value in values.items():

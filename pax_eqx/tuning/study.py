@@ -2,7 +2,7 @@
 
     STUDY_DIR/study.db          Optuna's SQLite storage (or the database --storage names)
     STUDY_DIR/trials/0007/      trial 7's job dir: config.json, checkpoints/, metrics.jsonl,
-                                summaries/, train.log (the trainer's output)
+                                summaries/, trial.log (the trainer process's output)
 
 A study is recognised by its setup (experiment, flags, search space, metric, direction),
 recorded in the study's user attrs when it is created: a rerun with another setup is refused

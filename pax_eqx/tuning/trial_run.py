@@ -1,6 +1,6 @@
 """One trial: `python -m pax_eqx.train` in its job dir, watched through its metrics.jsonl.
 
-The trainer is a child process writing its output to DIR/train.log. While it runs, the eval
+The trainer is a child process writing its output to DIR/trial.log. While it runs, the eval
 lines it appends to DIR/metrics.jsonl are handed to `report(step, value)`; when `report` says
 prune, the trainer is sent SIGTERM, which makes it save a checkpoint and exit 0 (pruned trials
 keep a resumable job dir). It stops at its next host sync: steps are dispatched ahead of the
@@ -30,7 +30,7 @@ from typing import Literal
 
 from pax_eqx.config import ConfigError
 
-LOG_FILE = "train.log"
+LOG_FILE = "trial.log"  # the trainer process's whole output (its own train.log has its log lines)
 POLL_SECONDS = 0.2
 
 

@@ -41,6 +41,20 @@ def test_train_writes_the_job_dir(trained):
     assert (job / "plots" / "loss.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_job_dir_records_how_it_was_made(trained):
+    """command.txt (the command, where, which code and packages), train.log (the log lines),
+    and every metrics row's wall time and seconds since the run started."""
+    job, args = trained
+    command = (job / "command.txt").read_text()
+    assert "$ python -m pax_eqx.train --exp shakespeare_char --job-log-dir " in command
+    assert "\ncwd: " in command and "\ncode: " in command and "; jax " in command and "; equinox " in command
+    log = (job / "train.log").read_text()
+    assert log.startswith("===== ") and "Finished at step 6" in log and "on average after the first summary" in log
+    rows = metrics(job)
+    assert all(r["time"] > 1.7e9 and r["elapsed_s"] >= 0 for r in rows)
+    assert [r["elapsed_s"] for r in rows] == sorted(r["elapsed_s"] for r in rows)
+
+
 def test_second_run_resumes_from_the_latest_checkpoint(trained, capsys):
     job, args = trained
     assert train.main(args + ["--train.num-steps", "8"]) == 0

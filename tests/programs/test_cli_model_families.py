@@ -20,6 +20,7 @@ from tiny import tiny_args
 from pax_eqx import eval as eval_main
 from pax_eqx import train
 from pax_eqx.config import ConfigError
+from pax_eqx.summaries.writer import TIMING_KEYS
 
 
 def scalar_tags(directory: Path) -> set[str]:
@@ -116,6 +117,5 @@ def test_an_image_experiment_resumes_exactly(tmp_path):
     assert train.main([*small, "--job-log-dir", str(straight)]) == 0
     assert train.main([*small, "--job-log-dir", str(resumed), "--train.num-steps", "6"]) == 0
     assert train.main([*small, "--job-log-dir", str(resumed)]) == 0
-    timing = {"examples_per_s", "steps_per_s"}
-    strip = lambda rows: [{k: v for k, v in r.items() if k not in timing} for r in rows]
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
     assert strip(metrics(resumed)) == strip(metrics(straight))

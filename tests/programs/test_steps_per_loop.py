@@ -12,6 +12,7 @@ from tiny import TINY, mesh_args
 from pax_eqx import train
 from pax_eqx.command_line import cli
 from pax_eqx.programs.train_loop import _loop_length
+from pax_eqx.summaries.writer import TIMING_KEYS
 
 # 8 steps: summaries every 2, evals and checkpoints every 4.
 RUN = [*TINY, "--train.num-steps", "8", "--train.eval-interval-steps", "4", "--checkpoint.every-n-steps", "4"]
@@ -23,8 +24,7 @@ def _args(job, *extra):
 
 def _rows(job) -> list[dict]:
     rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
-    drop = ("tokens_per_s", "examples_per_s", "steps_per_s")  # wall-clock rates
-    return [{k: v for k, v in r.items() if k not in drop} for r in rows]
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]  # clocks and rates
 
 
 def _checkpoints(job) -> list[str]:

@@ -59,7 +59,7 @@ def test_a_trial_that_reaches_its_last_step_completes_with_its_last_eval(tmp_pat
     outcome, reported = run(tmp_path, trainer(tmp_path, 5, 5))
     assert (outcome.state, outcome.value, outcome.step) == ("complete", 5.0, 5)
     assert reported == [(1, 9.0), (2, 8.0), (3, 7.0), (4, 6.0)]  # the last step's is the result, not a report
-    assert (tmp_path / "job" / "train.log").read_text().startswith("$ ")  # the command heads the log
+    assert (tmp_path / "job" / "trial.log").read_text().startswith("$ ")  # the command heads the log
 
 
 def test_a_pruned_trial_is_stopped_with_sigterm_and_saves(tmp_path):
@@ -67,7 +67,7 @@ def test_a_pruned_trial_is_stopped_with_sigterm_and_saves(tmp_path):
     assert (outcome.state, outcome.eval_step, outcome.value) == ("pruned", 2, 8.0)
     assert 2 <= outcome.step < 5  # stopped where the signal found it
     assert reported[-1][0] <= 3  # nothing is reported once the trial is pruned
-    assert "saved a checkpoint at step" in (tmp_path / "job" / "train.log").read_text()
+    assert "saved a checkpoint at step" in (tmp_path / "job" / "trial.log").read_text()
 
 
 def test_a_failing_trainer_fails_the_trial_with_its_error_line(tmp_path):

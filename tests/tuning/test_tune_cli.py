@@ -78,7 +78,7 @@ def test_a_study_prunes_a_hopeless_trial_survives_a_failing_one_and_reports(tmp_
     # each trial is a job dir of its own, with the trainer's output beside it
     pruned_dir = study / by_rate[1e-7]["job_dir"]
     assert json.loads((pruned_dir / "config.json").read_text())["learner"]["learning_rate"] == 1e-7
-    assert "Stop requested" in (pruned_dir / "train.log").read_text()  # SIGTERM: it saved, then exited
+    assert "Stop requested" in (pruned_dir / "trial.log").read_text()  # SIGTERM: it saved, then exited
 
 
 def _trainers_of(job_dir: Path) -> list[int]:
@@ -117,7 +117,7 @@ def test_a_killed_study_resumes_its_trial_and_two_processes_share_it(tmp_path):
                                text=True) for extra in (["--num-workers", "2"], [])]  # fmt: skip
     outputs = [p.communicate(timeout=600)[0] for p in second]
     assert [p.returncode for p in second] == [0, 0], outputs
-    log = (study / "trials" / "0000" / "train.log").read_text()
+    log = (study / "trials" / "0000" / "trial.log").read_text()
     assert "Resuming shakespeare_char from checkpoint at step" in log
 
     states = [(r["trial"], r["state"], r["job_dir"], r["resumes"]) for r in rows(study)]
