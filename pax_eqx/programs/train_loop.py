@@ -57,6 +57,7 @@ from pax_eqx.programs.init_from import init_from_checkpoints
 from pax_eqx.programs.job_dir import JobDirError, check_config, exclusive, write_config
 from pax_eqx.programs.pgle import enable_auto_pgle
 from pax_eqx.programs.run_record import record_command, tee_to_log
+from pax_eqx.programs.run_report import banner, closing_block
 from pax_eqx.programs.runtime import Runtime
 from pax_eqx.programs.sampling import check_prompt, print_samples
 from pax_eqx.programs.seq2seq_decoding import decodes_examples
@@ -284,6 +285,11 @@ class _Run:
             self.log = log = tee_to_log(self.job_dir, log)
             if changed:
                 log("Config changes since the last run in this job dir:\n  " + "\n  ".join(changed))
+        if self.primary:
+            for line in banner(
+                exp, self.rt.programs.abstract_state.params, self.rt.programs.mesh, self.job_dir, self.step
+            ):
+                log(line)
         self.writer = _log_writes(ckpt, SummaryWriter, self.job_dir, enabled=self.primary, start_step=self.step)
         if self.primary and self.step < exp.train.num_steps:
             self.progress = Progress(exp.train.num_steps, self.step)
@@ -369,6 +375,8 @@ class _Run:
                 average = steps * exp.data.train.batch_size * jax.process_count() * per_example / seconds
                 rate = f"{average:,.0f} {unit}/s on average after the first summary (last window {rate})"
             log(_summary_line(self.step, self.train_metrics, self.eval_metrics, rate, wall))
+            for line in closing_block(exp, self.job_dir, exp.model.decodes):
+                log(line)
             if exp.train.sample_at_end:
                 print_samples(self.rt, self.state, exp.decode, log=log)
         return TrainResult(
