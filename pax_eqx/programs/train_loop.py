@@ -341,6 +341,11 @@ class _Run:
         self.eval_metrics = _evaluate(self.rt, self.state, self.step, self.ckpt, self.log)
         _log_writes(self.ckpt, self.writer.write, self.step, "eval", self.eval_metrics)
         self.stop_reason = self.early.update(self.step, self.eval_metrics)
+        self.draw_plots()  # curves while it runs
+
+    def draw_plots(self) -> None:
+        if self.primary:
+            _log_writes(self.ckpt, write_plots, self.job_dir, what=f"drawing the plots in {self.job_dir / 'plots'}")
 
     def decode(self) -> None:
         _decode_during_training(self.rt, self.state, self.step, self.ckpt, self.writer, self.log)
@@ -363,8 +368,7 @@ class _Run:
         self.ckpt.wait_until_finished()
         self.ckpt.close()
         _log_writes(self.ckpt, self.writer.close)
-        if self.primary:
-            _log_writes(self.ckpt, write_plots, self.job_dir, what=f"drawing the plots in {self.job_dir / 'plots'}")
+        self.draw_plots()
         wall = time.time() - self.started
         if not self.preempted and self.primary:
             per_example = exp.model.tokens_per_example(exp.data)

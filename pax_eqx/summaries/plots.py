@@ -1,8 +1,12 @@
-"""Loss, log-perplexity and accuracy curves from DIR/metrics.jsonl, as PNGs in DIR/plots/.
+"""Training curves from DIR/metrics.jsonl, as PNGs in DIR/plots/, and runs laid over each other.
 
-    write_plots(job_dir)  ->  [DIR/plots/loss.png, DIR/plots/log_pplx.png, DIR/plots/accuracy.png]
+    write_plots(job_dir)  ->  [DIR/plots/loss.png, accuracy.png, learning_rate.png, grad_norm.png, ...]
+    write_overlay([DIR, DIR2, ...], out)  ->  [out/loss.png, ...]: every run's curves in one chart
 
-(each drawn when the model logs it: a classifier has no log_pplx).
+Each is drawn when the model logs its metric (a classifier has no log_pplx), and a curve equal to
+one already drawn is not drawn again (a language model's log_pplx is its loss). Titles name the
+experiment (config.json's `name`). The trainer redraws DIR/plots at every eval, each file
+replaced atomically; `python -m pax_eqx.plots DIR [DIR ...]` redraws any time.
 
 Like the curves in Pax's README (1B-loss.png): step on x, the metric on y, one line for
 training and one (with markers, since it is logged less often) for evaluation. Drawn with
@@ -12,6 +16,7 @@ ever needed, whatever backend the user's matplotlib is configured with.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -24,6 +29,8 @@ PLOTS = {
     "loss": (("loss", "total_loss"), "loss"),
     "log_pplx": (("log_pplx",), "log perplexity (nats per token)"),
     "accuracy": (("accuracy",), "accuracy"),
+    "learning_rate": (("learning_rate",), "learning rate"),
+    "grad_norm": (("grad_norm",), "gradient norm (before clipping)"),
 }
 
 _STYLE = {
@@ -45,37 +52,71 @@ def _series(records: list[dict], split: str, names: tuple[str, ...]) -> tuple[li
 
 
 def write_plots(job_dir: str | os.PathLike) -> list[Path]:
-    """Draws each plot that has data; returns the paths written (none if nothing was logged).
+    """Draws each plot that has data into DIR/plots/; returns the paths written (none if nothing
+    was logged).
 
-    Raises FileNotFoundError (naming the file) when DIR/metrics.jsonl does not exist.
+    Raises MissingFileError (naming the file) when DIR/metrics.jsonl does not exist.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     job_dir = Path(job_dir)
+    runs = {_run_name(job_dir): _records(job_dir)}
+    return _draw(runs, job_dir / "plots", title=_run_name(job_dir))
+
+
+def write_overlay(job_dirs: list[str | os.PathLike], out_dir: str | os.PathLike) -> list[Path]:
+    """Every run's train and eval curves in one chart per metric, in `out_dir`: comparing runs.
+    Runs are labelled by experiment and job dir."""
+    dirs = [Path(d) for d in job_dirs]
+    runs = {f"{_run_name(d)} ({d.name})" if len(dirs) > 1 else _run_name(d): _records(d) for d in dirs}
+    return _draw(runs, Path(out_dir), title=f"{len(dirs)} runs")
+
+
+def _records(job_dir: Path) -> list[dict]:
     if not (job_dir / "metrics.jsonl").exists():
         raise MissingFileError(
             f"{job_dir / 'metrics.jsonl'} does not exist: nothing to plot (train first, or check the job dir)."
         )
-    records = read_metrics(job_dir)
-    written = []
+    return read_metrics(job_dir)
+
+
+def _run_name(job_dir: Path) -> str:
+    """The experiment's name from DIR/config.json, else the directory's."""
+    try:
+        return json.loads((job_dir / "config.json").read_text()).get("name") or job_dir.name
+    except (OSError, ValueError, AttributeError):
+        return job_dir.name
+
+
+def _draw(runs: dict[str, list[dict]], out_dir: Path, title: str) -> list[Path]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    written, drawn = [], []
+    colours = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray"]
     for file_name, (names, ylabel) in PLOTS.items():
-        curves = {split: _series(records, split, names) for split in ("train", "eval")}
-        if not any(steps for steps, _ in curves.values()):
+        curves = {
+            (run, split): _series(records, split, names) for run, records in runs.items() for split in ("train", "eval")
+        }
+        curves = {key: c for key, c in curves.items() if c[0]}
+        if not curves or curves in drawn:  # nothing logged, or the same curves as a plot above
             continue
+        drawn.append(curves)
         figure = Figure(figsize=(7, 4.5), dpi=100)
         FigureCanvasAgg(figure)
         axes = figure.add_subplot()
-        for split, (steps, values) in curves.items():
-            if steps:
-                axes.plot(steps, values, label=split, **_STYLE[split])
+        for (run, split), (steps, values) in curves.items():
+            style = dict(_STYLE[split])
+            if len(runs) > 1:  # a colour per run; train solid, eval dashed with markers
+                style["color"] = colours[list(runs).index(run) % len(colours)]
+                style["linestyle"] = "-" if split == "train" else "--"
+            label = split if len(runs) == 1 else f"{run} {split}"
+            axes.plot(steps, values, label=label, **style)
         axes.set_xlabel("step")
         axes.set_ylabel(ylabel)
-        axes.set_title(f"{ylabel} -- {job_dir.name}")
+        axes.set_title(f"{ylabel} -- {title}")
         axes.grid(True, alpha=0.3)
-        axes.legend()
+        axes.legend(fontsize="small")
         figure.tight_layout()
-        out = job_dir / "plots" / f"{file_name}.png"
+        out = out_dir / f"{file_name}.png"
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_name(f".{out.name}.partial")
         figure.savefig(partial, format="png")

@@ -13,15 +13,19 @@ from pax_eqx.summaries import SummaryWriter, write_plots
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def test_loss_and_log_pplx_pngs(tmp_path):
+def test_loss_learning_rate_and_grad_norm_pngs_and_one_of_equal_curves(tmp_path):
+    """A language model's log_pplx is its loss: drawn once. A different log_pplx is drawn."""
     with SummaryWriter(tmp_path) as writer:
         for step in range(10, 110, 10):
             loss = 4.0 / np.sqrt(step)
-            writer.write(step, "train", {"total_loss": loss, "log_pplx": loss})
+            writer.write(
+                step, "train", {"total_loss": loss, "log_pplx": loss, "learning_rate": 1e-3, "grad_norm": loss}
+            )
             if step % 50 == 0:
                 writer.write(step, "eval", {"total_loss": loss + 0.1, "log_pplx": loss + 0.1})
     written = write_plots(tmp_path)
-    assert written == [tmp_path / "plots" / "loss.png", tmp_path / "plots" / "log_pplx.png"]
+    plots = tmp_path / "plots"
+    assert written == [plots / "loss.png", plots / "learning_rate.png", plots / "grad_norm.png"]
     for path in written:
         assert path.read_bytes()[:8] == PNG_SIGNATURE
         image = imread(path)
@@ -38,3 +42,21 @@ def test_only_plots_with_data_are_written(tmp_path):
 def test_missing_metrics_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="metrics.jsonl does not exist"):
         write_plots(tmp_path)
+
+
+def test_runs_laid_over_each_other_through_the_command(tmp_path, capsys):
+    from pax_eqx import plots
+
+    for name, scale in (("a", 1.0), ("b", 2.0)):
+        job = tmp_path / name
+        job.mkdir()
+        (job / "config.json").write_text(json.dumps({"name": f"exp_{name}"}))
+        with SummaryWriter(job) as writer:
+            for step in range(10, 60, 10):
+                writer.write(step, "train", {"total_loss": scale / step, "log_pplx": 2 * scale / step})
+    out = tmp_path / "compare"
+    assert plots.main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.split()
+    assert str(out / "loss.png") in printed and str(out / "log_pplx.png") in printed
+    assert str(tmp_path / "a" / "plots" / "loss.png") in printed  # each run's own plots too
+    assert imread(out / "loss.png")[..., :3].std() > 0.05
