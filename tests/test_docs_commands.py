@@ -99,6 +99,9 @@ NOT_RUN = {
     "--param model.block.activation.name=choice:gelu_exact,relu --param learner.weight-decay=loguniform:1e-3:0.3":
         "8 trials are minutes of CPU; tests/tuning/test_space.py checks --param spaces against the experiment",
     "pip install psycopg2-binary": "would change the venv the tests run in",
+    "pip install -e '.[tensorboard]' && tensorboard --logdir runs/x/summaries": "installs into the venv and serves "
+        "until stopped; .ci/run installs the extra and tests/summaries/test_summaries_writer.py reads a job dir's "
+        "event files with TensorBoard's own reader",
     "python -m pax_eqx.tune --exp shakespeare_char --study-dir runs/study --num-trials 64 --num-workers 2 "
     "--storage postgresql://tuner:secret@db-host/pax_eqx --train.num-steps 2000":
         "needs a PostgreSQL server; tests/tuning/test_tune_cli.py shares one study between two processes",

@@ -45,6 +45,7 @@ def closing_block(exp: Any, job_dir: Path, decodes: bool) -> list[str]:
     d = shlex.quote(str(job_dir))
     lines = [
         f"Checkpoints: {job_dir / 'checkpoints'}   plots: {job_dir / 'plots'}   metrics: {job_dir / 'metrics.jsonl'}",
+        f"  curves:      python -m pax_eqx.plots {d}   (several DIRs: laid over each other)",
         f"  evaluate:    python -m pax_eqx.eval --job-log-dir {d}",
     ]
     if decodes:

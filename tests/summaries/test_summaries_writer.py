@@ -146,3 +146,21 @@ def test_eval_summaries_average_to_arrays_scalars_included():
     merged = mean_summaries(batches)
     assert isinstance(merged["loss"], np.ndarray) and merged["loss"].shape == () and merged["loss"] == 2.0
     np.testing.assert_array_equal(merged["hist"], [2.0, 3.0])
+
+
+def test_tensorboard_itself_reads_the_job_dirs_event_files(tmp_path):
+    """The optional extra (`pip install -e '.[tensorboard]'`, which .ci/run installs): TensorBoard's
+    own reader finds each split's scalars where the README's `tensorboard --logdir DIR/summaries`
+    points it."""
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    with SummaryWriter(tmp_path) as writer:
+        for step in (1, 2, 3):
+            writer.write(step, "train", {"total_loss": 3.0 / step, "learning_rate": 0.1})
+        writer.write(3, "eval", {"total_loss": 1.5})
+    runs = EventMultiplexer().AddRunsFromDirectory(str(tmp_path / "summaries"))
+    runs.Reload()
+    assert set(runs.Runs()) == {"train", "eval"}
+    train = runs.Scalars("train", "total_loss")
+    assert [(e.step, round(e.value, 6)) for e in train] == [(1, 3.0), (2, 1.5), (3, 1.0)]
+    assert [e.value for e in runs.Scalars("eval", "total_loss")] == [1.5]
