@@ -31,7 +31,8 @@ def banner(exp: Any, params: Any, mesh: Any, job_dir: Path, step: int) -> list[s
     axes = ", ".join(f"{name} {size}" for name, size in mesh.shape.items() if size > 1) or "one device"
     todo = exp.train.num_steps - step
     return [
-        f"Experiment {exp.name or '(unnamed)'}: {type(exp.model).__name__}, {_count(total)} parameters ({by_group})",
+        f"Experiment {exp.name or '(unnamed)'} ({type(exp.model).__name__})",
+        f"  params   {_count(total)}: {by_group}",
         f"  devices  {len(devices)} x {devices[0].device_kind} ({jax.process_count()} process(es)); mesh: {axes}",
         f"  batch    {batch:,} per step ({reads}); {exp.train.fprop_dtype} compute, float32 parameters",
         f"  steps    {step:,} -> {exp.train.num_steps:,} ({todo:,} to go), eval every "
@@ -40,21 +41,23 @@ def banner(exp: Any, params: Any, mesh: Any, job_dir: Path, step: int) -> list[s
     ]
 
 
-def closing_block(exp: Any, job_dir: Path, decodes: bool) -> list[str]:
-    """Where the run's files are, and the commands that read them back."""
+def closing_block(exp: Any, job_dir: Path, throughput: str) -> list[str]:
+    """What the run measured over its length, where its files are, and the commands that read
+    them back (each on a line of its own, to paste as it is)."""
     d = shlex.quote(str(job_dir))
     lines = [
-        f"Checkpoints: {job_dir / 'checkpoints'}   plots: {job_dir / 'plots'}   metrics: {job_dir / 'metrics.jsonl'}",
-        f"  curves:      python -m pax_eqx.plots {d}   (several DIRs: laid over each other)",
-        f"  evaluate:    python -m pax_eqx.eval --job-log-dir {d}",
+        f"  throughput   {throughput}",
+        "  files        checkpoints/ plots/ metrics.jsonl train.log command.txt (in the job dir)",
+        f"  curves       python -m pax_eqx.plots {d}",
+        f"  evaluate     python -m pax_eqx.eval --job-log-dir {d}",
     ]
-    if decodes:
+    if exp.model.decodes:
         lines.append(
-            f'  decode:      python -m pax_eqx.decode --job-log-dir {d} --prompt "{exp.decode.prompt or "..."}"'
+            f'  decode       python -m pax_eqx.decode --job-log-dir {d} --prompt "{exp.decode.prompt or "..."}"'
         )
     lines += [
-        f"  TensorBoard: tensorboard --logdir {shlex.quote(str(job_dir / 'summaries'))}   (pip install tensorboard)",
-        f"  resume:      rerun the same train command (--job-log-dir {d})",
+        f"  TensorBoard  tensorboard --logdir {shlex.quote(str(job_dir / 'summaries'))}",
+        "  resume       the same train command again",
     ]
     return lines
 

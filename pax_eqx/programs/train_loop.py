@@ -125,10 +125,7 @@ def train(exp: ExperimentConfig, job_dir: Path, log=print, argv: list[str] | Non
     default sys.argv's) is recorded in DIR/command.txt."""
     with contextlib.ExitStack() as stack:
         _lock_everywhere(stack, job_dir)
-        log(
-            f"Building {exp.name or 'the experiment'}'s inputs and model, then compiling its train step "
-            "(the first step waits for the compile) ..."
-        )
+        log(f"Building {exp.name or 'the experiment'}'s inputs and model, then compiling its train step ...")
         sys.stdout.flush()
         stop = stack.enter_context(_StopFlag())
         return _train(exp, job_dir, log, stop, argv)
@@ -182,9 +179,13 @@ def _train(exp: ExperimentConfig, job_dir: Path, log, stop: _StopFlag, argv: lis
     rt.input("eval")
     _check_step_traces(rt, train_input)
     ckpt = Checkpointer(job_dir / "checkpoints", exp.checkpoint)
+    run = None
     try:
-        return _Run(exp, job_dir, log, stop, rt, ckpt, train_input, argv).run(changed)
+        run = _Run(exp, job_dir, log, stop, rt, ckpt, train_input, argv)
+        return run.run(changed)
     except BaseException:
+        if run is not None and run.progress:
+            run.progress.close()  # the terminal's stdout back before the error line
         _finish_in_flight_save(ckpt, log)
         raise
 
@@ -310,6 +311,8 @@ class _Run:
             self.state, self.outputs = rt.programs.train_steps(self.state, rt.programs.global_batches(batches))
         self.step += n
         self.window_steps += n
+        if self.progress:
+            self.progress.advance(self.step)
 
     def summarize(self) -> None:
         """The train metrics of the last step and the throughput since the last summary, to the
@@ -373,13 +376,14 @@ class _Run:
         if not self.preempted and self.primary:
             per_example = exp.model.tokens_per_example(exp.data)
             unit = "tokens" if per_example > 1 else "examples"
-            rate = f"{self.tokens_per_s:,.0f} {unit}/s"
+            throughput = f"{self.tokens_per_s:,.0f} {unit}/s in the last window"
             if self.average_from and self.average_to and self.average_to[1] > self.average_from[1]:
                 steps, seconds = self.average_to[0] - self.average_from[0], self.average_to[1] - self.average_from[1]
                 average = steps * exp.data.train.batch_size * jax.process_count() * per_example / seconds
-                rate = f"{average:,.0f} {unit}/s on average after the first summary (last window {rate})"
-            log(_summary_line(self.step, self.train_metrics, self.eval_metrics, rate, wall))
-            for line in closing_block(exp, self.job_dir, exp.model.decodes):
+                last = f"{self.tokens_per_s:,.0f}"
+                throughput = f"{average:,.0f} {unit}/s over the run, evals included; last window {last}"
+            log(_summary_line(self.step, self.train_metrics, self.eval_metrics, wall))
+            for line in closing_block(exp, self.job_dir, throughput):
                 log(line)
             if exp.train.sample_at_end:
                 print_samples(self.rt, self.state, exp.decode, log=log)
@@ -581,13 +585,13 @@ def _report_skipped(step: int, metrics: dict, before: int, log) -> int:
     return now
 
 
-def _summary_line(step, train_m, eval_m, rate: str, wall) -> str:
+def _summary_line(step, train_m, eval_m, wall) -> str:
     def fmt(m, k):
         return f"{m[k]:.4f}" if k in m else "n/a"
 
     return (
-        f"Finished at step {step}: train loss {fmt(train_m, 'total_loss')}, "
-        f"eval loss {fmt(eval_m, 'total_loss')}, {rate}, {wall:.1f}s wall."
+        f"Finished at step {step}: train loss {fmt(train_m, 'total_loss')}, eval loss {fmt(eval_m, 'total_loss')}, "
+        f"{wall:.1f} s wall."
     )
 
 

@@ -1,17 +1,25 @@
-"""Progress: a one-line progress bar on a terminal, plain log lines everywhere else.
+"""Progress: a live bar on a terminal (rich), plain timestamped lines everywhere else.
 
     progress = Progress(total_steps=2000, start_step=0)
+    progress.advance(step)                                          # each compiled call: no host sync
     progress.update(step, {"loss": 1.93, "tokens_per_s": 41000.0})   # every summary interval
     progress.close()
 
-On a terminal the line is redrawn in place:
+On a terminal, rich draws one line at the bottom and redraws it in place, fitted to the
+terminal's width (the bar shrinks, then the throughput and ETA go, before the line would wrap):
 
-    step 1200/2000 [##################------------]  60% | loss 1.9301 | 41,000 tok/s | ETA 1m23s
+    ⠋ step 1200/2000 ━━━━━━━━━━━━━━━━╸━━━━━━━━━━  60% loss 1.9301 · 41,000 tok/s · ETA 1m23s
 
-When the stream is not a terminal (CI logs, `> train.log`, a pipe), carriage returns and
-redraws would turn into noise, so there is no bar: each update prints one plain line instead,
+Until the first summary it says what the run is doing ("compiling the train step", then the
+steps dispatched), so a long compile is not silence. Anything printed while it is live (eval
+lines, checkpoints, warnings) appears above it: rich takes over stdout and stderr until `close`.
+rich rather than tqdm: it is installed already (tyro depends on it), measures the terminal,
+and keeps other output above the bar, which tqdm leaves to the caller.
 
-    step 1200/2000 (60%) loss 1.9301 41,000 tok/s ETA 1m23s
+When the stream is not a terminal (CI logs, a pipe, `> log`), redraws would be noise: each
+update prints one timestamped line instead,
+
+    [12:03:04] step 1200/2000 (60%) loss 1.9301 41,000 tok/s ETA 1m23s
 
 or nothing at all with `plain_lines=False`. ETA comes from the steps done since this
 `Progress` started (a resumed run does not count the steps it restored).
@@ -22,9 +30,8 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Mapping
-from typing import Protocol, SupportsFloat, runtime_checkable
+from typing import Any, Protocol, SupportsFloat, runtime_checkable
 
-_BAR_WIDTH = 30
 _LOSS_NAMES = ("loss", "total_loss")
 
 
@@ -67,6 +74,7 @@ class Progress:
         stream: TextStream | None = None,
         *,
         plain_lines: bool = True,
+        status: str = "compiling the train step",
     ):
         if total_steps <= 0:
             raise ValueError(f"total_steps must be > 0, got {total_steps}.")
@@ -76,7 +84,9 @@ class Progress:
         self.interactive = _is_terminal(self.stream)
         self.plain_lines = plain_lines
         self._start_time = time.monotonic()
-        self._drawn = False
+        self._live: Any = None
+        if self.interactive:
+            self._live = _LiveBar(self, status)
 
     def eta_seconds(self, step: int) -> float | None:
         done = step - self.start_step
@@ -86,7 +96,7 @@ class Progress:
         return max(self.total_steps - step, 0) / rate
 
     def describe(self, step: int, metrics: Mapping[str, SupportsFloat]) -> list[str]:
-        """The pieces of the line after the step count: loss, tokens/s, ETA (those known)."""
+        """The pieces after the step count: loss, tokens/s, ETA (those known)."""
         parts = []
         loss = next((metrics[name] for name in _LOSS_NAMES if name in metrics), None)
         if loss is not None:
@@ -98,28 +108,70 @@ class Progress:
             parts.append(f"ETA {format_duration(eta)}")
         return parts
 
+    def advance(self, step: int) -> None:
+        """The steps dispatched so far (no metrics, no host sync): moves a terminal's bar only."""
+        if self._live is not None:
+            self._live.show(step, None)
+
     def update(self, step: int, metrics: Mapping[str, SupportsFloat] | None = None) -> None:
         metrics = metrics or {}
-        fraction = min(max(step / self.total_steps, 0.0), 1.0)
-        width = len(str(self.total_steps))
-        counter = f"step {step:>{width}}/{self.total_steps}"
-        parts = self.describe(step, metrics)
-        if self.interactive:
-            filled = int(round(fraction * _BAR_WIDTH))
-            bar = "#" * filled + "-" * (_BAR_WIDTH - filled)
-            line = " | ".join([f"{counter} [{bar}] {fraction:4.0%}", *parts])
-            # \r back to the start, \x1b[K clears what a longer previous line left behind.
-            self.stream.write("\r" + line + "\x1b[K")
-            self._drawn = True
+        if self._live is not None:
+            self._live.show(step, self.describe(step, metrics))
         elif self.plain_lines:
-            self.stream.write(" ".join([f"{counter} ({fraction:.0%})", *parts]) + "\n")
-        else:
-            return
-        self.stream.flush()
+            fraction = min(max(step / self.total_steps, 0.0), 1.0)
+            counter = f"step {step:>{len(str(self.total_steps))}}/{self.total_steps}"
+            stamp = time.strftime("%H:%M:%S")
+            self.stream.write(" ".join([f"[{stamp}] {counter} ({fraction:.0%})", *self.describe(step, metrics)]) + "\n")
+            self.stream.flush()
 
     def close(self) -> None:
-        """Ends the bar's line, so what is printed next starts on a fresh one."""
-        if self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._drawn = False
+        """Stops the live bar (its last state stays on screen; stdout is the program's again)."""
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+
+class _LiveBar:
+    """rich's Progress, one task, columns fitted to the terminal's width at every redraw."""
+
+    def __init__(self, progress: Progress, status: str):
+        from rich.console import Console
+        from rich.progress import BarColumn, SpinnerColumn, TaskProgressColumn, TextColumn
+        from rich.progress import Progress as RichProgress
+
+        console = Console(file=progress.stream, force_terminal=True, highlight=False)
+        self.width = console.width
+        self.total = progress.total_steps
+        wide = self.width >= 100
+        self.bar = RichProgress(
+            SpinnerColumn(),
+            TextColumn("step {task.completed:.0f}/{task.total:.0f}"),
+            BarColumn(bar_width=30 if wide else max(8, self.width - 70)),
+            TaskProgressColumn(),
+            TextColumn("{task.fields[stats]}"),
+            console=console,
+            redirect_stdout=True,
+            redirect_stderr=True,
+            refresh_per_second=4,
+        )
+        self.task = self.bar.add_task("train", total=self.total, completed=progress.start_step, stats=status + " ...")
+        self.bar.start()
+
+    def show(self, step: int, parts: list[str] | None) -> None:
+        fields = {} if parts is None else {"stats": self._fit(parts)}
+        if parts is None and self.bar.tasks[0].fields["stats"].endswith("compiling the train step ..."):
+            fields["stats"] = "running the first steps ..."
+        self.bar.update(self.task, completed=min(step, self.total), **fields)
+
+    def _fit(self, parts: list[str]) -> str:
+        """The parts that fit beside the counter and the bar on this terminal, most wanted first."""
+        room = self.width - 60 if self.width < 100 else self.width - 70
+        kept: list[str] = []
+        for part in parts:
+            if len(" · ".join([*kept, part])) > room:
+                break
+            kept.append(part)
+        return " · ".join(kept)
+
+    def stop(self) -> None:
+        self.bar.stop()

@@ -49,11 +49,13 @@ def test_the_job_dir_records_how_it_was_made(trained):
     assert "$ python -m pax_eqx.train --exp shakespeare_char --job-log-dir " in command
     assert "\ncwd: " in command and "\ncode: " in command and "; jax " in command and "; equinox " in command
     log = (job / "train.log").read_text()
-    assert log.startswith("===== ") and "Finished at step 6" in log and "on average after the first summary" in log
+    assert log.startswith("===== ") and "Finished at step 6" in log
+    assert "tokens/s over the run, evals included; last window " in log
     # The banner, then the closing block with this job dir's commands.
-    assert "Experiment shakespeare_char: LanguageModelConfig, " in log and "  steps    0 -> 6 (6 to go)" in log
-    assert f"  evaluate:    python -m pax_eqx.eval --job-log-dir {job}" in log
-    assert f'  decode:      python -m pax_eqx.decode --job-log-dir {job} --prompt "ROMEO:"' in log
+    assert "Experiment shakespeare_char (LanguageModelConfig)\n  params   " in log
+    assert "  steps    0 -> 6 (6 to go)" in log
+    assert f"  evaluate     python -m pax_eqx.eval --job-log-dir {job}" in log
+    assert f'  decode       python -m pax_eqx.decode --job-log-dir {job} --prompt "ROMEO:"' in log
     rows = metrics(job)
     assert all(r["time"] > 1.7e9 and r["elapsed_s"] >= 0 for r in rows)
     assert [r["elapsed_s"] for r in rows] == sorted(r["elapsed_s"] for r in rows)

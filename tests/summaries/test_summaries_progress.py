@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import os
+import re
 
+import pyte
 import pytest
 
 from pax_eqx.summaries import Progress
@@ -23,7 +25,7 @@ def clock(monkeypatch):
     return now
 
 
-def test_non_terminal_prints_one_plain_line_per_update(clock):
+def test_non_terminal_prints_one_plain_timestamped_line_per_update(clock):
     stream = io.StringIO()
     progress = Progress(total_steps=200, start_step=100, stream=stream)
     clock[0] += 10.0
@@ -31,7 +33,9 @@ def test_non_terminal_prints_one_plain_line_per_update(clock):
     clock[0] += 10.0
     progress.update(200, {"total_loss": 1.0})
     progress.close()
-    assert stream.getvalue().splitlines() == [
+    lines = stream.getvalue().splitlines()
+    assert all(re.match(r"\[\d\d:\d\d:\d\d\] ", line) for line in lines)
+    assert [line[11:] for line in lines] == [
         "step 150/200 (75%) loss 1.2346 12,346 tok/s ETA 10s",  # 50 steps in 10 s, 50 to go
         "step 200/200 (100%) loss 1.0000",
     ]
@@ -57,16 +61,30 @@ def test_a_pipe_is_not_a_terminal():
         assert reader.read() == ""
 
 
-def test_terminal_redraws_one_line(clock):
+@pytest.mark.parametrize("columns", [80, 200])
+def test_a_terminal_shows_one_line_redrawn_in_place_within_its_width(clock, columns, monkeypatch):
+    """What a person sees, rendered by a terminal emulator: one bar line, however many updates,
+    never wider than the terminal; lines printed meanwhile stand above it."""
+    monkeypatch.setenv("COLUMNS", str(columns))
     stream = FakeTerminal()
     progress = Progress(total_steps=2000, stream=stream)
-    clock[0] += 60.0
-    progress.update(1200, {"loss": 1.9301, "tokens_per_s": 41000.0})
+    for step in (200, 600, 1200):
+        clock[0] += 10.0
+        progress.advance(step)
+        progress.update(step, {"loss": 1.9301, "tokens_per_s": 41000.0})
+        print(f"eval at step {step}")  # rich holds stdout while the bar is live: it goes above the bar
     progress.close()
-    out = stream.getvalue()
-    assert out.startswith("\r") and out.endswith("\n") and out.count("\n") == 1
-    line = out.strip("\r\n").replace("\x1b[K", "")
-    assert line == f"step 1200/2000 [{'#' * 18}{'-' * 12}]  60% | loss 1.9301 | 41,000 tok/s | ETA 40s"
+    screen = pyte.Screen(columns, 24)
+    pyte.Stream(screen).feed(stream.getvalue().replace("\n", "\r\n"))
+    shown = [line.rstrip() for line in screen.display if line.strip()]
+    bars = [line for line in shown if "step " in line and "/2000" in line]
+    assert len(bars) == 1, shown
+    assert bars[0].lstrip(" ⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏").startswith("step 1200/2000") and "60%" in bars[0]
+    assert "loss 1.9301" in bars[0] and len(bars[0]) <= columns
+    assert ("41,000 tok/s" in bars[0]) == (columns >= 100)  # throughput and ETA give way on a narrow one
+    evals = [i for i, line in enumerate(shown) if line.startswith("eval at step")]
+    assert len(evals) == 3 and max(evals) < shown.index(bars[0])
+    assert stream.getvalue().count("step ") > 3  # drawn again and again, yet one line on the screen
 
 
 def test_format_duration():

@@ -1,0 +1,78 @@
+"""The default run as a person sees it: in a terminal of 80 columns, rendered by a terminal
+emulator (pyte), and piped into a file.
+
+In the terminal the progress bar is one line at the bottom, redrawn in place and never wider
+than the terminal, with the eval lines, the banner and the closing block above it; piped, the
+same run prints plain timestamped progress lines and no escape codes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+
+import pyte
+from tiny import tiny_args
+
+COLUMNS, ROWS = 80, 60
+
+
+def _in_a_terminal(args: list[str], cwd) -> tuple[list[str], str]:
+    """(the screen's non-blank lines after the run, the raw output)."""
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
+    env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(COLUMNS), LINES=str(ROWS))
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
+    process = subprocess.Popen([sys.executable, "-m", "pax_eqx.train", *args], stdout=terminal, stderr=terminal,
+                               env=env, cwd=cwd)  # fmt: skip
+    os.close(terminal)
+    screen = pyte.Screen(COLUMNS, ROWS)
+    stream, raw = pyte.ByteStream(screen), b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        raw += chunk
+        stream.feed(chunk)
+    os.close(controller)
+    assert process.wait(timeout=300) == 0, raw.decode(errors="replace")[-3000:]
+    return [line.rstrip() for line in screen.display if line.strip()], raw.decode(errors="replace")
+
+
+def test_the_default_run_in_an_80_column_terminal(tmp_path):
+    args = tiny_args(tmp_path / "job", "--train.no-sample-at-end", num_devices=1)
+    shown, raw = _in_a_terminal(args, tmp_path)
+    bars = [line for line in shown if "step " in line and "/6" in line and "%" in line]
+    assert len(bars) == 1, "\n".join(shown)  # one bar line, however many updates
+    assert "step 6/6" in bars[0] and "100%" in bars[0] and "loss " in bars[0]
+    assert all(len(line) <= COLUMNS for line in shown)
+    assert raw.count("step ") > 3  # it was redrawn
+    bar = shown.index(bars[0])
+    evals = [i for i, line in enumerate(shown) if line.startswith("eval: loss")]
+    assert len(evals) == 2 and max(evals) < bar  # the evals at steps 3 and 6 stand above the bar
+    assert shown.index("Experiment shakespeare_char (LanguageModelConfig)") < min(evals)
+    assert any(line.startswith("Finished at step 6") for line in shown[bar:])
+
+
+def test_the_default_run_piped_is_plain_lines(tmp_path):
+    args = tiny_args(tmp_path / "job", "--train.no-sample-at-end", num_devices=1)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    done = subprocess.run([sys.executable, "-m", "pax_eqx.train", *args], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\r" not in done.stdout
+    progress = [line for line in done.stdout.splitlines() if " step " in line and "%)" in line]
+    assert [line[11:].split(")")[0] + ")" for line in progress] == [
+        "step 2/6 (33%)",
+        "step 4/6 (67%)",
+        "step 6/6 (100%)",
+    ]
+    assert all(line.startswith("[") and line[9] == "]" for line in progress)  # [HH:MM:SS]
