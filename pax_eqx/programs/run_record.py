@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pax_eqx.programs.errors import RunError
+
 COMMAND_FILE = "command.txt"
 LOG_FILE = "train.log"
 _PACKAGES = ("pax_eqx", "jax", "jaxlib", "equinox", "optax", "orbax-checkpoint", "grain", "tyro", "numpy")
@@ -38,22 +40,31 @@ def record_command(job_dir: Path, argv: Sequence[str] | None, program: str = "py
         f"code: {code_version()}",
         f"python {platform.python_version()}; " + "; ".join(f"{p} {_version(p)}" for p in _PACKAGES),
     ]
-    with open(job_dir / COMMAND_FILE, "a", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n\n")
+    _append(job_dir / COMMAND_FILE, "\n".join(lines) + "\n\n")
 
 
 def tee_to_log(job_dir: Path, log: Callable[[str], None]) -> Callable[[str], None]:
     """`log`, also appending each line to DIR/train.log (headed by this start's rule)."""
     path = job_dir / LOG_FILE
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(f"===== {_now()} =====\n")
+    _append(path, f"===== {_now()} =====\n")
 
     def both(line: str) -> None:
         log(line)
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(f"{line}\n")
+        _append(path, f"{line}\n")
 
     return both
+
+
+def _append(path: Path, text: str) -> None:
+    """Appends `text`; a full disk or a read-only job dir is one RunError naming the file."""
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise RunError(
+            f"writing {path} failed ({e.strerror or e}); free space (or fix the permissions) and rerun the same "
+            "command to resume from the newest checkpoint."
+        ) from e
 
 
 def code_version() -> str:
