@@ -7,40 +7,15 @@ box drawn through it). Run in a pseudo-terminal with colour on, as a person sees
 
 from __future__ import annotations
 
-import os
-import pty
-import subprocess
-import sys
+from terminal import run_in_a_terminal
 
 from pax_eqx.command_line import cli, registry
 
 
-def _run_in_a_colour_terminal(args: list[str], tmp_path) -> str:
-    env = dict(os.environ, TERM="xterm-256color", FORCE_COLOR="1", COLUMNS="80")
-    env.pop("NO_COLOR", None)
-    controller, terminal = pty.openpty()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pax_eqx.train", *args], stdout=terminal, stderr=terminal, env=env, cwd=tmp_path
-    )
-    os.close(terminal)
-    output = b""
-    while True:
-        try:
-            chunk = os.read(controller, 4096)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        output += chunk
-    os.close(controller)
-    assert process.wait(timeout=120) == 2
-    return output.decode()
-
-
 def test_a_wrong_flag_on_a_colour_terminal_is_one_plain_line(tmp_path):
-    out = _run_in_a_colour_terminal(
-        ["--exp", "shakespeare_char", "--job-log-dir", "run", "--num-steps", "100"], tmp_path
-    )
+    args = ["-m", "pax_eqx.train", "--exp", "shakespeare_char", "--job-log-dir", "run", "--num-steps", "100"]
+    code, _, out = run_in_a_terminal(args, tmp_path, columns=80, env={"FORCE_COLOR": "1"}, timeout=120)
+    assert code == 2
     errors = [line for line in out.splitlines() if "error" in line]
     assert len(errors) == 1, out
     line = errors[0].strip()

@@ -8,48 +8,21 @@ same run prints plain timestamped progress lines and no escape codes.
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
-import struct
 import subprocess
 import sys
-import termios
 
-import pyte
+from terminal import run_in_a_terminal
 from tiny import tiny_args
 
-COLUMNS, ROWS = 80, 60
-
-
-def _in_a_terminal(args: list[str], cwd) -> tuple[list[str], str]:
-    """(the screen's non-blank lines after the run, the raw output)."""
-    controller, terminal = pty.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
-    env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(COLUMNS), LINES=str(ROWS))
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
-    process = subprocess.Popen([sys.executable, "-m", "pax_eqx.train", *args], stdout=terminal, stderr=terminal,
-                               env=env, cwd=cwd)  # fmt: skip
-    os.close(terminal)
-    screen = pyte.Screen(COLUMNS, ROWS)
-    stream, raw = pyte.ByteStream(screen), b""
-    while True:
-        try:
-            chunk = os.read(controller, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        raw += chunk
-        stream.feed(chunk)
-    os.close(controller)
-    assert process.wait(timeout=300) == 0, raw.decode(errors="replace")[-3000:]
-    return [line.rstrip() for line in screen.display if line.strip()], raw.decode(errors="replace")
+COLUMNS = 80
 
 
 def test_the_default_run_in_an_80_column_terminal(tmp_path):
     args = tiny_args(tmp_path / "job", "--train.no-sample-at-end", num_devices=1)
-    shown, raw = _in_a_terminal(args, tmp_path)
+    one_device = {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    code, shown, raw = run_in_a_terminal(["-m", "pax_eqx.train", *args], tmp_path, columns=COLUMNS, env=one_device)
+    assert code == 0, raw[-3000:]
     bars = [line for line in shown if "step " in line and "/6" in line and "%" in line]
     assert len(bars) == 1, "\n".join(shown)  # one bar line, however many updates
     assert "step 6/6" in bars[0] and "100%" in bars[0] and "loss " in bars[0]
