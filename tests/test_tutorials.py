@@ -133,7 +133,8 @@ def test_learning_pax_walks_layer_model_and_task(learning_pax):
 
 
 def test_learning_pax_trains_through_the_cli_into_a_job_dir(learning_pax):
-    assert learning_pax["job dir"] == "['checkpoints', 'config.json', 'metrics.jsonl', 'plots', 'summaries']"
+    written = "['checkpoints', 'command.txt', 'config.json', 'metrics.jsonl', 'plots', 'summaries', 'train.log']"
+    assert learning_pax["job dir"] == written
     assert learning_pax["checkpoints after 40 steps"] == "[20, 40]"
     assert learning_pax["checkpoints after resuming to 60"] == "[40, 60]"
     assert learning_pax["train records at steps"] == "[10, 20, 30, 40, 50, 60]"

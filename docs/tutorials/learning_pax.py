@@ -346,11 +346,12 @@ print("registered:", "learning_pax_digits" in registry.names())
 # `pax_eqx.train.main([...])` taking the same arguments. The job dir holds:
 #
 #   config.json              the resolved experiment (Pax wrote its params to a text file);
-#                            eval and decode check their flags against it
+#                            eval and decode read it, and check their flags against it
+#   command.txt, train.log   each start's command line, code version and packages; its log lines
 #   checkpoints/<step>/      orbax checkpoints: the TrainState and the data iterator's position
-#   metrics.jsonl            one JSON object per logged step, train and eval
+#   metrics.jsonl            one JSON object per logged step, train and eval, with its wall time
 #   summaries/{train,eval}/  TensorBoard event files (Pax's summaries dir)
-#   plots/                   loss and accuracy curves as PNG files
+#   plots/                   loss, accuracy, learning-rate and grad-norm curves (redrawn every eval)
 #
 # A second run on the same dir resumes from its newest checkpoint: here, from step 40 to 60.
 

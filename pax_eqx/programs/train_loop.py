@@ -222,6 +222,8 @@ class _Run:
     skipped_so_far: int = 0
     preempted: bool = False
     stop_reason: str = ""
+    plots_due: bool = False
+    plots_warned: bool = False
 
     def run(self, changed: list[str]) -> TrainResult:
         done = self.start(changed)
@@ -239,6 +241,8 @@ class _Run:
             stopping = self.stop.agreed()
             if self.ckpt.should_save(self.step) or stopping or self.stop_reason or self.step == exp.train.num_steps:
                 self.save()
+            if self.plots_due and self.step < exp.train.num_steps:  # (the last step's are drawn by finish)
+                self.draw_plots_meanwhile()
             if self.stop_reason and not stopping:
                 self.ckpt.wait_until_finished()
                 self.log(f"Stopping early at step {self.step}: {self.stop_reason} (train.early_stopping); saved a "
@@ -344,9 +348,20 @@ class _Run:
         self.eval_metrics = _evaluate(self.rt, self.state, self.step, self.ckpt, self.log)
         _log_writes(self.ckpt, self.writer.write, self.step, "eval", self.eval_metrics)
         self.stop_reason = self.early.update(self.step, self.eval_metrics)
-        self.draw_plots()  # curves while it runs
+        self.plots_due = True  # curves while it runs: drawn after this step's checkpoint (run)
+
+    def draw_plots_meanwhile(self) -> None:
+        """The curves so far. A courtesy while training: a failure (a full disk) is one warning and
+        training goes on; `finish` draws them again, and there a failure stops the run."""
+        try:
+            self.draw_plots()
+        except RunError as e:
+            if not self.plots_warned:
+                self.log(f"warning: {e.args[0].split('; ')[0]}; training goes on (they are drawn again at the end).")
+            self.plots_warned = True
 
     def draw_plots(self) -> None:
+        self.plots_due = False
         if self.primary:
             _log_writes(self.ckpt, write_plots, self.job_dir, what=f"drawing the plots in {self.job_dir / 'plots'}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import time
 from pathlib import Path
 
 import numpy as np
@@ -66,17 +67,21 @@ def test_tensorboard_scalars_per_split(tmp_path):
 
 
 def test_metrics_jsonl_one_object_per_write_flushed_at_once(tmp_path):
+    before = time.time()
     writer = SummaryWriter(tmp_path)
     writer.write(5, "train", {"total_loss": 3.0, "accuracy": 0.25})
     # Readable before close: a SIGKILL right now would lose nothing already written.
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line) for line in lines] == [
+    rows = [json.loads(line) for line in lines]
+    results = lambda row: {k: v for k, v in row.items() if k not in ("time", "elapsed_s")}  # noqa: E731
+    assert [results(r) for r in rows] == [
         {"step": 5, "split": "train", "loss": 3.0, "total_loss": 3.0, "accuracy": 0.25}
     ]
+    assert before - 1e-3 <= rows[0]["time"] <= time.time() + 1e-3 and 0 <= rows[0]["elapsed_s"] < 60
     writer.write(5, "eval", {"loss": 3.5, "total_loss": 3.75})  # an explicit loss is kept
     writer.close()
     last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
-    assert last == {"step": 5, "split": "eval", "loss": 3.5, "total_loss": 3.75}
+    assert results(last) == {"step": 5, "split": "eval", "loss": 3.5, "total_loss": 3.75}
 
 
 def test_resume_appends_and_readers_keep_the_latest_record(tmp_path):
