@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import difflib
 import inspect
 import io
 import json
@@ -38,6 +37,7 @@ from typing import Any
 import tyro
 
 from pax_eqx.command_line import entry, registry
+from pax_eqx.command_line.flag_hints import with_nearest_flags
 from pax_eqx.config import ConfigError
 from pax_eqx.experiment import ExperimentConfig
 
@@ -349,7 +349,7 @@ def parse_fields(default: ExperimentConfig, args: Sequence[str], prog: str) -> E
     except SystemExit as e:
         if e.code not in (0, None):
             message = one_line(captured.getvalue()) or f"cannot parse the arguments {list(args)}"
-            raise FlagError(_with_nearest_flags(message, default)) from None
+            raise FlagError(with_nearest_flags(message, default)) from None
         sys.stderr.write(captured.getvalue())
         raise
     sys.stderr.write(captured.getvalue())  # warnings, if any
@@ -405,45 +405,6 @@ def _replace_expression(owner: str, path: list[str], value: str) -> str:
 
 _RULE = re.compile(r"^[\s\-─━═╌┄]*$")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_UNRECOGNIZED = re.compile(r"Unrecognized options?: ([^-]*(?:--[^ ,]+[^-]*)+?)(?: -- |$)")
-
-
-def _with_nearest_flags(message: str, default: Any) -> str:
-    """tyro's line, with the nearest field flags of each unrecognised one where tyro found none
-    (`--lr`: --learner.learning-rate; `--max-tokens`: --decode.max-new-tokens)."""
-    match = _UNRECOGNIZED.search(message)
-    if match is None or "Perhaps you meant" in message:
-        return message
-    unknown = [w for w in re.split(r"[,\s]+", match.group(1)) if w.startswith("--")]
-    flags = ["--" + path.replace("_", "-") for path in field_paths(default)]
-    hints = [f"{flag}: did you mean {', '.join(near)}?" for flag in unknown if (near := nearest_flags(flag, flags))]
-    if not hints:
-        return message
-    return message.replace(" -- For full helptext", " -- " + "; ".join(hints) + " -- For full helptext", 1)
-
-
-def field_paths(value: Any, prefix: str = "") -> list[str]:
-    """Every leaf field of a config as a dotted path (`learner.learning_rate`)."""
-    paths = []
-    for f in dataclasses.fields(value):
-        child = getattr(value, f.name)
-        if dataclasses.is_dataclass(child) and not isinstance(child, type):
-            paths += field_paths(child, f"{prefix}{f.name}.")
-        else:
-            paths.append(prefix + f.name)
-    return paths
-
-
-def nearest_flags(flag: str, flags: Sequence[str], n: int = 3) -> list[str]:
-    """The flags nearest `flag`: by the whole path, by the last part (`--max-tokens` ~
-    `--decode.max-new-tokens`), and by the last part's initials (`--lr` = learning-rate)."""
-    want = flag.lstrip("-").replace("_", "-")
-    tail = want.rsplit(".", 1)[-1]
-    last = {f: f.lstrip("-").rsplit(".", 1)[-1] for f in flags}
-    initials = [f for f in flags if len(tail) > 1 and "".join(w[:1] for w in last[f].split("-")) == tail]
-    by_tail = [f for t in difflib.get_close_matches(tail, set(last.values()), n, 0.75) for f in flags if last[f] == t]
-    by_path = difflib.get_close_matches("--" + want, flags, n, 0.8)
-    return list(dict.fromkeys([*by_path, *initials, *by_tail]))[:n]
 
 
 def one_line(box: str) -> str:

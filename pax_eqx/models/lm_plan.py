@@ -9,7 +9,6 @@ scores where cuDNN's fused kernel does not run, and the float32 logits (a chunk 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import jax.numpy as jnp
@@ -61,7 +60,7 @@ def flash_attention(cfg: LanguageModelConfig, fprop_dtype: str) -> bool:
 def _activation_bytes(cfg: LanguageModelConfig, step: StepShape) -> int:
     m = cfg
     s, d = step.seq_len, m.model_dims
-    ways = lambda name: math.prod(step.mesh_shape[a] for a in step.rules.get(name, ()))
+    ways = step.ways
     batch = step.global_batch // ways("batch")
     h_t = m.hidden_dims / ways("mlp")
     n_t = m.num_heads / ways("heads")
@@ -142,7 +141,7 @@ def _all_to_all_lines(cfg: LanguageModelConfig, step: StepShape) -> list[str]:
     m = cfg
     if not m.moe_layer_interval:
         return []
-    ways = math.prod(step.mesh_shape[a] for a in step.rules.get("expert", ()))
+    ways = step.ways("expert")
     if ways <= 1 or m.moe.num_experts % ways:
         return []
     if m.moe.dropless:

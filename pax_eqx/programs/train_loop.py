@@ -29,7 +29,6 @@ scratch) without error, so a refused or failed start never changes what the job 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import signal
@@ -49,11 +48,11 @@ from pax_eqx.checkpoint import Checkpointer, CheckpointSaveError
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.learners import skipped_steps
 from pax_eqx.programs.decode_modes import check_decode
-from pax_eqx.programs.early_stopping import STATE_KEY as EARLY_STOPPING_KEY
 from pax_eqx.programs.early_stopping import EarlyStopping
 from pax_eqx.programs.errors import DataPipelineError, NonFiniteLossError, RunError, raised_at
 from pax_eqx.programs.eval_loop import evaluate
 from pax_eqx.programs.init_from import init_from_checkpoints
+from pax_eqx.programs.input_positions import input_states, restore_inputs
 from pax_eqx.programs.job_dir import JobDirError, check_config, exclusive, write_config
 from pax_eqx.programs.pgle import enable_auto_pgle
 from pax_eqx.programs.run_record import record_command, tee_to_log
@@ -64,11 +63,6 @@ from pax_eqx.programs.seq2seq_decoding import decodes_examples
 from pax_eqx.sharding.distributed import any_host
 from pax_eqx.summaries import Progress, SummaryWriter, step_scalars, write_plots
 from pax_eqx.summaries.writer import SummaryWriteError
-
-# Marks the data state a checkpoint holds as {"train": ..., "eval": ..., "eval_data": ...}; a
-# checkpoint without it (written before rolling eval positions were saved) holds the train
-# iterator's state alone.
-INPUT_STATES_KEY = "pax_eqx_input_states"
 
 
 @dataclass
@@ -216,6 +210,8 @@ class _Run:
     eval_metrics: dict[str, float] = field(default_factory=dict)
     window_start: float = 0.0
     window_steps: int = 0
+    examples_per_step: int = 0  # global
+    tokens_per_example: int = 1  # the model's throughput unit: tokens when > 1, else examples
     tokens_per_s: float = 0.0
     average_from: tuple[int, float] | None = None  # (step, time) of the first summary: compile excluded
     average_to: tuple[int, float] | None = None  # ... and of the last
@@ -282,7 +278,7 @@ class _Run:
                     f"{self.early.stopped} (train.early_stopping): nothing to do. Change train.early_stopping to "
                     "train further.")  # fmt: skip
                 return TrainResult(self.step, {}, {}, False, 0.0, time.time() - self.started, self.early.stopped)
-            _restore_inputs(self.rt, exp, data_state, log)
+            restore_inputs(self.rt, exp, data_state, log)
             log(f"Resuming {exp.name or 'experiment'} from checkpoint at step {self.step} in {self.job_dir}.")
         if self.primary:
             write_config(self.job_dir, exp.to_dict())
@@ -290,7 +286,6 @@ class _Run:
             self.log = log = tee_to_log(self.job_dir, log)
             if changed:
                 log("Config changes since the last run in this job dir:\n  " + "\n  ".join(changed))
-        if self.primary:
             for line in banner(
                 exp, self.rt.programs.abstract_state.params, self.rt.programs.mesh, self.job_dir, self.step
             ):
@@ -298,6 +293,10 @@ class _Run:
         self.writer = _log_writes(ckpt, SummaryWriter, self.job_dir, enabled=self.primary, start_step=self.step)
         if self.primary and self.step < exp.train.num_steps:
             self.progress = Progress(exp.train.num_steps, self.step)
+        self.examples_per_step = exp.data.train.batch_size * jax.process_count()
+        # Throughput in the model's unit: tokens (Pax's and nanoGPT's; a sequence-to-sequence
+        # model's input + target tokens) where an example carries several, else examples.
+        self.tokens_per_example = exp.model.tokens_per_example(exp.data)
         self.window_start = time.time()
         self.skipped_so_far = int(jax.device_get(skipped_steps(self.state.opt_state)))
         return None
@@ -321,17 +320,12 @@ class _Run:
     def summarize(self) -> None:
         """The train metrics of the last step and the throughput since the last summary, to the
         log files and the progress bar (the loop's one host sync); stops on a non-finite loss."""
-        exp = self.exp
         metrics = step_scalars(*jax.device_get((self.outputs.metrics, self.outputs.summaries)))
         elapsed = max(time.time() - self.window_start, 1e-9)
-        examples_per_step = exp.data.train.batch_size * jax.process_count()
-        # Throughput in the model's unit: tokens (Pax's and nanoGPT's; a sequence-to-sequence
-        # model's input + target tokens) where an example carries several, else examples.
-        tokens_per_example = exp.model.tokens_per_example(exp.data)
-        self.tokens_per_s = examples_per_step * tokens_per_example * self.window_steps / elapsed
-        if tokens_per_example > 1:
+        self.tokens_per_s = self.examples_per_step * self.tokens_per_example * self.window_steps / elapsed
+        if self.tokens_per_example > 1:
             metrics["tokens_per_s"] = self.tokens_per_s
-        metrics["examples_per_s"] = examples_per_step * self.window_steps / elapsed
+        metrics["examples_per_s"] = self.examples_per_step * self.window_steps / elapsed
         metrics["steps_per_s"] = self.window_steps / elapsed
         self.window_start, self.window_steps = time.time(), 0
         self.average_from = self.average_from or (self.step, self.window_start)
@@ -340,13 +334,12 @@ class _Run:
         _log_writes(self.ckpt, self.writer.write, self.step, "train", metrics)
         if self.progress:
             self.progress.update(self.step, metrics)
-        _check_finite(exp, self.step, metrics, self.ckpt)
+        _check_finite(self.exp, self.step, metrics, self.ckpt)
         self.skipped_so_far = _report_skipped(self.step, metrics, self.skipped_so_far, self.log)
 
     def evaluate(self) -> None:
         """An eval run, its metrics logged, and early stopping's verdict on them."""
-        self.eval_metrics = _evaluate(self.rt, self.state, self.step, self.ckpt, self.log)
-        _log_writes(self.ckpt, self.writer.write, self.step, "eval", self.eval_metrics)
+        self.evaluate_and_log()
         self.stop_reason = self.early.update(self.step, self.eval_metrics)
         self.plots_due = True  # curves while it runs: drawn after this step's checkpoint (run)
 
@@ -372,7 +365,7 @@ class _Run:
         """A checkpoint of this step (asynchronous), after checking the loss is finite."""
         finite = {k: float(self.outputs.metrics[k].value) for k in ("total_loss", "grad_norm")}
         _check_finite(self.exp, self.step, finite, self.ckpt)
-        self.ckpt.save(self.step, self.state, _input_states(self.rt, self.exp, self.early), force=True)
+        self.ckpt.save(self.step, self.state, input_states(self.rt, self.exp, self.early), force=True)
 
     # -- closing: the last eval, plots, the summary line and a sample ---------------------------
     def finish(self) -> TrainResult:
@@ -382,23 +375,15 @@ class _Run:
         if exp.profile.steps and self.primary and exp.profile.steps[0] < self.step <= exp.profile.steps[1]:
             jax.profiler.stop_trace()
         if not self.preempted and not _due(self.step, exp.train.eval_interval_steps):
-            self.evaluate_at_end()
+            self.evaluate_and_log()
         self.ckpt.wait_until_finished()
         self.ckpt.close()
         _log_writes(self.ckpt, self.writer.close)
         self.draw_plots()
         wall = time.time() - self.started
         if not self.preempted and self.primary:
-            per_example = exp.model.tokens_per_example(exp.data)
-            unit = "tokens" if per_example > 1 else "examples"
-            throughput = f"{self.tokens_per_s:,.0f} {unit}/s in the last window"
-            if self.average_from and self.average_to and self.average_to[1] > self.average_from[1]:
-                steps, seconds = self.average_to[0] - self.average_from[0], self.average_to[1] - self.average_from[1]
-                average = steps * exp.data.train.batch_size * jax.process_count() * per_example / seconds
-                last = f"{self.tokens_per_s:,.0f}"
-                throughput = f"{average:,.0f} {unit}/s over the run, evals included; last window {last}"
             log(_summary_line(self.step, self.train_metrics, self.eval_metrics, wall))
-            for line in closing_block(exp, self.job_dir, throughput):
+            for line in closing_block(exp, self.job_dir, self.throughput()):
                 log(line)
             if exp.train.sample_at_end:
                 print_samples(self.rt, self.state, exp.decode, log=log)
@@ -406,8 +391,20 @@ class _Run:
             self.step, self.train_metrics, self.eval_metrics, self.preempted, self.tokens_per_s, wall, self.stop_reason
         )
 
-    def evaluate_at_end(self) -> None:
-        """The final eval when the last step was not an eval step (early stopping has had its say)."""
+    def throughput(self) -> str:
+        """The run's average from its first summary to its last (the compile left out, evals
+        included), beside the last window's."""
+        unit = "tokens" if self.tokens_per_example > 1 else "examples"
+        last = f"{self.tokens_per_s:,.0f} {unit}/s in the last window"
+        if not (self.average_from and self.average_to and self.average_to[1] > self.average_from[1]):
+            return last
+        steps, seconds = self.average_to[0] - self.average_from[0], self.average_to[1] - self.average_from[1]
+        average = steps * self.examples_per_step * self.tokens_per_example / seconds
+        return f"{average:,.0f} {unit}/s over the run, evals included; last window {self.tokens_per_s:,.0f}"
+
+    def evaluate_and_log(self) -> None:
+        """An eval run and its metrics logged (at the end, when the last step was no eval step:
+        early stopping has had its say)."""
         self.eval_metrics = _evaluate(self.rt, self.state, self.step, self.ckpt, self.log)
         _log_writes(self.ckpt, self.writer.write, self.step, "eval", self.eval_metrics)
 
@@ -473,44 +470,6 @@ def _check_step_traces(rt: Runtime, train_input: Any) -> None:
     finally:
         train_input.set_state(position)
     rt.programs.check_batch(first)
-
-
-# ------------------------------------------------------------------- data iterator positions
-
-
-def _eval_data(exp: ExperimentConfig) -> dict[str, Any]:
-    """What the eval input is built from: its saved position only applies to the same pipeline.
-    (As it reads back from the checkpoint's JSON, so a saved and a fresh one compare equal.)"""
-    return json.loads(json.dumps({k: v for k, v in exp.data.to_dict().items() if k != "train"}))
-
-
-def _input_states(rt: Any, exp: ExperimentConfig, early: EarlyStopping | None = None) -> dict[str, Any]:
-    """This host's input positions for the checkpoint: the training input's, and the rolling eval
-    input's (reset_for_eval=False: each eval run reads the next batches, so where it stands
-    decides what the next eval sees). `rt`: the Runtime (anything whose .input(split) has
-    get_state/set_state). With early stopping on, its state rides along (early_stopping.py)."""
-    states: dict[str, Any] = {INPUT_STATES_KEY: 1, "train": rt.input("train").get_state()}
-    if early is not None and early.enabled:
-        states[EARLY_STOPPING_KEY] = early.saved()
-    if not exp.data.eval.reset_for_eval:
-        states["eval"] = rt.input("eval").get_state()
-        states["eval_data"] = _eval_data(exp)
-    return states
-
-
-def _restore_inputs(rt: Any, exp: ExperimentConfig, data_state: dict[str, Any] | None, log) -> None:
-    if data_state is None:
-        log("The checkpoint holds no data iterator state: the training input starts from its first batch.")
-        return
-    if INPUT_STATES_KEY not in data_state:  # an older checkpoint: the train iterator's state alone
-        rt.input("train").set_state(data_state)
-        return
-    rt.input("train").set_state(data_state["train"])
-    if "eval" in data_state and not exp.data.eval.reset_for_eval:
-        if data_state.get("eval_data") == _eval_data(exp):
-            rt.input("eval").set_state(data_state["eval"])
-        else:
-            log("data.eval changed since the checkpoint: the rolling eval input starts from its first batch.")
 
 
 # ------------------------------------------------------------------------------ failures

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from terminal import run_in_a_terminal
 
-from pax_eqx.command_line import cli, registry
+from pax_eqx.command_line import flag_hints, registry
 
 
 def test_a_wrong_flag_on_a_colour_terminal_is_one_plain_line(tmp_path):
@@ -26,12 +26,12 @@ def test_a_wrong_flag_on_a_colour_terminal_is_one_plain_line(tmp_path):
 
 def test_every_misspelt_flag_gets_its_nearest_flags():
     exp = registry.load_experiment("shakespeare_char")
-    flags = ["--" + p.replace("_", "-") for p in cli.field_paths(exp)]
-    assert cli.nearest_flags("--lr", flags)[0] == "--learner.learning-rate"  # the initials of the last part
-    assert cli.nearest_flags("--max-tokens", flags)[0] == "--decode.max-new-tokens"  # the last part, close
-    assert cli.nearest_flags("--data.train.bach-size", flags)[0] == "--data.train.batch-size"  # the whole path
-    assert cli.nearest_flags("--zzzz", flags) == []
-    message = cli._with_nearest_flags("Unrecognized options: --lr, 0.1 -- For full helptext, run x --help", exp)
+    flags = ["--" + p.replace("_", "-") for p in flag_hints.field_paths(exp)]
+    assert flag_hints.nearest_flags("--lr", flags)[0] == "--learner.learning-rate"  # the initials of the last part
+    assert flag_hints.nearest_flags("--max-tokens", flags)[0] == "--decode.max-new-tokens"  # the last part, close
+    assert flag_hints.nearest_flags("--data.train.bach-size", flags)[0] == "--data.train.batch-size"  # the whole path
+    assert flag_hints.nearest_flags("--zzzz", flags) == []
+    message = flag_hints.with_nearest_flags("Unrecognized options: --lr, 0.1 -- For full helptext, run x --help", exp)
     assert message == (
         "Unrecognized options: --lr, 0.1 -- --lr: did you mean --learner.learning-rate, --learner.l2-regularization? "
         "-- For full helptext, run x --help"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pax_eqx.data import DataConfig, InputConfig
 from pax_eqx.experiment import ExperimentConfig
-from pax_eqx.programs.train_loop import INPUT_STATES_KEY, _input_states, _restore_inputs
+from pax_eqx.programs.input_positions import INPUT_STATES_KEY, input_states, restore_inputs
 
 ROLLING = InputConfig(batch_size=4, shuffle=False, repeat=True, reset_for_eval=False, eval_loop_num_batches=2)
 ONE_EPOCH = InputConfig(batch_size=4, shuffle=False, repeat=False, reset_for_eval=True)
@@ -42,28 +42,28 @@ def experiment(eval_cfg: InputConfig) -> ExperimentConfig:
 
 def test_train_and_rolling_eval_positions_round_trip():
     exp = experiment(ROLLING)
-    states = _input_states(FakeRuntime(train=7, eval=4), exp)
+    states = input_states(FakeRuntime(train=7, eval=4), exp)
     assert states == {INPUT_STATES_KEY: 1, "train": {"next_index": 7}, "eval": {"next_index": 4},
                       "eval_data": states["eval_data"]}  # fmt: skip
     resumed, logged = FakeRuntime(), []
-    _restore_inputs(resumed, exp, states, logged.append)
+    restore_inputs(resumed, exp, states, logged.append)
     assert (resumed.inputs["train"].position, resumed.inputs["eval"].position) == (7, 4) and logged == []
 
 
 def test_a_checkpoint_with_the_train_state_alone_still_resumes():
     resumed, logged = FakeRuntime(), []
-    _restore_inputs(resumed, experiment(ROLLING), {"next_index": 9}, logged.append)
+    restore_inputs(resumed, experiment(ROLLING), {"next_index": 9}, logged.append)
     assert (resumed.inputs["train"].position, resumed.inputs["eval"].position) == (9, 0) and logged == []
 
 
 def test_a_changed_rolling_eval_starts_over_and_says_so():
-    states = _input_states(FakeRuntime(train=7, eval=4), experiment(ROLLING))
+    states = input_states(FakeRuntime(train=7, eval=4), experiment(ROLLING))
     resumed, logged = FakeRuntime(), []
-    _restore_inputs(resumed, experiment(ROLLING.replace(eval_loop_num_batches=3)), states, logged.append)
+    restore_inputs(resumed, experiment(ROLLING.replace(eval_loop_num_batches=3)), states, logged.append)
     assert (resumed.inputs["train"].position, resumed.inputs["eval"].position) == (7, 0)
     assert logged == ["data.eval changed since the checkpoint: the rolling eval input starts from its first batch."]
 
 
 def test_an_eval_reset_every_run_keeps_no_position():
-    states = _input_states(FakeRuntime(train=7, eval=4), experiment(ONE_EPOCH))
+    states = input_states(FakeRuntime(train=7, eval=4), experiment(ONE_EPOCH))
     assert set(states) == {INPUT_STATES_KEY, "train"}

@@ -1,0 +1,56 @@
+"""Where the inputs stand, in a checkpoint: the training input's position and a rolling eval's.
+
+A checkpoint's data state is `{INPUT_STATES_KEY: 1, "train": ..., "eval": ..., "eval_data": ...}`:
+the training iterator's state, and, for a rolling eval (reset_for_eval=False, each eval run
+reads the next batches), the eval iterator's state with the eval pipeline it belongs to, so a
+resumed run's evals read what an uninterrupted run's would. Early stopping's state rides along.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.programs.early_stopping import STATE_KEY as EARLY_STOPPING_KEY
+from pax_eqx.programs.early_stopping import EarlyStopping
+
+# Marks the data state a checkpoint holds as {"train": ..., "eval": ..., "eval_data": ...}; a
+# checkpoint without it (written before rolling eval positions were saved) holds the train
+# iterator's state alone.
+INPUT_STATES_KEY = "pax_eqx_input_states"
+
+
+def eval_data(exp: ExperimentConfig) -> dict[str, Any]:
+    """What the eval input is built from: its saved position only applies to the same pipeline.
+    (As it reads back from the checkpoint's JSON, so a saved and a fresh one compare equal.)"""
+    return json.loads(json.dumps({k: v for k, v in exp.data.to_dict().items() if k != "train"}))
+
+
+def input_states(rt: Any, exp: ExperimentConfig, early: EarlyStopping | None = None) -> dict[str, Any]:
+    """This host's input positions for the checkpoint: the training input's, and the rolling eval
+    input's (reset_for_eval=False: each eval run reads the next batches, so where it stands
+    decides what the next eval sees). `rt`: the Runtime (anything whose .input(split) has
+    get_state/set_state). With early stopping on, its state rides along (early_stopping.py)."""
+    states: dict[str, Any] = {INPUT_STATES_KEY: 1, "train": rt.input("train").get_state()}
+    if early is not None and early.enabled:
+        states[EARLY_STOPPING_KEY] = early.saved()
+    if not exp.data.eval.reset_for_eval:
+        states["eval"] = rt.input("eval").get_state()
+        states["eval_data"] = eval_data(exp)
+    return states
+
+
+def restore_inputs(rt: Any, exp: ExperimentConfig, data_state: dict[str, Any] | None, log) -> None:
+    if data_state is None:
+        log("The checkpoint holds no data iterator state: the training input starts from its first batch.")
+        return
+    if INPUT_STATES_KEY not in data_state:  # an older checkpoint: the train iterator's state alone
+        rt.input("train").set_state(data_state)
+        return
+    rt.input("train").set_state(data_state["train"])
+    if "eval" in data_state and not exp.data.eval.reset_for_eval:
+        if data_state.get("eval_data") == eval_data(exp):
+            rt.input("eval").set_state(data_state["eval"])
+        else:
+            log("data.eval changed since the checkpoint: the rolling eval input starts from its first batch.")
