@@ -175,8 +175,9 @@ def confirm_best(results: list[dict[str, Any]], mfu_flags: list[str], args: argp
         return []
     best = max(measured, key=lambda r: r["mfu"])
     flags = [f for f in mfu_flags if f != "--no-reference"]
-    if any(_result_key(r) == _key(best["variant"], flags) for r in load_results(args.out)):
-        return [r for r in load_results(args.out) if _result_key(r) == _key(best["variant"], flags)]
+    done = [r for r in load_results(args.out) if _result_key(r) == _key(best["variant"], flags)]
+    if done:
+        return done
     print(f"[best, with the reference] {best['variant']}", flush=True)
     result = run_variant(best["variant"], flags, args.timeout_s * 2)
     with args.out.open("a") as f:
