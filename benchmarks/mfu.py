@@ -15,7 +15,7 @@ on both sides. Prints a human summary and, as its last line, one JSON object:
     tokens_per_s, model_tflops_per_s, mfu, hfu, peak_tflops, compile_s, peak_mem_gb,
     temp_mem_gb (XLA's temporary buffers of the compiled step, any backend),
     reference_step_time_s, ratio_to_reference, reference_mismatch, steps_per_loop,
-    one_step_call_time_s
+    one_step_call_time_s, fp8_gemms (GEMMs with fp8 operands in the compiled step)
 
 The `_gb` fields are GiB (2^30 bytes), as the dry-run planner prints them. MFU uses PaLM's
 6N + 12·L·d·S model FLOPs per token (N = all parameters; see `benchmarks/flops.py`), HFU adds
@@ -96,6 +96,7 @@ def reference_differences(exp: ExperimentConfig) -> list[str]:
         (att.causal, "model.block.attention.causal=False"),
         (att.dropout_prob == 0 and block.residual_dropout_prob == 0 and block.relu_dropout_prob == 0, "dropout"),
         (exp.learner.optimizer == "adamw", f"learner.optimizer={exp.learner.optimizer!r} (the reference: AdamW)"),
+        (not block.fp8, "model.block.fp8=True (the reference's matmuls are in the activation dtype)"),
     ]  # fmt: skip
     return [what for ok, what in checks if not ok]
 
@@ -188,6 +189,17 @@ def compiled_step_flops(compiled: Any) -> float:
     return sum(op.flops * op.executions for op in hlo_ops.index_module(compiled.as_text()).values())
 
 
+def fp8_gemm_count(hlo_text: str) -> int:
+    """How many GEMMs of the compiled step take fp8 operands: cuBLASLt's fp8 custom calls on a GPU
+    (what `model.block.fp8` should produce on Hopper), or dots of f8 arrays anywhere else. 0 with
+    fp8 on means XLA did not recognise the quantize-dequantize pattern and ran bf16 matmuls."""
+    return sum(
+        1
+        for line in hlo_text.splitlines()
+        if ("__cublas$lt$matmul$f8" in line) or (" dot(" in line and "f8e" in line.split(" dot(", 1)[1])
+    )
+
+
 def compile_and_time(programs: Any, state: Any, data: Any, warmup: int, steps: int) -> tuple[Any, float, float, Any]:
     """(compiled train step, compile seconds, median step seconds, state after timing): the real
     step compiled once ahead of time, then timed step by step (each ends when its total loss is
@@ -276,6 +288,7 @@ def run(exp: ExperimentConfig, steps: int, warmup: int, with_reference: bool, lo
         "reference_step_time_s": None,
         "ratio_to_reference": None,
         "reference_mismatch": [],
+        "fp8_gemms": fp8_gemm_count(compiled.as_text()),
     }
     del state  # free the model's memory before the reference runs
     if with_reference:
@@ -310,6 +323,8 @@ def _print_summary(r: dict[str, Any], log) -> None:
     if r["reference_mismatch"]:
         log("  no ratio to the plain-JAX reference: it cannot make these model choices: "
             + "; ".join(r["reference_mismatch"]))  # fmt: skip
+    if r["fp8_gemms"]:
+        log(f"  {r['fp8_gemms']} fp8 GEMMs in the compiled step")
     if r["peak_mem_gb"] is not None:
         log(f"  peak memory {r['peak_mem_gb']:.2f} GiB")
     if r["temp_mem_gb"] is not None:

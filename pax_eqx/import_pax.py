@@ -145,7 +145,7 @@ def _imported_state(exp, programs, pax):
         params=params,
         nt_state=state.nt_state,
         opt_state=jax.device_put(opt_state, shardings.opt_state),
-        ema=None if state.ema is None else programs.task.split_frozen(params)[0],
+        ema=None if state.ema is None else programs.task.split_optimized(params)[0],
         key=state.key,
     )
 

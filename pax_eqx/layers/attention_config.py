@@ -92,12 +92,15 @@ class AttentionConfig(Config):
         num_kv_heads: int = 0,
         init: WeightInit = WeightInit(),
         use_rotary: bool = False,
+        fp8: bool = False,
     ) -> Attention:
         """The layer for a model of width `input_dims`.
 
         num_heads: query heads; dim_per_head: 0 = input_dims // num_heads; num_kv_heads: 0 =
         num_heads (multi-head), 1 = multi-query, otherwise grouped-query (must divide num_heads).
         init: the projections' init. use_rotary: rotary position embedding on q and k.
+        fp8: the projections' matmuls in fp8 with delayed scaling (`layers.fp8`); the owner's choice
+        (TransformerConfig.fp8), as for its feed-forward.
         """
         head_dim = dim_per_head or input_dims // max(num_heads, 1)
         kv_heads = num_kv_heads or num_heads
@@ -124,5 +127,5 @@ class AttentionConfig(Config):
             )
         return Attention(
             self, key=key, input_dims=input_dims, num_heads=num_heads, head_dim=head_dim, num_kv_heads=kv_heads,
-            init=init, use_rotary=use_rotary,
+            init=init, use_rotary=use_rotary, fp8=fp8,
         )  # fmt: skip

@@ -48,6 +48,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from pax_eqx.layers import attention_kernels as kernels
 from pax_eqx.layers.base import LAYER_STATISTICS_VERBOSITY, Context
+from pax_eqx.layers.fp8 import Fp8Scales
 from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.linears import dense
 from pax_eqx.layers.position_embeddings import apply_rotary
@@ -66,23 +67,23 @@ class KVCache(eqx.Module):
 
 
 def _project(
-    x: Float[Array, "batch time embed"], w: Float[Array, "embed heads head_dim"]
+    x: Float[Array, "batch time embed"], w: Float[Array, "embed heads head_dim"], fp8: Fp8Scales | None
 ) -> Float[Array, "batch time heads head_dim"]:
     """x @ w per head, in x's dtype. A function of both arrays so the shape check ties x's
     embed to the weight's (jaxtyping does not relate arguments to field annotations). One 2-D
     matmul (`linears.dense`: its weight gradient compiles without a transposing copy on CPU)."""
     d, n, h = w.shape
-    return dense(x, w.reshape(d, n * h)).reshape(*x.shape[:-1], n, h)
+    return dense(x, w.reshape(d, n * h), fp8).reshape(*x.shape[:-1], n, h)
 
 
 def _project_combined(
-    x: Float[Array, "batch time embed"], w: Float[Array, "3 embed heads head_dim"]
+    x: Float[Array, "batch time embed"], w: Float[Array, "3 embed heads head_dim"], fp8: Fp8Scales | None
 ) -> Float[Array, "batch time 3 heads head_dim"]:
     """q, k and v side by side, from one [embed, 3 * heads * head_dim] matmul (in the layout
     the matmul writes: taking q, k, v out of it is a split, and its gradient a concatenation
     rather than a transpose)."""
     c, d, n, h = w.shape
-    return dense(x, jnp.moveaxis(w, 0, 1).reshape(d, c * n * h)).reshape(*x.shape[:-1], c, n, h)
+    return dense(x, jnp.moveaxis(w, 0, 1).reshape(d, c * n * h), fp8).reshape(*x.shape[:-1], c, n, h)
 
 
 class Attention(eqx.Module):
@@ -96,6 +97,7 @@ class Attention(eqx.Module):
     w_o: Float[Array, "heads head_dim embed"]
     b_o: Float[Array, " embed"] | None
     per_dim_scale: Float[Array, " head_dim"] | None
+    fp8: dict[str, Fp8Scales] | None  # per projection ("qkv" or "q", "k", "v"; "o"); None: not fp8
     num_heads: int = eqx.field(static=True)
     num_kv_heads: int = eqx.field(static=True)
     head_dim: int = eqx.field(static=True)
@@ -117,8 +119,10 @@ class Attention(eqx.Module):
         num_kv_heads: int,
         init: WeightInit,
         use_rotary: bool,
+        fp8: bool = False,
     ):
-        """Made by `AttentionConfig.build`, which checks the sizes."""
+        """Made by `AttentionConfig.build`, which checks the sizes. fp8: the projections' matmuls
+        in fp8 (`layers.fp8`)."""
         d, n, kv, h = input_dims, num_heads, num_kv_heads, head_dim
         kq, kk, kv_, ko = jax.random.split(key, 4)
         # Praxis initialises per-head weights with fan_in = embed, fan_out = heads * head_dim.
@@ -133,6 +137,8 @@ class Attention(eqx.Module):
         zeros = lambda *s: jnp.zeros(s, jnp.float32) if cfg.use_bias else None
         self.b_q, self.b_k, self.b_v, self.b_o = zeros(n, h), zeros(kv, h), zeros(kv, h), zeros(d)
         self.per_dim_scale = jnp.zeros((h,), jnp.float32) if cfg.per_dim_scale else None
+        projections = ("qkv", "o") if cfg.combine_qkv else ("q", "k", "v", "o")
+        self.fp8 = {name: Fp8Scales() for name in projections} if fp8 else None
         self.num_heads, self.num_kv_heads, self.head_dim = n, kv, h
         self.causal = cfg.causal
         self.rotary_max_timescale = cfg.rotary_max_timescale if use_rotary else None
@@ -164,7 +170,7 @@ class Attention(eqx.Module):
         positions: None only for a layer without rotary positions (cross-attention)."""
         w = self.w_q if self.w_q is not None else self.w_qkv[0]
         # Praxis' activation names, for the named remat policies (layers/remat.py).
-        return self._finish_q(checkpoint_name(_project(x, w), "query_proj"), positions)
+        return self._finish_q(checkpoint_name(_project(x, w, self._fp8("q")), "query_proj"), positions)
 
     def project_kv(
         self, x: Float[Array, "batch time embed"], positions: Int[Array, "batch time"] | None
@@ -173,8 +179,8 @@ class Attention(eqx.Module):
 
         positions: None only for a layer without rotary positions (cross-attention memory)."""
         w_k, w_v = (self.w_k, self.w_v) if self.w_k is not None else (self.w_qkv[1], self.w_qkv[2])
-        k = checkpoint_name(_project(x, w_k), "key_proj")
-        v = checkpoint_name(_project(x, w_v), "value_proj")
+        k = checkpoint_name(_project(x, w_k, self._fp8("k")), "key_proj")
+        v = checkpoint_name(_project(x, w_v, self._fp8("v")), "value_proj")
         return self._finish_kv(k, v, positions)
 
     def project_qkv(
@@ -184,11 +190,16 @@ class Attention(eqx.Module):
         one fused matmul with `combine_qkv`."""
         if self.w_qkv is None:
             return self.project_q(x, positions), *self.project_kv(x, positions)
-        qkv = checkpoint_name(_project_combined(x, self.w_qkv), "combined_qkv_proj")
+        qkv = checkpoint_name(_project_combined(x, self.w_qkv, self._fp8("qkv")), "combined_qkv_proj")
         # A split (not three slices), so the backward concatenates dq, dk, dv instead of adding
         # three zero-padded copies of the whole [.., 3, heads, head_dim] gradient.
         q, k, v = (a.squeeze(-3) for a in jnp.split(qkv, 3, axis=-3))
         return self._finish_q(q, positions), *self._finish_kv(k, v, positions)
+
+    def _fp8(self, projection: str) -> Fp8Scales | None:
+        """The fp8 state of one projection (None: that matmul in the activation dtype). A layer
+        with combined weights has one state, "qkv", for the whole [q k v] matmul."""
+        return None if self.fp8 is None else self.fp8.get(projection)
 
     def _finish_q(self, q: Array, positions: Array | None) -> Array:
         dt = q.dtype
@@ -220,7 +231,7 @@ class Attention(eqx.Module):
     def _output(self, o: Float[Array, "batch time heads head_dim"]) -> Float[Array, "batch time embed"]:
         o = checkpoint_name(o, "context")
         n, h, d = self.w_o.shape
-        y = dense(o.reshape(*o.shape[:-2], n * h), self.w_o.reshape(n * h, d))
+        y = dense(o.reshape(*o.shape[:-2], n * h), self.w_o.reshape(n * h, d), self._fp8("o"))
         y = checkpoint_name(y, "out_proj")
         return y if self.b_o is None else y + self.b_o.astype(o.dtype)
 

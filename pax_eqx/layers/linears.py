@@ -22,17 +22,23 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from pax_eqx.config import Config, ConfigError, check_range, config, require_positive
 from pax_eqx.layers.activations import Activation, ActivationConfig
+from pax_eqx.layers.fp8 import Fp8Scales, fp8_dense
 from pax_eqx.layers.initializers import WeightInit
 
 
 @config
 class LinearConfig(Config):
-    """y = x @ w, w: [input_dims, output_dims]. `axes` are w's logical axis names."""
+    """y = x @ w, w: [input_dims, output_dims]. `axes` are w's logical axis names.
+
+    fp8: the matmul in fp8 with delayed scaling (`layers.fp8`): x and w in e4m3, the gradient in
+    e5m2. Pays on Hopper GPUs and later, on large matmuls.
+    """
 
     input_dims: int
     output_dims: int
     init: WeightInit = WeightInit()
     axes: tuple[str, str] = ("embed", "mlp")
+    fp8: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -47,32 +53,36 @@ class LinearConfig(Config):
 
 class Linear(eqx.Module):
     w: Float[Array, "input_dims output_dims"]
+    fp8: Fp8Scales | None  # the delayed-scaling state of an fp8 matmul; None: in x's dtype
     axes: tuple[str, str] = eqx.field(static=True)
 
     def __init__(self, cfg: LinearConfig, *, key: PRNGKeyArray):
         self.w = cfg.init(key, (cfg.input_dims, cfg.output_dims))
+        self.fp8 = Fp8Scales() if cfg.fp8 else None
         self.axes = cfg.axes
 
     def __call__(self, x: Float[Array, "*batch input_dims"]) -> Float[Array, "*batch output_dims"]:
-        return _matmul(x, self.w)
+        return _matmul(x, self.w, self.fp8)
 
     def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"w": self.axes}
 
 
 def _matmul(
-    x: Float[Array, "*batch input_dims"], w: Float[Array, "input_dims output_dims"]
+    x: Float[Array, "*batch input_dims"], w: Float[Array, "input_dims output_dims"], fp8: Fp8Scales | None
 ) -> Float[Array, "*batch output_dims"]:
     """x @ w in x's dtype. A function of both arrays so the shape check ties x to the weight
     (jaxtyping does not relate a call's argument to the module's field annotations)."""
-    return dense(x, w)
+    return dense(x, w, fp8)
 
 
 def dense(
-    x: Float[Array, "*batch input_dims"], w: Float[Array, "input_dims output_dims"]
+    x: Float[Array, "*batch input_dims"], w: Float[Array, "input_dims output_dims"], fp8: Fp8Scales | None = None
 ) -> Float[Array, "*batch output_dims"]:
     """x @ w in x's dtype, as one 2-D matmul over the flattened leading dimensions (see the
-    module docstring for why not an einsum)."""
+    module docstring for why not an einsum); in fp8 with delayed scaling when `fp8` is given."""
+    if fp8 is not None:
+        return fp8_dense(x, w, fp8)
     y = jnp.dot(x.reshape(-1, x.shape[-1]), w.astype(x.dtype))
     return y.reshape(*x.shape[:-1], w.shape[-1])
 
@@ -117,7 +127,9 @@ def _add(x: Float[Array, "*batch dims"], b: Float[Array, " dims"]) -> Float[Arra
 
 @config
 class FeedForwardConfig(Config):
-    """activation(x @ w + b); with a gated activation, activation(x @ w_gate + b_gate) * (x @ w + b)."""
+    """activation(x @ w + b); with a gated activation, activation(x @ w_gate + b_gate) * (x @ w + b).
+
+    fp8: both projections in fp8 (LinearConfig.fp8)."""
 
     input_dims: int
     output_dims: int
@@ -125,6 +137,7 @@ class FeedForwardConfig(Config):
     activation: ActivationConfig = ActivationConfig()
     init: WeightInit = WeightInit()
     axes: tuple[str, str] = ("embed", "mlp")
+    fp8: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -146,7 +159,9 @@ class FeedForward(eqx.Module):
 
     def __init__(self, cfg: FeedForwardConfig, *, key: PRNGKeyArray):
         k_lin, k_gate = jax.random.split(key)
-        lin = LinearConfig(input_dims=cfg.input_dims, output_dims=cfg.output_dims, init=cfg.init, axes=cfg.axes)
+        lin = LinearConfig(
+            input_dims=cfg.input_dims, output_dims=cfg.output_dims, init=cfg.init, axes=cfg.axes, fp8=cfg.fp8
+        )
         bias = BiasConfig(dims=cfg.output_dims, axis=cfg.axes[1])
         gated = cfg.activation.gated
         self.linear = lin.build(k_lin)

@@ -83,6 +83,9 @@ class TransformerConfig(Config):
       its output (before any post norm and the residual dropout) at padded positions, as Praxis'
       TransformerFeedForward does with the paddings it is given; the outputs at real positions
       are unchanged. An MoE feed-forward always zeroes its output there.
+    fp8: the attention projections and the dense feed-forward's matmuls in fp8 with delayed
+      scaling (`layers.fp8`; Praxis' USE_FP8): e4m3 operands, e5m2 gradients. For Hopper GPUs
+      and later; an MoE layer's experts stay in the activation dtype.
     """
 
     norm_policy: NormPolicy = "pre"
@@ -93,6 +96,7 @@ class TransformerConfig(Config):
     residual_dropout_prob: float = 0.0
     relu_dropout_prob: float = 0.0
     ff_paddings: bool = False
+    fp8: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -144,7 +148,7 @@ class TransformerConfig(Config):
         k_att, k_in, k_out, *k_cross = jax.random.split(key, 4 if cross_attention else 3)
         attention = self.attention.build(
             k_att, input_dims=model_dims, num_heads=num_heads, dim_per_head=dim_per_head,
-            num_kv_heads=num_kv_heads, init=init, use_rotary=use_rotary,
+            num_kv_heads=num_kv_heads, init=init, use_rotary=use_rotary, fp8=self.fp8,
         )  # fmt: skip
         cross = None
         if cross_attention:
@@ -153,7 +157,7 @@ class TransformerConfig(Config):
             )
             cross = cross_cfg.build(
                 k_cross[0], input_dims=model_dims, num_heads=num_heads, dim_per_head=dim_per_head,
-                num_kv_heads=num_kv_heads, init=init, use_rotary=False,
+                num_kv_heads=num_kv_heads, init=init, use_rotary=False, fp8=self.fp8,
             )  # fmt: skip
         if moe is not None:
             experts = moe.build(
@@ -166,9 +170,11 @@ class TransformerConfig(Config):
             )  # fmt: skip
         ff_in = FeedForwardConfig(
             input_dims=model_dims, output_dims=hidden_dims, has_bias=self.ff_has_bias, activation=self.activation,
-            init=init, axes=("embed", "mlp"),
+            init=init, axes=("embed", "mlp"), fp8=self.fp8,
         ).build(k_in)  # fmt: skip
-        ff_out = LinearConfig(input_dims=hidden_dims, output_dims=model_dims, init=init, axes=("mlp", "embed"))
+        ff_out = LinearConfig(
+            input_dims=hidden_dims, output_dims=model_dims, init=init, axes=("mlp", "embed"), fp8=self.fp8
+        )
         return Transformer(
             self, model_dims=model_dims, attention=attention, ff_in=ff_in, ff_out=ff_out.build(k_out),
             cross_attention=cross, fold_padding_with_segment_mask=fold_padding_with_segment_mask,

@@ -88,8 +88,8 @@ class Programs:
     def _state_shardings(self, abstract: TrainState) -> TrainState:
         rep = replicated(self.mesh)
         p_sh = param_shardings(abstract.params, self.mesh, self.rules)
-        trainable_sh, _ = self.task.split_frozen(p_sh)  # the optimizer state and EMA cover these
-        trainable, _ = self.task.split_frozen(abstract.params)
+        trainable_sh, _ = self.task.split_optimized(p_sh)  # the optimizer state and EMA cover these
+        trainable, _ = self.task.split_optimized(abstract.params)
         return TrainState(
             step=rep,
             params=p_sh,

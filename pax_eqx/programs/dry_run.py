@@ -199,7 +199,7 @@ def _opt_state_bytes(task: Task, state: Any, param_specs: Any, mesh_shape: dict[
 
     specs = optax.tree_map_params(
         task.optimizer, lambda v, s: v if isinstance(v, optax.MaskedNode) else s, state.opt_state,
-        task.split_frozen(param_specs)[0],
+        task.split_optimized(param_specs)[0],
         transform_non_params=lambda _: jax.sharding.PartitionSpec(),
         is_leaf=lambda x: x is None or isinstance(x, (jax.sharding.PartitionSpec, optax.MaskedNode)),
     )  # fmt: skip

@@ -421,7 +421,7 @@ def _init_from_checkpoints(rt: Runtime, state: Any, exp: ExperimentConfig, log) 
     params, _ = init_from_checkpoints(state.params, rules, rt.programs.mesh, log, type(exp.model))
     state = eqx.tree_at(lambda s: s.params, state, params)
     if state.ema is not None:
-        trainable, _ = rt.programs.task.split_frozen(params)
+        trainable, _ = rt.programs.task.split_optimized(params)
         state = eqx.tree_at(lambda s: s.ema, state, jax.tree.map(jnp.copy, trainable))
     return state
 

@@ -34,6 +34,7 @@ from jaxtyping import Array, PRNGKeyArray
 
 from pax_eqx.config import ConfigError
 from pax_eqx.layers.base import DEFAULT_SUMMARY_VERBOSITY, Context, Mode, mean_sync_markers, split_state
+from pax_eqx.layers.fp8 import overwritten_mask
 from pax_eqx.learners import LearnerConfig, build_optimizer, ema_update, learning_rate_fn, skipped_steps
 from pax_eqx.learners.variables import mask_of
 from pax_eqx.metrics import Metrics, Weighted, merge_stacked, weighted
@@ -107,10 +108,19 @@ class Task:
         self.mean_sync = mean_sync_markers(model)
         self.lr_fn = learning_rate_fn(learner_cfg)
         abstract_params = eqx.filter(model, is_param)
-        self.optimizer = build_optimizer(learner_cfg, abstract_params)
-        # learner.frozen: True for each trainable parameter; None when nothing is frozen.
+        # Three kinds of parameter: optimised ones; frozen ones (learner.frozen), neither
+        # differentiated nor updated; and fp8 scales (layers.fp8), differentiated but overwritten
+        # with their gradient instead of optimised. Each mask is None when the kind is absent.
         frozen = mask_of(abstract_params, learner_cfg.frozen) if learner_cfg.frozen else None
-        self.trainable_mask = None if frozen is None else jax.tree.map(lambda f: not f, frozen)
+        overwritten = overwritten_mask(abstract_params)
+        self.differentiated_mask = None if frozen is None else jax.tree.map(lambda f: not f, frozen)
+        self.optimized_mask = None
+        if frozen is not None or overwritten is not None:
+            none = jax.tree.map(lambda _: False, abstract_params)
+            self.optimized_mask = jax.tree.map(
+                lambda f, o: not (f or o), none if frozen is None else frozen, none if overwritten is None else overwritten
+            )
+        self.optimizer = build_optimizer(learner_cfg, self.split_optimized(abstract_params)[0])
 
     # Building ---------------------------------------------------------------------------------
     def init_state(self, key: PRNGKeyArray) -> TrainState:
@@ -118,33 +128,36 @@ class Task:
         init_key, state_key = jax.random.split(key)
         model, nt_state = split_state(self.model_cfg.build(init_key))
         params = eqx.filter(model, eqx.is_array)
-        trainable, _ = self.split_frozen(params)
+        optimized, _ = self.split_optimized(params)
         return TrainState(
             step=jnp.zeros((), jnp.int32),
             params=params,
             nt_state=nt_state,
-            opt_state=self.optimizer.init(trainable),
-            ema=trainable if self.learner_cfg.ema_decay > 0 else None,
+            opt_state=self.optimizer.init(optimized),
+            ema=optimized if self.learner_cfg.ema_decay > 0 else None,
             key=state_key,
         )
 
     def model(self, params: Any) -> Model:
         return eqx.combine(params, self.static)
 
-    def split_frozen(self, params: Any) -> tuple[Any, Any]:
-        """(trainable, frozen) parts of a params-shaped pytree (arrays, shapes or shardings), each
-        with None in the other's places (`eqx.partition`); (params, None) when nothing is frozen.
-        The optimizer state and the EMA are over the trainable part only."""
-        if self.trainable_mask is None:
-            return params, None
-        return eqx.partition(params, self.trainable_mask, is_leaf=lambda x: x is None)
+    def split_optimized(self, params: Any) -> tuple[Any, Any]:
+        """(optimized, rest) parts of a params-shaped pytree (arrays, shapes or shardings), each
+        with None in the other's places (`eqx.partition`); (params, None) when every parameter is
+        optimised. The rest are the frozen parameters and the fp8 scales. The optimizer state and
+        the EMA cover the optimised part only."""
+        return _split(params, self.optimized_mask)
+
+    def split_differentiated(self, params: Any) -> tuple[Any, Any]:
+        """(differentiated, frozen) parts: everything but learner.frozen is differentiated."""
+        return _split(params, self.differentiated_mask)
 
     def inference_params(self, state: TrainState) -> Any:
-        """The parameters eval and decode use: the EMA where one is kept (frozen ones as they are)."""
+        """The parameters eval and decode use: the EMA where one is kept (the rest as they are)."""
         if state.ema is None:
             return state.params
-        _, frozen = self.split_frozen(state.params)
-        return state.ema if frozen is None else eqx.combine(state.ema, frozen)
+        _, rest = self.split_optimized(state.params)
+        return state.ema if rest is None else eqx.combine(state.ema, rest)
 
     # Forward, metrics and the objective -------------------------------------------------------
     def forward(self, params, nt_state, batch: dict, key: PRNGKeyArray | None, mode: Mode) -> _Forward:
@@ -203,16 +216,17 @@ class Task:
         # The noise's key is folded out of the step's, so the forward's randomness (dropout) is
         # the same with and without variational noise.
         noise_key = jax.random.fold_in(step_key, 1)
-        params = add_variational_noise(state.params, noise_key, state.step, self.task_cfg.variational_noise)
-        # Only the trainable parameters are differentiated, updated and averaged; frozen ones
-        # (learner.frozen) take part in the forward and keep their values bit for bit.
-        noised, noised_frozen = self.split_frozen(params)
-        trainable, frozen = self.split_frozen(state.params)
-        grads, metrics, nt_state, summaries = self._gradients(noised, noised_frozen, state.nt_state, batch, step_key)
-        updates, opt_state = self.optimizer.update(grads, state.opt_state, trainable)
-        new_trainable = optax.apply_updates(trainable, updates)
-        new_params = new_trainable if frozen is None else eqx.combine(new_trainable, frozen)
-        ema = None if state.ema is None else ema_update(state.ema, new_trainable, self.learner_cfg.ema_decay)
+        optimized, rest = self.split_optimized(state.params)
+        noised = add_variational_noise(optimized, noise_key, state.step, self.task_cfg.variational_noise)
+        # Frozen parameters (learner.frozen) take part in the forward and keep their values bit
+        # for bit; fp8 scales are differentiated, and their gradient is their next value.
+        differentiated, frozen = self.split_differentiated(_combine(noised, rest))
+        grads, metrics, nt_state, summaries = self._gradients(differentiated, frozen, state.nt_state, batch, step_key)
+        grads, new_scales = self.split_optimized(grads)
+        updates, opt_state = self.optimizer.update(grads, state.opt_state, optimized)
+        new_optimized = optax.apply_updates(optimized, updates)
+        new_params = _combine(new_optimized, new_scales, self.split_differentiated(state.params)[1])
+        ema = None if state.ema is None else ema_update(state.ema, new_optimized, self.learner_cfg.ema_decay)
         metrics["grad_norm"] = weighted(optax.global_norm(grads))
         metrics["learning_rate"] = weighted(self.lr_fn(state.step))
         metrics["skipped_steps"] = weighted(skipped_steps(opt_state))
@@ -239,3 +253,15 @@ class Task:
         grads, outs, nt_state = accumulate_gradients(loss, params, nt_state, batch, key, n, MeanSync(self.mean_sync))
         summaries = {name: jnp.mean(v, axis=0) for name, v in outs.summaries.items()}
         return grads, merge_stacked(outs.metrics), nt_state, summaries
+
+
+def _split(params: Any, mask: Any) -> tuple[Any, Any]:
+    if mask is None:
+        return params, None
+    return eqx.partition(params, mask, is_leaf=lambda x: x is None)
+
+
+def _combine(*parts: Any) -> Any:
+    """The parts' union (each has None where another holds the leaf); None parts are skipped."""
+    present = [p for p in parts if p is not None]
+    return present[0] if len(present) == 1 else eqx.combine(*present, is_leaf=lambda x: x is None)
