@@ -189,15 +189,24 @@ def compiled_step_flops(compiled: Any) -> float:
     return sum(op.flops * op.executions for op in hlo_ops.index_module(compiled.as_text()).values())
 
 
+def fp8_gemm_lines(hlo_text: str) -> list[str]:
+    """The instructions of a compiled module that are GEMMs with fp8 operands: cuBLASLt's fp8
+    custom calls, Triton / cuDNN GEMM fusions and plain dots whose operands are f8 arrays."""
+    found = []
+    for line in hlo_text.splitlines():
+        if "=" not in line:
+            continue
+        op = line.split("=", 1)[1]
+        gemm = "dot(" in op or "cublas" in op or "gemm" in op or "matmul" in op
+        if gemm and "(" in op and "f8e" in op.split("(", 1)[1]:
+            found.append(line.strip())
+    return found
+
+
 def fp8_gemm_count(hlo_text: str) -> int:
-    """How many GEMMs of the compiled step take fp8 operands: cuBLASLt's fp8 custom calls on a GPU
-    (what `model.block.fp8` should produce on Hopper), or dots of f8 arrays anywhere else. 0 with
-    fp8 on means XLA did not recognise the quantize-dequantize pattern and ran bf16 matmuls."""
-    return sum(
-        1
-        for line in hlo_text.splitlines()
-        if ("__cublas$lt$matmul$f8" in line) or (" dot(" in line and "f8e" in line.split(" dot(", 1)[1])
-    )
+    """How many GEMMs of the compiled step take fp8 operands (what `model.block.fp8` should give
+    on Hopper). 0 with fp8 on: XLA widened the operands and ran bf16 or f32 GEMMs."""
+    return len(fp8_gemm_lines(hlo_text))
 
 
 def compile_and_time(programs: Any, state: Any, data: Any, warmup: int, steps: int) -> tuple[Any, float, float, Any]:

@@ -5,14 +5,19 @@
 Both operands of the forward matmul are rounded to float8_e4m3fn (3 mantissa bits, range
 +-448) and the gradient of y to float8_e5m2 (2 mantissa bits, range +-57344: gradients need
 range more than precision). An fp8 number has so little range that each tensor is divided by
-a per-tensor *scale* before the cast and multiplied by it after:
+a per-tensor *scale* before the cast, and the GEMM's float32 result multiplied by the product of
+its operands' scales:
 
-    qdq(t) = cast(clip(t / s, -max, max), fp8) * s
+    y = (cast(clip(x / s_x), e4m3) @ cast(clip(w / s_w), e4m3)) * (s_x * s_w)
 
-Written this way (quantize, then dequantize around a plain dot) XLA:GPU recognises the pattern
-and runs one cuBLASLt FP8 GEMM with the scales as its alpha on Hopper and later; elsewhere
-(CPU, older GPUs) the same program computes the same rounded values in the activation dtype,
-which is what the tests check against numpy.
+The GEMM is a `dot_general` of the fp8 arrays themselves (accumulating in float32), which XLA:GPU
+runs as an FP8 GEMM on Hopper and later; the backward does the same for dx = g w^T (e5m2 x
+e4m3) and dw = x^T g, from the forward's fp8 operands, which are also all it keeps (half the
+bytes of bf16 residuals). A quantize-dequantize pattern around a bf16 dot, which XLA is meant
+to rewrite into an FP8 GEMM, was measured first and was not rewritten (jax 0.11.2, H200: 0
+fp8 GEMMs, 2% slower than bf16; docs/performance.md). Elsewhere (CPU) XLA widens the fp8
+operands, so the same program computes the same rounded values, which is what the tests
+check against numpy.
 
 *Delayed* scaling: a tensor's scale is not measured on the tensor itself (that would be a
 reduction over it before every cast, another pass over the activations). Each matmul keeps, per
@@ -23,7 +28,7 @@ the first amax is recorded the scale is 1.
 Where the state lives: the output gradient's amax is only known in the backward pass, so the
 state cannot be a forward-threaded variable. As in Flax's `OVERWRITE_WITH_GRADIENT` collection,
 the scales and histories are parameters (`Fp8Scales`) whose *gradient is defined to be their
-new value* (custom VJPs below); the Task takes them out of the gradients before the optimizer
+new value* (the custom VJP below); the Task takes them out of the gradients before the optimizer
 and writes them back as they come (`is_fp8_scales`, `tasks.task`). So nothing else changes:
 they are checkpointed, sharded (replicated) and stacked per layer in a scanned stack like any
 weight, and clipping, weight decay and the gradient norm never see them. With gradient
@@ -93,11 +98,8 @@ def _fp8_max(dtype: Any) -> float:
 
 def quantize_dequantize(t: Array, dtype: Any, scale: Array) -> Array:
     """t rounded to the fp8 `dtype` at `scale` (t / scale, clipped to the format's range), back in
-    t's dtype. The dequantizing multiply stays next to the cast so XLA can fold both into a GEMM."""
-    s = scale.astype(t.dtype)
-    limit = _fp8_max(dtype)
-    q = jnp.clip(t / s, -limit, limit).astype(dtype)
-    return q.astype(t.dtype) * s
+    t's dtype: the values an fp8 matmul multiplies."""
+    return quantize(t, dtype, scale).astype(t.dtype) * scale.astype(t.dtype)
 
 
 def _next_state(t: Array, dtype: Any, scale: Array, history: Array) -> tuple[Array, Array]:
@@ -108,41 +110,52 @@ def _next_state(t: Array, dtype: Any, scale: Array, history: Array) -> tuple[Arr
     return jnp.where(peak > 0, peak / _fp8_max(dtype), scale), history
 
 
+def quantize(t: Array, dtype: Any, scale: Array) -> Array:
+    """t / scale clipped to the format's range, cast to the fp8 `dtype`."""
+    limit = _fp8_max(dtype)
+    return jnp.clip(t / scale.astype(t.dtype), -limit, limit).astype(dtype)
+
+
+def _scaled_dot(a: Array, b: Array, dims: tuple, scale: Array, dtype: Any) -> Array:
+    """dot_general of two fp8 arrays, accumulated in float32 by the GEMM, times `scale` (the
+    product of the operands' scales), in `dtype`."""
+    out = jax.lax.dot_general(a, b, (dims, ((), ())), preferred_element_type=jnp.float32)
+    return (out * scale).astype(dtype)
+
+
+_MATMUL = ((1,), (0,))  # [m, k] x [k, n]
+_INPUT_GRAD = ((1,), (1,))  # [m, n] x [k, n] -> [m, k]
+_KERNEL_GRAD = ((0,), (0,))  # [m, k] x [m, n] -> [k, n]
+
+
 @jax.custom_vjp
-def _in_qdq(t: Array, scale: Array, history: Array) -> Array:
-    """A forward operand in e4m3; its gradient passes straight through (the rounding is treated
-    as identity), and (scale, history)'s "gradient" is their next value."""
-    return quantize_dequantize(t, E4M3, scale)
+def _fp8_matmul(x: Array, w: Array, scale: Array, history: Array) -> Array:
+    """[m, k] x [k, n] with both operands in e4m3 at the stored scales; see `_fp8_matmul_bwd`."""
+    return _fp8_matmul_fwd(x, w, scale, history)[0]
 
 
-def _in_qdq_fwd(t, scale, history):
-    return quantize_dequantize(t, E4M3, scale), _next_state(t, E4M3, scale, history)
+def _fp8_matmul_fwd(x, w, scale, history):
+    xq, wq = quantize(x, E4M3, scale[_INPUT]), quantize(w, E4M3, scale[_KERNEL])
+    y = _scaled_dot(xq, wq, _MATMUL, scale[_INPUT] * scale[_KERNEL], x.dtype)
+    s_x, h_x = _next_state(x, E4M3, scale[_INPUT], history[_INPUT])
+    s_w, h_w = _next_state(w, E4M3, scale[_KERNEL], history[_KERNEL])
+    # The fp8 operands are what the backward needs: half the bytes of bf16 residuals.
+    return y, (xq, wq, scale, history, jnp.stack([s_x, s_w]), jnp.stack([h_x, h_w]))
 
 
-def _in_qdq_bwd(new_state, g):
-    return (g, *new_state)
+def _fp8_matmul_bwd(residuals, g):
+    """dx = g w^T and dw = x^T g, with g in e5m2 (its own scale) and x, w the forward's e4m3
+    operands; the straight-through estimator (rounding treated as identity). The "gradient" of
+    (scale, history) is their next value: the forward's amaxes of x and w, the backward's of g."""
+    xq, wq, scale, history, s_xw, h_xw = residuals
+    gq = quantize(g, E5M2, scale[_GRAD])
+    dx = _scaled_dot(gq, wq, _INPUT_GRAD, scale[_GRAD] * scale[_KERNEL], g.dtype)
+    dw = _scaled_dot(xq, gq, _KERNEL_GRAD, scale[_INPUT] * scale[_GRAD], g.dtype)
+    s_g, h_g = _next_state(g, E5M2, scale[_GRAD], history[_GRAD])
+    return dx, dw, jnp.concatenate([s_xw, s_g[None]]), jnp.concatenate([h_xw, h_g[None]])
 
 
-_in_qdq.defvjp(_in_qdq_fwd, _in_qdq_bwd)
-
-
-@jax.custom_vjp
-def _out_qdq(y: Array, scale: Array, history: Array) -> Array:
-    """Identity forward; the backward rounds the incoming gradient of y to e5m2 and gives
-    (scale, history) their next value."""
-    return y
-
-
-def _out_qdq_fwd(y, scale, history):
-    return y, (scale, history)
-
-
-def _out_qdq_bwd(state, g):
-    scale, history = state
-    return (quantize_dequantize(g, E5M2, scale), *_next_state(g, E5M2, scale, history))
-
-
-_out_qdq.defvjp(_out_qdq_fwd, _out_qdq_bwd)
+_fp8_matmul.defvjp(_fp8_matmul_fwd, _fp8_matmul_bwd)
 
 
 def fp8_dense(
@@ -150,8 +163,5 @@ def fp8_dense(
 ) -> Float[Array, "*batch output_dims"]:
     """x @ w in x's dtype, with x and w in e4m3 and the gradient of the result in e5m2; one 2-D
     matmul over the flattened leading dimensions (as `linears.dense`)."""
-    s, h = scales.scale, scales.amax_history
-    x2 = _in_qdq(x.reshape(-1, x.shape[-1]), s[_INPUT], h[_INPUT])
-    w2 = _in_qdq(w.astype(x.dtype), s[_KERNEL], h[_KERNEL])
-    y = _out_qdq(jnp.dot(x2, w2), s[_GRAD], h[_GRAD])
+    y = _fp8_matmul(x.reshape(-1, x.shape[-1]), w.astype(x.dtype), scales.scale, scales.amax_history)
     return y.reshape(*x.shape[:-1], w.shape[-1])

@@ -120,7 +120,7 @@ class Task:
             self.optimized_mask = jax.tree.map(
                 lambda f, o: not (f or o), none if frozen is None else frozen, none if overwritten is None else overwritten
             )
-        self.optimizer = build_optimizer(learner_cfg, self.split_optimized(abstract_params)[0])
+        self.optimizer = build_optimizer(learner_cfg, abstract_params)
 
     # Building ---------------------------------------------------------------------------------
     def init_state(self, key: PRNGKeyArray) -> TrainState:
