@@ -124,7 +124,7 @@ def reference_differences(exp: ExperimentConfig) -> list[str]:
         (net.replace(block=block) == resnet50(), "model.network is not ResNet-50 (the reference's only network)"),
         (len(exp.model.input_shape) == 3 and exp.model.input_shape[0] == exp.model.input_shape[1],
          f"model.input_shape={tuple(exp.model.input_shape)} (the reference takes square images)"),
-        (learner.optimizer in ("sgd", "adam", "adamw"), f"learner.optimizer={learner.optimizer!r}"),
+        (learner.optimizer.kind in ("sgd", "adam", "adamw"), f"learner.optimizer {learner.optimizer.kind!r}"),
         (learner.weight_decay_mask == "matrices", f"learner.weight_decay_mask={learner.weight_decay_mask!r}"),
         (learner.clip_grad_norm == 0 and learner.clip_update_rms == 0, "learner gradient or update clipping"),
         (not learner.skip_nonfinite and learner.ema_decay == 0, "learner.skip_nonfinite or learner.ema_decay"),
@@ -141,9 +141,9 @@ def reference_config(exp: ExperimentConfig, batch: int) -> ResNetReferenceConfig
         num_classes=m.num_classes, image_size=m.input_shape[0], channels=m.input_shape[-1], batch_size=batch,
         dtype=exp.train.fprop_dtype, bn_decay=block.batch_norm_decay, bn_epsilon=block.batch_norm_epsilon,
         zero_init_residual=block.zero_init_residual, label_smoothing=m.label_smoothing_prob,
-        optimizer=learner.optimizer, learning_rate=learner.learning_rate, momentum=learner.momentum,
-        nesterov=learner.nesterov, b1=learner.b1, b2=learner.b2, eps=learner.eps,
+        optimizer=learner.optimizer.kind, learning_rate=learner.learning_rate,
         l2_regularization=learner.l2_regularization, weight_decay=learner.weight_decay,
+        **{k: getattr(learner.optimizer, k) for k in ("momentum", "nesterov", "b1", "b2", "eps") if hasattr(learner.optimizer, k)},
     )  # fmt: skip
 
 

@@ -82,7 +82,7 @@ def reference_differences(exp: ExperimentConfig) -> list[str]:
         (block.activation.name in ACTIVATIONS and not block.activation.gated,
          f"model.block.activation={block.activation.name!r}{' gated' if block.activation.gated else ''}"),
         (block.norm_policy == "pre", f"model.block.norm_policy={block.norm_policy!r}"),
-        (norm.kind in NORMS and norm.use_scale, f"model.block.norm: kind={norm.kind!r}, use_scale={norm.use_scale}"),
+        (norm.kind in NORMS and norm.has_scale, f"model.block.norm: {norm.kind!r}, has_scale={norm.has_scale}"),
         (m.final_norm == norm, "model.final_norm differs from model.block.norm"),
         (not m.separate_embedding, "model.separate_embedding=True (the reference ties embedding and softmax)"),
         (not m.scale_embedding_sqrt_depth, "model.scale_embedding_sqrt_depth=True"),
@@ -95,7 +95,7 @@ def reference_differences(exp: ExperimentConfig) -> list[str]:
         (att.rotary_max_timescale == 10_000.0, f"attention.rotary_max_timescale={att.rotary_max_timescale}"),
         (att.causal, "model.block.attention.causal=False"),
         (att.dropout_prob == 0 and block.residual_dropout_prob == 0 and block.relu_dropout_prob == 0, "dropout"),
-        (exp.learner.optimizer == "adamw", f"learner.optimizer={exp.learner.optimizer!r} (the reference: AdamW)"),
+        (exp.learner.optimizer.kind == "adamw", f"learner.optimizer {exp.learner.optimizer.kind!r} (the reference: AdamW)"),
         (not block.fp8, "model.block.fp8=True (the reference's matmuls are in the activation dtype)"),
     ]  # fmt: skip
     return [what for ok, what in checks if not ok]
@@ -123,14 +123,14 @@ def reference_config(exp: ExperimentConfig, batch: int) -> ReferenceConfig:
         position_embedding="learned" if m.position_embedding == "trainable" else m.position_embedding,
         activation=block.activation.name,
         norm=block.norm.kind,
-        norm_bias=block.norm.use_bias and block.norm.kind == "layer_norm",
+        norm_bias=getattr(block.norm, "use_bias", False),
         scan_layers=m.repeat,
         layer_norm_epsilon=block.norm.epsilon,
         learning_rate=exp.learner.learning_rate,
         weight_decay=exp.learner.weight_decay,
-        adam_b1=exp.learner.b1,
-        adam_b2=exp.learner.b2,
-        adam_eps=exp.learner.eps,
+        adam_b1=getattr(exp.learner.optimizer, "b1", 0.9),
+        adam_b2=getattr(exp.learner.optimizer, "b2", 0.999),
+        adam_eps=getattr(exp.learner.optimizer, "eps", 1e-8),
         grad_clip_norm=exp.learner.clip_grad_norm,
     )
 

@@ -37,11 +37,11 @@ from pax_eqx.experiment import EarlyStoppingConfig, ExperimentConfig
 from pax_eqx.layers.initializers import gaussian
 from pax_eqx.learners import (
     LearnerConfig,
-    ScheduleConfig,
     linear_rampup_cosine_decay,
     linear_rampup_exponential_decay,
     pax_adam,
 )
+from pax_eqx.learners.schedules import ConstantSchedule
 
 LrSchedule = Literal["linear_rampup_exponential_decay", "linear_rampup_cosine_decay", "constant"]
 
@@ -91,7 +91,7 @@ def set_adam_and_learning_rate_schedule(
             warmup_steps=warmup, decay_start=start, decay_end=end, min_ratio=lr_cos_min_ratio, max=lr_cos_max
         )
     else:
-        schedule = ScheduleConfig(kind="constant")
+        schedule = ConstantSchedule()
     return pax_adam(
         learning_rate=learning_rate,
         schedule=schedule,

@@ -15,7 +15,9 @@ from pax_eqx.data import DataConfig, InputConfig
 from pax_eqx.data.augment import AugmentConfig
 from pax_eqx.experiment import ExperimentConfig, TrainConfig
 from pax_eqx.layers import MLPConfig, ResNetBlockConfig, ResNetConfig, ViTConfig
-from pax_eqx.learners import LearnerConfig, ScheduleConfig
+from pax_eqx.learners import LearnerConfig
+from pax_eqx.learners.optimizer_configs import AdamWConfig
+from pax_eqx.learners.schedules import CosineSchedule
 from pax_eqx.models import ClassificationModelConfig
 from pax_eqx.tuning import LogUniform, SearchSpace
 
@@ -45,10 +47,10 @@ def _digits(
         name=name,
         model=model,
         learner=LearnerConfig(
-            optimizer="adamw",
+            optimizer=AdamWConfig(),
             learning_rate=3e-3,
             weight_decay=weight_decay,
-            schedule=ScheduleConfig(kind="cosine", warmup_steps=warmup_steps, decay_end=num_steps, min_ratio=min_ratio),
+            schedule=CosineSchedule(warmup_steps=warmup_steps, decay_end=num_steps, min_ratio=min_ratio),
         ),
         data=data,
         train=TrainConfig(

@@ -20,15 +20,18 @@ from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.data import DataConfig, InputConfig
 from pax_eqx.experiment import ExperimentConfig, TrainConfig
-from pax_eqx.layers import ActivationConfig, AttentionConfig, NormConfig, TransformerConfig
-from pax_eqx.learners import LearnerConfig, ScheduleConfig
+from pax_eqx.layers import ActivationConfig, AttentionConfig, TransformerConfig
+from pax_eqx.layers.normalizations import LayerNormConfig
+from pax_eqx.learners import LearnerConfig
+from pax_eqx.learners.optimizer_configs import AdamWConfig
+from pax_eqx.learners.schedules import CosineSchedule
 from pax_eqx.models import LanguageModelConfig
 
 
 @register("gpt3_xl", aliases=("Gpt3XL",))
 def gpt3_xl() -> ExperimentConfig:
     """GPT-3 XL (1.3B), bf16, scanned layers + remat, batch 16 x 2048 on one device."""
-    norm = NormConfig(kind="layer_norm", epsilon=1e-5, use_bias=True)
+    norm = LayerNormConfig(epsilon=1e-5, use_bias=True)
     block = TransformerConfig(
         norm_policy="pre",
         norm=norm,
@@ -52,14 +55,11 @@ def gpt3_xl() -> ExperimentConfig:
             final_norm=norm,
         ),
         learner=LearnerConfig(
-            optimizer="adamw",
+            optimizer=AdamWConfig(b1=0.9, b2=0.95, eps=1e-8),
             learning_rate=2e-4,
-            b1=0.9,
-            b2=0.95,
-            eps=1e-8,
             weight_decay=0.1,
             clip_grad_norm=1.0,
-            schedule=ScheduleConfig(kind="cosine", warmup_steps=375, decay_end=100_000, min_ratio=0.1),
+            schedule=CosineSchedule(warmup_steps=375, decay_end=100_000, min_ratio=0.1),
         ),
         data=DataConfig(
             source="synthetic",

@@ -57,7 +57,9 @@ from pax_eqx.experiment import ExperimentConfig, TrainConfig
 from pax_eqx.layers import ResNetBlockConfig
 from pax_eqx.layers.initializers import gaussian
 from pax_eqx.layers.resnets import resnet50
-from pax_eqx.learners import LearnerConfig, ScheduleConfig
+from pax_eqx.learners import LearnerConfig
+from pax_eqx.learners.optimizer_configs import SgdConfig
+from pax_eqx.learners.schedules import PiecewiseSchedule
 from pax_eqx.models import ClassificationModelConfig
 from pax_eqx.sharding.mesh import MeshConfig
 
@@ -108,13 +110,9 @@ def resnet50_learner() -> LearnerConfig:
     warmup, *drops = LR_BOUNDARIES
     peak, *after = PAX["LR_VALUES"]
     return LearnerConfig(
-        optimizer="sgd",
+        optimizer=SgdConfig(momentum=PAX["MOMENTUM"], nesterov=PAX["NESTEROV"]),
         learning_rate=PAX["LEARNING_RATE"],
-        momentum=PAX["MOMENTUM"],
-        nesterov=PAX["NESTEROV"],
-        schedule=ScheduleConfig(
-            kind="piecewise",
-            warmup_steps=warmup,
+        schedule=PiecewiseSchedule(warmup_steps=warmup,
             max=peak,
             boundaries=tuple(drops),
             values=tuple(v / peak for v in after),

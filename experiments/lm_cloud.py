@@ -48,8 +48,9 @@ from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.config import Config, ConfigError, config
 from pax_eqx.data import DataConfig, InputConfig, TokenizerConfig
 from pax_eqx.experiment import ExperimentConfig, TrainConfig
-from pax_eqx.layers import ActivationConfig, AttentionConfig, NormConfig, TransformerConfig
+from pax_eqx.layers import ActivationConfig, AttentionConfig, TransformerConfig
 from pax_eqx.layers.initializers import WeightInit, gaussian, xavier
+from pax_eqx.layers.normalizations import LayerNormConfig
 from pax_eqx.layers.pipeline import PipelineConfig
 from pax_eqx.learners import LearnerConfig, linear_rampup_exponential_decay, pax_adam
 from pax_eqx.models import LanguageModelConfig
@@ -216,7 +217,7 @@ class PaxLm(Config):
 
     def model(self) -> LanguageModelConfig:
         self.check()
-        norm = NormConfig(kind="layer_norm", epsilon=self.layernorm_epsilon, use_scale=True, use_bias=True)
+        norm = LayerNormConfig(epsilon=self.layernorm_epsilon, use_scale=True, use_bias=True)
         block = TransformerConfig(
             norm_policy="pre",
             norm=norm,

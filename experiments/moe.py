@@ -42,8 +42,9 @@ from experiments.lm_cloud import PaxLm, pax_names
 from experiments.registry import register
 from experiments.shakespeare import shakespeare_char
 from pax_eqx.experiment import ExperimentConfig
-from pax_eqx.layers import ActivationConfig, MoEFeedForwardConfig, NormConfig
+from pax_eqx.layers import ActivationConfig, MoEFeedForwardConfig
 from pax_eqx.layers.initializers import gaussian
+from pax_eqx.layers.normalizations import RmsNormConfig
 from pax_eqx.learners import linear_rampup_cosine_decay, pax_adam
 
 
@@ -120,7 +121,7 @@ def glam_64b_64e_proxy_ep() -> ExperimentConfig:
     """nvidia.GLaM64B64EProxy_EP: 8 layers of GLaM [MoE, dense] blocks, 8 ReLU experts, RMSNorm."""
     exp = GLAM_64B_64E_PROXY_EP.experiment("glam_64b_64e_proxy_ep")
     m = exp.model
-    rms = NormConfig(kind="rms_norm", epsilon=1e-6)
+    rms = RmsNormConfig(epsilon=1e-6)
     moe = MoEFeedForwardConfig(
         num_experts=8, num_groups=128, top_k=2, capacity_factor=2.0, load_balance_loss_weight=0.01,
         activation=ActivationConfig(name="relu"),

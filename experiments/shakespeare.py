@@ -25,8 +25,8 @@ from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.data import DataConfig, InputConfig, TokenizerConfig
 from pax_eqx.experiment import DecodeConfig, ExperimentConfig, TrainConfig
-from pax_eqx.layers import ActivationConfig, AttentionConfig, NormConfig, TransformerConfig
-from pax_eqx.learners import LearnerConfig, ScheduleConfig
+from pax_eqx.layers import ActivationConfig, AttentionConfig, TransformerConfig
+from pax_eqx.learners import LearnerConfig
 from pax_eqx.models import LanguageModelConfig
 from pax_eqx.tuning import IntRange, LogUniform, SearchSpace
 
@@ -40,12 +40,15 @@ SEARCH = SearchSpace(
     overrides=("--train.eval-interval-steps", "50", "--data.eval.eval-loop-num-batches", "10",
                "--train.no-sample-at-end"),
 )  # fmt: skip
+from pax_eqx.layers.normalizations import LayerNormConfig
+from pax_eqx.learners.optimizer_configs import AdamWConfig
+from pax_eqx.learners.schedules import CosineSchedule
 
 
 @register("shakespeare_char", aliases=("ShakespeareChar",), search=SEARCH)
 def shakespeare_char() -> ExperimentConfig:
     """Byte-level GPT on Shakespeare's plays (nanoGPT's CPU recipe); trains in minutes on a laptop."""
-    norm = NormConfig(kind="layer_norm", epsilon=1e-5, use_bias=False)
+    norm = LayerNormConfig(epsilon=1e-5, use_bias=False)
     block = TransformerConfig(
         norm_policy="pre",
         norm=norm,
@@ -68,13 +71,11 @@ def shakespeare_char() -> ExperimentConfig:
             repeat=False,
         ),
         learner=LearnerConfig(
-            optimizer="adamw",
+            optimizer=AdamWConfig(b1=0.9, b2=0.99),
             learning_rate=2e-3,
-            b1=0.9,
-            b2=0.99,
             weight_decay=0.1,
             clip_grad_norm=1.0,
-            schedule=ScheduleConfig(kind="cosine", warmup_steps=100, decay_end=2000, min_ratio=0.1),
+            schedule=CosineSchedule(warmup_steps=100, decay_end=2000, min_ratio=0.1),
         ),
         data=DataConfig(
             source="shakespeare",

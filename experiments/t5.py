@@ -26,13 +26,13 @@ from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.data import DataConfig, InputConfig, TokenizerConfig
 from pax_eqx.experiment import DecodeConfig, ExperimentConfig, TrainConfig
-from pax_eqx.layers import ActivationConfig, AttentionConfig, NormConfig, TransformerConfig
+from pax_eqx.layers import ActivationConfig, AttentionConfig, RmsNormConfig, TransformerConfig
 from pax_eqx.layers.initializers import gaussian
-from pax_eqx.learners import LearnerConfig, ScheduleConfig
+from pax_eqx.learners import LearnerConfig
 from pax_eqx.models.sequence_model import SequenceModelConfig
 
 # T5 1.1's layer: pre-RMSNorm (eps 1e-6), gated GELU, no biases anywhere.
-_T5_NORM = NormConfig(kind="rms_norm", epsilon=1e-6)
+_T5_NORM = RmsNormConfig(epsilon=1e-6)
 _T5_BLOCK = TransformerConfig(
     norm_policy="pre",
     norm=_T5_NORM,
@@ -40,6 +40,8 @@ _T5_BLOCK = TransformerConfig(
     activation=ActivationConfig(name="gelu", gated=True),
     ff_has_bias=False,
 )
+from pax_eqx.learners.optimizer_configs import AdafactorConfig, AdamWConfig
+from pax_eqx.learners.schedules import CosineSchedule, RsqrtSchedule
 
 
 @register("shakespeare_span_corruption", aliases=("ShakespeareSpanCorruption",))
@@ -62,13 +64,11 @@ def shakespeare_span_corruption() -> ExperimentConfig:
             init=gaussian(128**-0.5),
         ),
         learner=LearnerConfig(
-            optimizer="adamw",
+            optimizer=AdamWConfig(b1=0.9, b2=0.99),
             learning_rate=3e-3,
-            b1=0.9,
-            b2=0.99,
             weight_decay=0.01,
             clip_grad_norm=1.0,
-            schedule=ScheduleConfig(kind="cosine", warmup_steps=100, decay_end=1500, min_ratio=0.1),
+            schedule=CosineSchedule(warmup_steps=100, decay_end=1500, min_ratio=0.1),
         ),
         data=DataConfig(
             source="shakespeare",
@@ -105,9 +105,9 @@ def _t5_1_1(name: str, *, dims: int, hidden: int, heads: int, layers: int, steps
             remat_policy="dots_with_no_batch_dims_saveable",
         ),
         learner=LearnerConfig(
-            optimizer="adafactor",
+            optimizer=AdafactorConfig(),
             learning_rate=0.01,  # x sqrt(10000 / step) from step 10000: 1 / sqrt(max(step, 10000))
-            schedule=ScheduleConfig(kind="rsqrt", decay_start=10_000),
+            schedule=RsqrtSchedule(decay_start=10_000),
         ),
         data=DataConfig(
             source="jsonl",

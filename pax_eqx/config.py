@@ -21,7 +21,7 @@ import math
 import numbers
 import types
 import typing
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 T = TypeVar("T")
 Bound = int | float | None  # a bound of `check_number` (beartype does not take an int as a float)
@@ -153,7 +153,7 @@ def check_range(
     "SoftmaxConfig"); its class name by default. One line per field (or group) in a validate:
 
         check_range(self, "warmup_steps", ge=0, prefix="learner.schedule")
-        check_range(self, ("b1", "b2"), ge=0.0, lt=1.0, prefix="learner")
+        check_range(self, ("b1", "b2"), ge=0.0, lt=1.0, prefix="learner.optimizer")
     """
     prefix = type(cfg).__name__ if prefix is None else prefix
     for name in (names,) if isinstance(names, str) else names:
@@ -225,11 +225,60 @@ class Config:
         return _from_jsonable(cls, data, cls.__name__)
 
     @classmethod
+    def migrate(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """The JSON object of an older pax_eqx's config of this class, in today's form (the job
+        dirs it wrote still resume). Overridden where a field moved; the identity by default."""
+        return data
+
+    @classmethod
     def from_json(cls: type[T], text: str) -> T:
         return cls.from_dict(json.loads(text))
 
 
+@config
+class Variant(Config):
+    """One variant of a *choice*: an optimizer, a schedule, a norm, a tokenizer. It holds only what
+    this variant reads, and its class attribute `kind` names it ("sgd", "cosine", "rms_norm").
+
+    A field annotated with a union of Variant classes (`optimizer: Adam | AdamW | Sgd`) is a
+    choice: the command line switches it with `--learner.optimizer sgd` and sets the chosen
+    variant's fields with `--learner.optimizer.momentum 0.9`; config.json records `"kind"` beside
+    the fields. Fields that variants share are declared once, on a common base class; a switch
+    carries them over (`switch_variant`), everything else starts at the new variant's defaults.
+    """
+
+    kind: ClassVar[str] = ""
+
+
+def variant_choices(hint: Any) -> dict[str, type]:
+    """{kind: class} of a choice annotation (a union of Variant classes; Optional allowed), else {}."""
+    options = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
+    found = {o.kind: o for o in options if isinstance(o, type) and issubclass(o, Variant) and o.kind}
+    return found if found and len(found) == sum(o is not type(None) for o in options) else {}
+
+
+def _declared_in(cls: type, name: str) -> type:
+    """The class of `cls`'s MRO that declares the dataclass field `name`."""
+    return next(c for c in cls.__mro__ if name in vars(c).get("__annotations__", {}))
+
+
+def switch_variant(current: Variant, new_cls: type[Variant]) -> Variant:
+    """A `new_cls` variant with its defaults, except the fields `current` and it share through a
+    common base class, which keep their current values (a schedule's warmup_steps)."""
+    if type(current) is new_cls:
+        return current
+    own = set(field_names(new_cls))
+    shared = {
+        name: getattr(current, name)
+        for name in field_names(current)
+        if name in own and _declared_in(type(current), name) is _declared_in(new_cls, name)
+    }
+    return new_cls(**shared)
+
+
 def _to_jsonable(value: Any) -> Any:
+    if isinstance(value, Variant):
+        return {"kind": value.kind, **value.to_dict()}
     if isinstance(value, Config):
         return value.to_dict()
     if isinstance(value, enum.Enum):
@@ -263,10 +312,14 @@ def _concrete_config(tp: type, value: dict[str, Any]) -> type:
 def _from_jsonable(tp: Any, value: Any, where: str) -> Any:
     """Rebuilds a value of (annotated) type `tp` from its JSON form."""
     origin = get_origin(tp)
+    choices = variant_choices(tp)
+    if choices and value is not None:
+        return _variant_from_jsonable(choices, value, where)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected an object for {tp.__name__}, got {value!r}.")
         tp = _concrete_config(tp, value)
+        value = tp.migrate(dict(value))
         check_fields(tp, value)
         hints = typing.get_type_hints(tp)
         return tp(**{k: _from_jsonable(hints[k], v, f"{where}.{k}") for k, v in value.items()})
@@ -301,3 +354,21 @@ def _from_jsonable(tp: Any, value: Any, where: str) -> Any:
     if tp is int and isinstance(value, bool):
         raise ConfigError(f"{where}: expected an int, got {value!r}.")
     return value
+
+
+def _variant_from_jsonable(choices: dict[str, type], value: Any, where: str) -> Variant:
+    """The variant a `{"kind": ..., field: ...}` object names. An older config.json held a choice
+    as one flat config whose `kind` field chose (fields other kinds read stayed at their
+    defaults, which `validate` enforced): those are dropped. Any other unknown key is refused."""
+    if not isinstance(value, dict) or "kind" not in value:
+        raise ConfigError(f"{where}: expected an object with a \"kind\" (one of {', '.join(choices)}), got {value!r}.")
+    kind = value["kind"]
+    if kind not in choices:
+        raise ConfigError(f"{where}: kind {kind!r} is not one of {', '.join(choices)}.{_suggest(kind, choices)}")
+    cls = choices[kind]
+    own = set(field_names(cls))
+    hints = typing.get_type_hints(cls)
+    others = {name for c in choices.values() for name in field_names(c)} - own
+    fields = {k: v for k, v in cls.migrate(dict(value)).items() if k != "kind" and k not in others}
+    check_fields(cls, fields)
+    return cls(**{k: _from_jsonable(hints[k], v, f"{where}.{k}") for k, v in fields.items()})

@@ -122,14 +122,14 @@ def _imported_state(exp, programs, pax):
     if learner.frozen or learner.variable_groups:
         # Their optimizer state covers a part of the parameters per group: not Pax's one Adam state.
         _warn("learner.frozen / learner.variable_groups split the optimizer state by parameter")
-    elif learner.optimizer not in ("adam", "adamw"):
+    elif learner.optimizer.kind not in ("adam", "adamw"):
         _warn(
-            f"learner.optimizer={learner.optimizer!r} is not Adam, whose moments the Paxml checkpoint holds"
+            f"learner.optimizer {learner.optimizer.kind!r} is not Adam, whose moments the Paxml checkpoint holds"
             if pax.moments
-            else f"the Paxml checkpoint holds no Adam moments for learner.optimizer={learner.optimizer!r}"
+            else f"the Paxml checkpoint holds no Adam moments for learner.optimizer {learner.optimizer.kind!r}"
         )
     else:
-        moments = adam_moments(pax, state.params, b1=learner.b1, b2=learner.b2)
+        moments = adam_moments(pax, state.params, b1=learner.optimizer.b1, b2=learner.optimizer.b2)
         if moments is None:
             _warn("the Paxml checkpoint holds no Adam moments for every variable (its optimizer was not Adam)")
         else:

@@ -19,12 +19,13 @@ from pax_eqx.layers import (
     gaussian,
     swiglu,
 )
+from pax_eqx.layers.normalizations import RmsNormConfig
 
 
 def _stack() -> StackedTransformerConfig:
     block = TransformerConfig(
         norm_policy="primer_hybrid",
-        norm=NormConfig(kind="rms_norm", epsilon=1e-5),
+        norm=RmsNormConfig(epsilon=1e-5),
         attention=AttentionConfig(logit_cap=30.0, implementation="xla"),
         activation=swiglu(),
         residual_dropout_prob=0.1,
@@ -178,7 +179,7 @@ def test_tyro_parses_a_nested_config():
         repeat=False,
         remat_policy="dots_with_no_batch_dims_saveable",
         block=TransformerConfig(
-            norm=NormConfig(kind="rms_norm"),
+            norm=RmsNormConfig(),
             attention=AttentionConfig(causal=False),
             activation=ActivationConfig(name="gelu", gated=True),
         ),

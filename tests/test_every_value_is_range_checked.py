@@ -33,7 +33,8 @@ import pytest
 from pax_eqx.command_line import cli, registry
 from pax_eqx.config import ConfigError
 from pax_eqx.experiment import ExperimentConfig
-from pax_eqx.learners import ScheduleConfig, build_schedule
+from pax_eqx.learners import build_schedule
+from pax_eqx.learners.schedules import LinearSchedule
 
 INT_SUSPECTS = (-1, 0, 2**63, -(2**63), 1.5, True)
 FLOAT_SUSPECTS = (math.nan, math.inf, -math.inf, -1.0, 0.0)
@@ -263,7 +264,7 @@ def test_an_unset_decay_end_is_train_num_steps():
     # A bare schedule does not know the run's length: it refuses to build rather than guess.
     with pytest.raises(ConfigError, match=r"decay_end=0 .*train.num_steps"):
         build_schedule(exp.learner.schedule)
-    assert ScheduleConfig(kind="linear", warmup_steps=5).resolve(50).decay_end == 50
+    assert LinearSchedule(warmup_steps=5).resolve(50).decay_end == 50
 
 
 def test_an_unset_decay_end_follows_the_command_line_and_round_trips(monkeypatch):

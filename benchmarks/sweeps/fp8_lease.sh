@@ -27,7 +27,7 @@ run gpt3_xl 170 $PY -m benchmarks.mfu --exp gpt3_xl_unrolled --model.remat-polic
     --model.loss-chunk-size 512 --steps 8 --warmup 2
 B5="--exp gpt3_xl --model.model-dims 4096 --model.hidden-dims 16384 --model.num-heads 32 --data.train.batch-size 8"
 LEVERS=""
-if [ "${mem_mib:-0}" -lt 100000 ]; then LEVERS="--learner.optimizer adafactor --learner.b2 0.999 --model.remat-policy full"; fi
+if [ "${mem_mib:-0}" -lt 100000 ]; then LEVERS="--learner.optimizer adafactor --model.remat-policy full"; fi
 run b5_bf16 150 $PY -m benchmarks.mfu $B5 $LEVERS --steps 6 --warmup 2 --no-reference
 run b5_fp8 150 $PY -m benchmarks.mfu $B5 $LEVERS --model.block.fp8 --steps 6 --warmup 2 --no-reference
 SMALL="--exp shakespeare_char --model.num-layers 12 --model.model-dims 768 --model.hidden-dims 3072 --model.num-heads 12

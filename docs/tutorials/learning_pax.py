@@ -35,7 +35,7 @@ from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.config import ConfigError, config
 from pax_eqx.data import DataConfig, InputConfig, build_input, build_tokenizer
 from pax_eqx.experiment import ExperimentConfig, TrainConfig
-from pax_eqx.learners import LearnerConfig
+from pax_eqx.learners import LearnerConfig, SgdConfig
 from pax_eqx.metrics import HostAccumulator, Metrics, weighted_mean
 from pax_eqx.models import Batch, Model, ModelConfig
 from pax_eqx.tasks.task import Task
@@ -248,7 +248,7 @@ print("layer summaries:", sorted(ctx.summaries))
 # loss written out by hand.
 
 # %%
-learner = LearnerConfig(optimizer="sgd", learning_rate=0.5, momentum=0.0)
+learner = LearnerConfig(optimizer=SgdConfig(momentum=0.0), learning_rate=0.5)
 task = Task(model_cfg, learner)
 train_state = task.init_state(jax.random.PRNGKey(0))
 train_step = jax.jit(task.train_step)
@@ -310,7 +310,7 @@ def learning_pax_digits() -> ExperimentConfig:
     return ExperimentConfig(
         name="learning_pax_digits",
         model=PixelClassifierConfig(),
-        learner=LearnerConfig(optimizer="sgd", learning_rate=0.5, momentum=0.0),
+        learner=LearnerConfig(optimizer=SgdConfig(momentum=0.0), learning_rate=0.5),
         data=data,
         train=TrainConfig(num_steps=40, eval_interval_steps=20, summary_interval_steps=10, sample_at_end=False),
         checkpoint=CheckpointConfig(every_n_steps=20, max_to_keep=2),

@@ -10,7 +10,7 @@ import numpy as np
 
 from pax_eqx.data import DataConfig, InputConfig, build_input, build_tokenizer
 from pax_eqx.layers import ResNetBlockConfig, ResNetConfig
-from pax_eqx.learners import LearnerConfig
+from pax_eqx.learners import AdamWConfig, LearnerConfig
 from pax_eqx.metrics import HostAccumulator
 from pax_eqx.models import ClassificationModelConfig
 from pax_eqx.tasks.task import Task
@@ -23,7 +23,7 @@ trunk = ResNetConfig(
 model_cfg = ClassificationModelConfig(input_shape=(8, 8, 1), num_classes=10, network=trunk)
 
 # 2. A Task: the model, a learner, and (by default) the model's own loss, avg_xent.
-task = Task(model_cfg, LearnerConfig(optimizer="adamw", learning_rate=3e-3))
+task = Task(model_cfg, LearnerConfig(optimizer=AdamWConfig(), learning_rate=3e-3))
 state = task.init_state(jax.random.PRNGKey(0))
 train_step = jax.jit(task.train_step, donate_argnums=0)
 eval_step = jax.jit(task.eval_step)

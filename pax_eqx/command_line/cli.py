@@ -3,7 +3,9 @@
 Pax style: `--exp NAME --job-log-dir DIR` (Pax's `--job_log_dir` spelling too), then any
 nested field of the experiment: `--model.num-layers 4 --train.num-steps 100`.
 `--data.synthetic true` is shorthand for `--data.source synthetic` (synthetic rows of the
-experiment's shapes, no data files). `--exp` is read
+experiment's shapes, no data files). A choice among variant configs (the optimizer, the
+schedule, a norm) switches with `--learner.optimizer sgd` and takes its fields as
+`--learner.optimizer.momentum 0.0` (`choices.py`). `--exp` is read
 first with argparse; the rest is parsed by tyro with the chosen experiment as the default, so
 a typo fails at once with tyro's "did you mean" and a wrong type names the field.
 `--help` lists the program's own flags and the experiments, then every field of `--exp` with its
@@ -37,6 +39,7 @@ from typing import Any
 import tyro
 
 from pax_eqx.command_line import entry, registry
+from pax_eqx.command_line.choices import ChoiceError, apply_switches
 from pax_eqx.command_line.flag_hints import with_nearest_flags
 from pax_eqx.config import ConfigError
 from pax_eqx.experiment import ExperimentConfig
@@ -341,6 +344,10 @@ def parse_fields(default: ExperimentConfig, args: Sequence[str], prog: str) -> E
     """`default` with the field flags `args` (`--model.num-layers 4 ...`) applied by tyro, as
     `python -m pax_eqx.train` applies them; FlagError (printing nothing) when tyro refuses them."""
     _refuse_python_only(default, args)
+    try:
+        default, args = apply_switches(default, args)
+    except ChoiceError as e:
+        raise FlagError(str(e)) from None
     captured = io.StringIO()
     spec = specialise(type(default), default)
     try:

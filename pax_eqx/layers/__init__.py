@@ -56,7 +56,15 @@ from pax_eqx.layers.moe_routing import (
     top2_gating,
     topk_gating,
 )
-from pax_eqx.layers.normalizations import LayerNorm, NormConfig, RmsNorm, rms_norm_no_scale
+from pax_eqx.layers.normalizations import (
+    LayerNorm,
+    LayerNormConfig,
+    NormConfig,
+    RmsNorm,
+    RmsNormConfig,
+    RmsNormNoScaleConfig,
+    rms_norm_no_scale,
+)
 from pax_eqx.layers.poolings import GlobalPooling, GlobalPoolingConfig, Pooling, PoolingConfig, global_average_pool
 from pax_eqx.layers.position_embeddings import (
     TrainablePositionalEmbedding,

@@ -4,95 +4,116 @@ Praxis conventions kept on purpose: LayerNorm's scale is stored as an offset fro
 (`y = norm(x) * (1 + scale) + bias`, scale initialised to 0) so weight decay pulls it towards
 the identity, RmsNorm's is the factor itself (`y = x / rms(x) * scale`, initialised to 1), and
 epsilon defaults to 1e-6. `direct_scale` chooses the other form, as Praxis' own `direct_scale`
-does (LayerNorm's defaults to False, RmsNorm's to True; None here means that default).
+does (LayerNorm's defaults to False, RmsNorm's to True).
+
+`NormConfig` is a choice (`config.Variant`): LayerNormConfig, RmsNormConfig or
+RmsNormNoScaleConfig, each with only the fields it reads; `--model.final-norm rms_norm` switches.
 Statistics are computed in float32 whatever the input dtype (bf16 variances lose too much
 precision), and the result is cast back.
 """
 
 from __future__ import annotations
 
-import difflib
-import typing
-from typing import Literal
+from typing import ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from pax_eqx.config import Config, ConfigError, check_range, config
-
-NormKind = Literal["layer_norm", "rms_norm", "rms_norm_no_scale"]
+from pax_eqx.config import ConfigError, Variant, check_range, config
 
 
 @config
-class NormConfig(Config):
-    """A normalisation over the last dimension; the size of that dimension is not a field, the
-    layer that owns the norm passes it to `build(dims)` (its model width decides it).
+class _Norm(Variant):
+    """What every normalisation reads. epsilon: added to the variance."""
 
-    kind: "layer_norm" (Praxis LayerNorm), "rms_norm" (RmsNorm, y = x/rms(x) * scale) or
-      "rms_norm_no_scale" (RmsNormNoScale).
-    epsilon: added to the variance.
-    use_scale / use_bias: LayerNorm's learnable scale and bias (the RMS kinds have no bias, and
-      their scale is chosen by the kind, so these must stay at their defaults there).
-    direct_scale: Praxis' `direct_scale`: True multiplies by `scale` (initialised to 1), False by
-      `1 + scale` (initialised to 0); None = the kind's Praxis default (layer_norm: False,
-      rms_norm: True). A kind without a scale refuses it.
-    """
-
-    kind: NormKind = "layer_norm"
     epsilon: float = 1e-6
-    use_scale: bool = True
-    use_bias: bool = True
-    direct_scale: bool | None = None
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
         """Raises ConfigError naming the field, the value and the fix."""
-        kinds = typing.get_args(NormKind)
-        if self.kind not in kinds:
-            close = difflib.get_close_matches(str(self.kind), kinds, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"NormConfig.kind={self.kind!r} is unknown.{hint} Choose one of {', '.join(kinds)}.")
-        check_range(self, "epsilon", ge=0)
-        if self.kind != "layer_norm" and not self.use_bias:
+        check_range(self, "epsilon", ge=0, prefix=f"{self.kind} norm")
+
+    @classmethod
+    def migrate(cls, data: dict) -> dict:
+        """An older config.json's `direct_scale: null` meant the kind's default."""
+        return {k: v for k, v in data.items() if not (k == "direct_scale" and v is None)}
+
+    def _check_dims(self, dims: int) -> None:
+        if dims <= 0:
+            raise ConfigError(f"{type(self).__name__}.build: dims must be > 0, got {dims}.")
+
+
+@config
+class LayerNormConfig(_Norm):
+    """Praxis LayerNorm over the last dimension, whose size the owning layer passes to
+    `build(dims)` (its model width decides it).
+
+    epsilon: added to the variance.
+    use_scale / use_bias: the learnable scale and bias.
+    direct_scale: Praxis' `direct_scale`: True multiplies by `scale` (initialised to 1), False (the
+      default) by `1 + scale` (initialised to 0). Refused without a scale.
+    """
+
+    kind: ClassVar[str] = "layer_norm"
+    use_scale: bool = True
+    use_bias: bool = True
+    direct_scale: bool = False
+
+    def validate(self) -> None:
+        super().validate()
+        if self.direct_scale and not self.use_scale:
             raise ConfigError(
-                f"NormConfig.use_bias=False has no effect with kind={self.kind!r} (an RMS norm has no bias); "
-                "leave use_bias at its default True, or use kind='layer_norm'."
-            )
-        if self.kind != "layer_norm" and not self.use_scale:
-            raise ConfigError(
-                f"NormConfig.use_scale=False has no effect with kind={self.kind!r} (the kind decides an RMS "
-                "norm's scale); use kind='rms_norm_no_scale' for an RMS norm without scale, or kind='layer_norm'."
-            )
-        if self.direct_scale is not None and not self.has_scale:
-            raise ConfigError(
-                f"NormConfig.direct_scale={self.direct_scale} has no effect with kind={self.kind!r}, "
-                f"use_scale={self.use_scale} (there is no scale); leave direct_scale at None, or use a norm with a "
-                "scale (kind='layer_norm' with use_scale=True, or kind='rms_norm')."
+                "layer_norm direct_scale=True has no effect with use_scale=False (there is no scale); leave "
+                "direct_scale False, or set use_scale True."
             )
 
     @property
     def has_scale(self) -> bool:
-        return self.kind == "rms_norm" or (self.kind == "layer_norm" and self.use_scale)
+        return self.use_scale
 
-    @property
-    def is_direct_scale(self) -> bool:
-        """Whether the scale multiplies directly: direct_scale, or the kind's Praxis default."""
-        return self.kind == "rms_norm" if self.direct_scale is None else self.direct_scale
+    def build(self, dims: int, key: PRNGKeyArray | None = None) -> LayerNorm:
+        self._check_dims(dims)
+        return LayerNorm(
+            dims, epsilon=self.epsilon, use_scale=self.use_scale, use_bias=self.use_bias, direct_scale=self.direct_scale
+        )
 
-    def build(self, dims: int, key: PRNGKeyArray | None = None) -> LayerNorm | RmsNorm:
-        """The norm over a last dimension of size `dims` (the owning layer's width)."""
-        if dims <= 0:
-            raise ConfigError(f"NormConfig.build: dims must be > 0, got {dims}.")
-        if self.kind == "layer_norm":
-            return LayerNorm(
-                dims, epsilon=self.epsilon, use_scale=self.use_scale, use_bias=self.use_bias,
-                direct_scale=self.is_direct_scale,
-            )  # fmt: skip
-        return RmsNorm(dims, epsilon=self.epsilon, use_scale=self.kind == "rms_norm", direct_scale=self.is_direct_scale)
+
+@config
+class RmsNormConfig(_Norm):
+    """Praxis RmsNorm: y = x / rms(x) * scale, no bias.
+
+    epsilon: added to the mean square.
+    direct_scale: Praxis' `direct_scale`: True (the default) multiplies by `scale` (initialised to
+      1), False by `1 + scale` (initialised to 0).
+    """
+
+    kind: ClassVar[str] = "rms_norm"
+    direct_scale: bool = True
+    has_scale: ClassVar[bool] = True
+
+    def build(self, dims: int, key: PRNGKeyArray | None = None) -> RmsNorm:
+        self._check_dims(dims)
+        return RmsNorm(dims, epsilon=self.epsilon, use_scale=True, direct_scale=self.direct_scale)
+
+
+@config
+class RmsNormNoScaleConfig(_Norm):
+    """Praxis RmsNormNoScale: y = x / rms(x), no learnable parameter. epsilon: added to the mean square."""
+
+    kind: ClassVar[str] = "rms_norm_no_scale"
+    has_scale: ClassVar[bool] = False
+
+    def build(self, dims: int, key: PRNGKeyArray | None = None) -> RmsNorm:
+        self._check_dims(dims)
+        return RmsNorm(dims, epsilon=self.epsilon, use_scale=False, direct_scale=True)
+
+
+NormConfig = LayerNormConfig | RmsNormConfig | RmsNormNoScaleConfig
+"""The choice of a normalisation over the last dimension (`--model.final-norm rms_norm`)."""
 
 
 class LayerNorm(eqx.Module):
@@ -149,6 +170,6 @@ class RmsNorm(eqx.Module):
         return {"scale": ("embed",)}
 
 
-def rms_norm_no_scale(epsilon: float = 1e-6) -> NormConfig:
+def rms_norm_no_scale(epsilon: float = 1e-6) -> RmsNormNoScaleConfig:
     """Praxis' RmsNormNoScale; build it with `.build(dims)`."""
-    return NormConfig(kind="rms_norm_no_scale", epsilon=epsilon)
+    return RmsNormNoScaleConfig(epsilon=epsilon)

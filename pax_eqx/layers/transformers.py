@@ -59,7 +59,7 @@ from pax_eqx.layers.base import LAYER_STATISTICS_VERBOSITY, Context, call
 from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.linears import Bias, BiasConfig, FeedForward, FeedForwardConfig, Linear, LinearConfig
 from pax_eqx.layers.moe import MoEFeedForward, MoEFeedForwardConfig
-from pax_eqx.layers.normalizations import NormConfig
+from pax_eqx.layers.normalizations import LayerNormConfig, NormConfig
 from pax_eqx.layers.stochastics import Dropout, DropoutConfig
 
 NormPolicy = Literal["pre", "post", "primer_hybrid"]
@@ -89,7 +89,7 @@ class TransformerConfig(Config):
     """
 
     norm_policy: NormPolicy = "pre"
-    norm: NormConfig = NormConfig()
+    norm: NormConfig = LayerNormConfig()
     attention: AttentionConfig = AttentionConfig()
     activation: ActivationConfig = ActivationConfig(name="relu")
     ff_has_bias: bool = True

@@ -41,7 +41,7 @@ from pax_eqx.layers.attention_config import AttentionConfig
 from pax_eqx.layers.base import Context, call
 from pax_eqx.layers.initializers import WeightInit, gaussian
 from pax_eqx.layers.linears import Bias, BiasConfig, Linear, LinearConfig
-from pax_eqx.layers.normalizations import NormConfig
+from pax_eqx.layers.normalizations import LayerNormConfig, NormConfig
 from pax_eqx.layers.position_embeddings import TrainablePositionalEmbedding, TrainablePositionalEmbeddingConfig
 from pax_eqx.layers.remat import RematPolicy
 from pax_eqx.layers.repeats import StackedTransformer, StackedTransformerConfig
@@ -92,7 +92,7 @@ class ViTConfig(Config):
     )
     init: WeightInit = WeightInit()
     position_init: WeightInit = gaussian(0.02)
-    final_norm: NormConfig = NormConfig()
+    final_norm: NormConfig = LayerNormConfig()
     repeat: bool = True
     remat_policy: RematPolicy = "none"
 

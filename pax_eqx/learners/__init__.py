@@ -9,8 +9,22 @@ ema = ema_update(ema, params, learner_cfg.ema_decay)
 
 from pax_eqx.learners.decay_mask import default_decay_mask
 from pax_eqx.learners.ema import ema_init, ema_update
+from pax_eqx.learners.optimizer_configs import (
+    AdafactorConfig,
+    AdamConfig,
+    AdamWConfig,
+    LionConfig,
+    OptimizerConfig,
+    SgdConfig,
+)
 from pax_eqx.learners.optimizers import LearnerConfig, build_optimizer, learning_rate_fn, pax_adam, skipped_steps
 from pax_eqx.learners.schedules import (
+    ConstantSchedule,
+    CosineSchedule,
+    ExponentialSchedule,
+    LinearSchedule,
+    PiecewiseSchedule,
+    RsqrtSchedule,
     ScheduleConfig,
     build_schedule,
     linear_rampup_cosine_decay,

@@ -24,7 +24,7 @@ Weight decay skips norms and biases by default (`weight_decay_mask="matrices"`, 
 `pax_eqx.learners.decay_mask`); `weight_decay_mask="all"` decays every parameter, as Praxis'
 Adam does.
 
-Praxis' `optimizers.Adam` (sharded_adam) is this chain with `optimizer="adamw"`: its
+Praxis' `optimizers.Adam` (sharded_adam) is this chain with `optimizer=AdamWConfig(...)`: its
 bias-corrected decays give the same moments as Adam's bias correction, its update is
 `m / (sqrt(v + epsilon_root) + epsilon)` (= `eps`, `eps_root`), `clip_threshold` caps each
 tensor's update RMS (= `clip_update_rms`), and `weight_decay * param` is added to every
@@ -52,7 +52,6 @@ optimizer state's structure, hence old checkpoints) is the plain one above.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import math
 import numbers
@@ -63,12 +62,12 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Int
 
-from pax_eqx.config import Config, ConfigError, check_range, config
+from pax_eqx.config import Config, ConfigError, check_range, config, field_names
 from pax_eqx.learners.decay_mask import default_decay_mask
-from pax_eqx.learners.schedules import ScheduleConfig, build_schedule
+from pax_eqx.learners.optimizer_configs import OPTIMIZERS, AdamWConfig, OptimizerConfig
+from pax_eqx.learners.schedules import ConstantSchedule, ScheduleConfig, build_schedule
 from pax_eqx.learners.variables import check_patterns, label_params, matches, require_matches
 
-Optimizer = Literal["adam", "adamw", "adafactor", "sgd", "lion"]
 DecayMask = Literal["matrices", "all"]
 
 # optax.apply_if_finite gives up (and applies a NaN update) after this many consecutive bad
@@ -84,13 +83,13 @@ class VariableGroupConfig(Config):
     pattern: a regex on the parameter's name (`pax_eqx.learners.variables`), e.g.
         "stack\\.layers\\.attention\\..*" or ".*norm.*".
     lr_multiplier: these parameters' learning rate is lr_multiplier * learner's lr(step).
-    optimizer: "" = the learner's optimizer; else one of adam, adamw, adafactor, sgd, lion, with
-        the learner's hyperparameters for it (b1, b2, eps, eps_root, momentum, nesterov).
+    optimizer: None = the learner's optimizer; else an optimizer config of its own
+        (`optimizer_configs`, e.g. SgdConfig(momentum=0.0)).
     """
 
     pattern: str = ".*"
     lr_multiplier: float = 1.0
-    optimizer: str = ""
+    optimizer: OptimizerConfig | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -98,26 +97,31 @@ class VariableGroupConfig(Config):
     def validate(self) -> None:
         check_patterns("learner.variable_groups pattern", (self.pattern,))
         check_range(self, "lr_multiplier", gt=0, prefix="learner.variable_groups", note="use learner.frozen for 0")
-        choices = ("", *get_args(Optimizer))
-        if self.optimizer not in choices:
-            close = difflib.get_close_matches(str(self.optimizer), choices, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+        if self.optimizer is not None and not isinstance(self.optimizer, tuple(OPTIMIZERS.values())):
             raise ConfigError(
-                f"learner.variable_groups optimizer={self.optimizer!r} is not one of {choices} ('' = the "
-                f"learner's).{hint}"
+                f"learner.variable_groups optimizer={self.optimizer!r} is not an optimizer config (None = the "
+                f"learner's, or one of {', '.join(c.__name__ for c in OPTIMIZERS.values())})."
             )
+
+    @classmethod
+    def migrate(cls, data: dict) -> dict:
+        """An older config.json named the group's optimizer ("" = the learner's); a named one now
+        starts from that optimizer's defaults."""
+        name = data.get("optimizer")
+        if isinstance(name, str):
+            data = {**data, "optimizer": {"kind": name} if name else None}
+        return data
 
 
 @config
 class LearnerConfig(Config):
-    """optimizer: adam, adamw (Adam + decoupled weight decay), adafactor, sgd, lion.
+    """optimizer: the optimizer and its own hyperparameters (`optimizer_configs`): adamw (the
+        default: Adam + decoupled weight decay), adam, sgd, lion or adafactor. On the command line
+        `--learner.optimizer sgd` switches it and `--learner.optimizer.momentum 0.0` sets its fields.
     learning_rate: the base rate; the schedule multiplies it (lr(step) = learning_rate * schedule(step)).
-    schedule: warmup and decay of the rate (constant, cosine, linear, exponential, rsqrt).
-    b1, b2: Adam's / Lion's moment decays (Lion's paper uses b2=0.99). eps: Adam's epsilon.
-    eps_root: Adam's epsilon inside the square root, m / (sqrt(v + eps_root) + eps) (Pax's
-        epsilon_root; 0 = off).
-    momentum: SGD's momentum (0 = plain SGD); nesterov: Nesterov momentum for SGD.
-    weight_decay: decoupled weight decay, times the scheduled rate (0 = off).
+    schedule: warmup and decay of the rate: constant, cosine, linear, exponential, rsqrt or
+        piecewise (`schedules`), switched with `--learner.schedule cosine`.
+    weight_decay: decoupled weight decay, times the scheduled rate (0 = off; not with adam).
     l2_regularization: coupled L2 (Pax's L2_REGULARIZER_WEIGHT, Praxis' apply_l2_regularizer):
         adds l2 * w to the gradient (after clipping) before the optimizer, so momentum and Adam's
         moments see it (0 = off). Masked like weight decay.
@@ -138,23 +142,11 @@ class LearnerConfig(Config):
     variable_groups: per-variable learners (Pax's MultiOptimizer): `VariableGroupConfig`s, the
         first whose pattern matches a parameter decides its learning-rate multiplier and
         optimizer; unmatched parameters use this learner as it is.
-
-    Adafactor uses optax's defaults (factored second moments of parameters with both
-    dimensions >= 128, decay 0.8, update clipping at RMS 1, relative step size). A field the
-    chosen optimizer does not read (b1/b2 outside adam/adamw/lion, eps/eps_root outside
-    adam/adamw, momentum/nesterov outside sgd, weight_decay_mask without weight decay) must stay
-    at its default: `validate` rejects a value that would be ignored.
     """
 
-    optimizer: Optimizer = "adamw"
+    optimizer: OptimizerConfig = AdamWConfig()
     learning_rate: float = 1e-3
-    schedule: ScheduleConfig = ScheduleConfig()
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-8
-    eps_root: float = 0.0
-    momentum: float = 0.9
-    nesterov: bool = False
+    schedule: ScheduleConfig = ConstantSchedule()
     weight_decay: float = 0.0
     l2_regularization: float = 0.0
     weight_decay_mask: DecayMask = "matrices"
@@ -170,19 +162,19 @@ class LearnerConfig(Config):
         self.validate()
 
     def validate(self) -> None:
-        """Raises ConfigError naming the field, the value and the fix (the schedule checks itself)."""
-        choices = get_args(Optimizer)
-        if self.optimizer not in choices:
-            close = difflib.get_close_matches(str(self.optimizer), choices, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"learner.optimizer={self.optimizer!r} is not one of {choices}.{hint}")
+        """Raises ConfigError naming the field, the value and the fix (the optimizer and the
+        schedule check themselves)."""
+        if not isinstance(self.optimizer, tuple(OPTIMIZERS.values())):
+            raise ConfigError(
+                f"learner.optimizer={self.optimizer!r} is not an optimizer config; choose one of "
+                f"{', '.join(OPTIMIZERS)} (--learner.optimizer NAME; in Python e.g. SgdConfig(momentum=0.9))."
+            )
         lr = self.learning_rate
         if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not (math.isfinite(lr) and lr > 0):
             raise ConfigError(f"learner.learning_rate must be a finite number > 0, got {lr!r}.")
-        check_range(self, ("b1", "b2", "momentum"), ge=0, lt=1, prefix="learner")
         check_range(self, "ema_decay", ge=0, lt=1, prefix="learner", note="0 = off")
         check_range(
-            self, ("eps", "eps_root", "weight_decay", "l2_regularization", "clip_grad_norm", "clip_update_rms"),
+            self, ("weight_decay", "l2_regularization", "clip_grad_norm", "clip_update_rms"),
             ge=0, prefix="learner", note="0 = off",
         )  # fmt: skip
         check_range(self, "num_microbatches", ge=1, prefix="learner", note="1 = no accumulation")
@@ -200,54 +192,36 @@ class LearnerConfig(Config):
             )
         for g in self.variable_groups:
             g.validate()
-        self._reject_unused_fields()
-        if self.optimizer == "adam" and self.weight_decay > 0:
+        decays = self.weight_decay > 0.0 or self.l2_regularization > 0.0
+        if not decays and self.weight_decay_mask != "matrices":
             raise ConfigError(
-                f"learner.weight_decay={self.weight_decay} with optimizer='adam': plain Adam has no weight "
-                "decay; set optimizer='adamw' for decoupled weight decay, or weight_decay=0."
+                f"learner.weight_decay_mask={self.weight_decay_mask!r} has no effect with learner.weight_decay=0 "
+                "and learner.l2_regularization=0; set one > 0 or leave weight_decay_mask at its default 'matrices'."
             )
+        if not self.optimizer.has_weight_decay and self.weight_decay > 0:
+            raise ConfigError(
+                f"learner.weight_decay={self.weight_decay} with learner.optimizer {self.optimizer.kind!r}: plain Adam "
+                "has no weight decay; switch with --learner.optimizer adamw for decoupled weight decay, or set "
+                "weight_decay=0."
+            )
+
+    @classmethod
+    def migrate(cls, data: dict) -> dict:
+        """An older config.json held the optimizer as a name beside every optimizer's fields (b1,
+        b2, eps, eps_root, momentum, nesterov; the ones it did not read at their defaults)."""
+        name = data.get("optimizer")
+        if not isinstance(name, str):
+            return data
+        moved = ("b1", "b2", "eps", "eps_root", "momentum", "nesterov")
+        reads = set(field_names(OPTIMIZERS[name])) if name in OPTIMIZERS else set()
+        optimizer = {"kind": name, **{k: data[k] for k in moved if k in data and k in reads}}
+        return {**{k: v for k, v in data.items() if k not in moved}, "optimizer": optimizer}
 
     def resolve(self, num_steps: int) -> LearnerConfig:
         """This learner with its schedule's decay_end filled in (`ScheduleConfig.resolve`): what a
         run of `num_steps` steps trains with. `ExperimentConfig.resolved_learner()` calls it."""
         schedule = self.schedule.resolve(num_steps)
         return self if schedule is self.schedule else self.replace(schedule=schedule)
-
-    def _reject_unused_fields(self) -> None:
-        """A field the chosen optimizer does not read must stay at its default: a value given for it
-        would be accepted and ignored."""
-        defaults = LearnerConfig.__dataclass_fields__
-        used = {self.optimizer, *(g.optimizer for g in self.variable_groups if g.optimizer)}
-        for name, readers in _OPTIMIZERS_READING.items():
-            value = getattr(self, name)
-            if not used & set(readers) and value != defaults[name].default:
-                raise ConfigError(
-                    f"learner.{name}={value} has no effect with learner.optimizer={self.optimizer!r} (only "
-                    f"{' / '.join(readers)} read it); choose one of those optimizers or leave {name} at its default "
-                    f"{defaults[name].default}."
-                )
-        if self.nesterov and self.momentum == 0.0:
-            raise ConfigError(
-                "learner.nesterov=True has no effect with learner.momentum=0 (plain SGD); set momentum > 0 or "
-                "nesterov=False."
-            )
-        decays = self.weight_decay > 0.0 or self.l2_regularization > 0.0
-        if not decays and self.weight_decay_mask != defaults["weight_decay_mask"].default:
-            raise ConfigError(
-                f"learner.weight_decay_mask={self.weight_decay_mask!r} has no effect with learner.weight_decay=0 "
-                "and learner.l2_regularization=0; set one > 0 or leave weight_decay_mask at its default 'matrices'."
-            )
-
-
-# Which optimizers read each optimizer-specific field (the others ignore it).
-_OPTIMIZERS_READING = {
-    "b1": ("adam", "adamw", "lion"),
-    "b2": ("adam", "adamw", "lion"),
-    "eps": ("adam", "adamw"),
-    "eps_root": ("adam", "adamw"),
-    "momentum": ("sgd",),
-    "nesterov": ("sgd",),
-}
 
 
 def learning_rate_fn(cfg: LearnerConfig) -> optax.Schedule:
@@ -308,12 +282,12 @@ def _clip(cfg: LearnerConfig) -> list[optax.GradientTransformation]:
     return [optax.clip_by_global_norm(cfg.clip_grad_norm)] if cfg.clip_grad_norm > 0 else []
 
 
-def _inner(cfg: LearnerConfig, optimizer: str, mask: Any) -> list[optax.GradientTransformation]:
+def _inner(cfg: LearnerConfig, optimizer: OptimizerConfig, mask: Any) -> list[optax.GradientTransformation]:
     """L2 -> the optimizer's direction -> update RMS cap -> decoupled weight decay."""
     inner = []
     if cfg.l2_regularization > 0:
         inner.append(optax.add_decayed_weights(cfg.l2_regularization, mask))
-    inner.append(_direction(cfg, optimizer))
+    inner.append(optimizer.direction())
     if cfg.clip_update_rms > 0:
         inner.append(optax.clip_by_block_rms(cfg.clip_update_rms))
     if cfg.weight_decay > 0:
@@ -327,24 +301,6 @@ def _finish(cfg: LearnerConfig, inner: list[optax.GradientTransformation]) -> op
     if cfg.skip_nonfinite:
         guarded = optax.apply_if_finite(guarded, max_consecutive_errors=_NEVER_GIVE_UP)
     return optax.chain(guarded, optax.scale_by_learning_rate(learning_rate_fn(cfg)))
-
-
-def _direction(cfg: LearnerConfig, optimizer: str) -> optax.GradientTransformation:
-    """The optimizer proper, before weight decay and the (negative) learning rate."""
-    if optimizer in ("adam", "adamw"):
-        return optax.scale_by_adam(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, eps_root=cfg.eps_root)
-    if optimizer == "lion":
-        return optax.scale_by_lion(b1=cfg.b1, b2=cfg.b2)
-    if optimizer == "adafactor":
-        # optax.adafactor's pieces, in its order, less its learning rate and sign flip.
-        return optax.chain(
-            optax.scale_by_factored_rms(),
-            optax.clip_by_block_rms(1.0),
-            optax.scale_by_param_block_rms(),
-        )
-    if cfg.momentum > 0:
-        return optax.trace(decay=cfg.momentum, nesterov=cfg.nesterov)
-    return optax.identity()
 
 
 def _check_mask(mask: Any, params: Any) -> None:
@@ -372,7 +328,7 @@ def skipped_steps(opt_state: Any) -> Int[Array, ""]:
 def pax_adam(
     *,
     learning_rate: float,
-    schedule: ScheduleConfig = ScheduleConfig(),
+    schedule: ScheduleConfig = ConstantSchedule(),
     beta1: float = 0.9,
     beta2: float = 0.999,
     epsilon: float = 1e-6,
@@ -390,13 +346,9 @@ def pax_adam(
     ours moves on (see the module docstring).
     """
     return LearnerConfig(
-        optimizer="adamw",
+        optimizer=AdamWConfig(b1=beta1, b2=beta2, eps=epsilon, eps_root=epsilon_root),
         learning_rate=learning_rate,
         schedule=schedule,
-        b1=beta1,
-        b2=beta2,
-        eps=epsilon,
-        eps_root=epsilon_root,
         weight_decay=weight_decay,
         weight_decay_mask="all" if weight_decay > 0 else "matrices",  # the mask means nothing without decay
         clip_grad_norm=clip_gradient_norm_to_value,

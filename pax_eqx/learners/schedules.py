@@ -26,63 +26,31 @@ parameter for parameter; `linear_rampup_exponential_decay(...)` and
 `optax.warmup_cosine_decay_schedule(0, max, warmup_steps, decay_end, max * min_ratio)`.
 `rsqrt` matches Pax's LinearRampupSqrtDecay(peak=max, warmup_steps) at every step >= 1 (Pax
 clamps step 0 to 1; here step 0 is the start of the linear ramp, 0).
+
+`ScheduleConfig` is a choice (`config.Variant`): one class per kind, each with only the fields
+it reads (`--learner.schedule cosine`, `--learner.schedule.decay-end 5000`). warmup_steps and
+max are every kind's, so a switch keeps them.
 """
 
 from __future__ import annotations
 
-import difflib
-from typing import Literal, get_args
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 import optax
 from jaxtyping import Array, ArrayLike, Float
 
-from pax_eqx.config import Config, ConfigError, check_range, config
-
-ScheduleKind = Literal["constant", "cosine", "linear", "exponential", "rsqrt", "piecewise"]
-_DECAYING = ("cosine", "linear", "exponential")
-# The fields a kind never reads: `constant` holds at `max` (a hold before it is still `max`);
-# `rsqrt` has no end and no floor.
-_PIECES = ("boundaries", "values")
-_UNREAD_BY_KIND = {
-    "constant": ("decay_start", "decay_end", "min_ratio", *_PIECES),
-    "rsqrt": ("decay_end", "min_ratio", *_PIECES),
-    "cosine": _PIECES,
-    "linear": _PIECES,
-    "exponential": _PIECES,
-    "piecewise": ("decay_start", "decay_end", "min_ratio"),
-}
+from pax_eqx.config import ConfigError, Variant, check_range, config
 
 
 @config
-class ScheduleConfig(Config):
-    """The learning-rate multiplier over steps (see the module docstring for the formulas).
+class _Schedule(Variant):
+    """What every schedule reads. warmup_steps: linear ramp from 0 to `max` over this many steps
+    (0 = start at `max`). max: the peak multiplier of the base learning rate (Pax's `max`)."""
 
-    kind: constant, cosine, linear, exponential (Pax's LinearRampupExponentialDecay) or rsqrt.
-    warmup_steps: linear ramp from 0 to `max` over this many steps (0 = start at `max`).
-    decay_start: the step the decay starts (0 = when warmup ends); must be >= warmup_steps.
-    decay_end: the step the decay reaches `max * min_ratio` (cosine, linear, exponential); 0 = the
-      run's last step, train.num_steps (the experiment fills it in: `ExperimentConfig.resolved_learner`).
-    min_ratio: the floor, as a fraction of `max` (> 0 for exponential).
-    max: the peak multiplier of the base learning rate (Pax's `max`).
-    boundaries / values (piecewise): from step boundaries[i] on, the multiplier is max * values[i]
-      (increasing steps, all after warmup; one value per boundary). Pax's
-      LinearRampupPiecewiseConstant(boundaries=[w, b0, b1, ...], values=[v, v0, v1, ...]) is
-      warmup_steps=w, max=v, boundaries=(b0, b1, ...), values=(v0/v, v1/v, ...).
-
-    A field the kind never reads (decay_start, decay_end, min_ratio for constant; decay_end,
-    min_ratio for rsqrt) must stay at its default: `validate` rejects a value that would be ignored.
-    """
-
-    kind: ScheduleKind = "constant"
     warmup_steps: int = 0
-    decay_start: int = 0
-    decay_end: int = 0
-    min_ratio: float = 0.01
     max: float = 1.0
-    boundaries: tuple[int, ...] = ()
-    values: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -91,101 +59,183 @@ class ScheduleConfig(Config):
     def follows_num_steps(self) -> bool:
         """Whether the decay ends at train.num_steps (a decaying kind with decay_end 0): only the
         experiment knows that step, so `resolve(num_steps)` must fill it in before `build_schedule`."""
-        return self.kind in _DECAYING and self.decay_end == 0
+        return False
 
-    def resolve(self, num_steps: int) -> ScheduleConfig:
+    def resolve(self, num_steps: int) -> _Schedule:
         """This schedule with decay_end = num_steps if it follows train.num_steps, else itself."""
-        if not self.follows_num_steps:
-            return self
-        if num_steps <= self.decay_begins:
-            raise ConfigError(
-                f"learner.schedule.decay_end=0 ends the learner.schedule.kind={self.kind!r} decay at "
-                f"train.num_steps={num_steps}, which is not after the step the decay starts ({self.decay_begins} = "
-                "max(warmup_steps, decay_start)); raise train.num_steps, lower the warmup, or set "
-                "learner.schedule.decay_end."
-            )
-        return self.replace(decay_end=num_steps)
+        return self
 
     @property
     def decay_begins(self) -> int:
         """The first step of the decay phase: max(warmup_steps, decay_start)."""
-        return max(self.warmup_steps, self.decay_start)
+        return max(self.warmup_steps, getattr(self, "decay_start", 0))
 
     def validate(self) -> None:
         """Raises ConfigError naming the field, the value and the fix."""
-        kinds = get_args(ScheduleKind)
-        if self.kind not in kinds:
-            close = difflib.get_close_matches(str(self.kind), kinds, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"learner.schedule.kind={self.kind!r} is not one of {kinds}.{hint}")
-        check_range(self, ("warmup_steps", "decay_start"), ge=0, prefix="learner.schedule")
-        check_range(self, "decay_end", ge=0, prefix="learner.schedule", note="0 = train.num_steps")
-        check_range(self, "min_ratio", ge=0, le=1, prefix="learner.schedule")
+        check_range(self, "warmup_steps", ge=0, prefix="learner.schedule")
         check_range(self, "max", gt=0, prefix="learner.schedule")
-        check_range(self, "boundaries", ge=0, prefix="learner.schedule")
-        check_range(self, "values", ge=0, prefix="learner.schedule")
+
+    def _check_decay_start(self) -> None:
+        check_range(self, "decay_start", ge=0, prefix="learner.schedule")
         if 0 < self.decay_start < self.warmup_steps:
             raise ConfigError(
                 f"learner.schedule.decay_start={self.decay_start} is before the end of warmup_steps="
                 f"{self.warmup_steps}; set decay_start >= warmup_steps, or 0 to decay right after warmup."
             )
-        if self.kind in _DECAYING and 0 < self.decay_end <= self.decay_begins:
+
+
+@config
+class ConstantSchedule(_Schedule):
+    """Linear warmup, then `max` for ever (Pax's Constant). warmup_steps / max: as every schedule's."""
+
+    kind: ClassVar[str] = "constant"
+
+
+@config
+class _Decaying(_Schedule):
+    """A warmup, a hold, then a decay from `max` to `max * min_ratio` at decay_end.
+
+    decay_start: the step the decay starts (0 = when warmup ends); must be >= warmup_steps.
+    decay_end: the step the decay reaches `max * min_ratio`; 0 = the run's last step,
+      train.num_steps (the experiment fills it in: `ExperimentConfig.resolved_learner`).
+    min_ratio: the floor, as a fraction of `max`.
+    """
+
+    decay_start: int = 0
+    decay_end: int = 0
+    min_ratio: float = 0.01
+
+    @property
+    def follows_num_steps(self) -> bool:
+        return self.decay_end == 0
+
+    def resolve(self, num_steps: int) -> _Decaying:
+        if not self.follows_num_steps:
+            return self
+        if num_steps <= self.decay_begins:
             raise ConfigError(
-                f"learner.schedule.decay_end={self.decay_end} must be after the step the learner.schedule.kind="
-                f"{self.kind!r} decay "
+                f"learner.schedule.decay_end=0 ends the {self.kind!r} decay at train.num_steps={num_steps}, which is "
+                f"not after the step the decay starts ({self.decay_begins} = max(warmup_steps, decay_start)); raise "
+                "train.num_steps, lower the warmup, or set learner.schedule.decay_end."
+            )
+        return self.replace(decay_end=num_steps)
+
+    def validate(self) -> None:
+        super().validate()
+        self._check_decay_start()
+        check_range(self, "decay_end", ge=0, prefix="learner.schedule", note="0 = train.num_steps")
+        check_range(self, "min_ratio", ge=0, le=1, prefix="learner.schedule")
+        if 0 < self.decay_end <= self.decay_begins:
+            raise ConfigError(
+                f"learner.schedule.decay_end={self.decay_end} must be after the step the {self.kind!r} decay "
                 f"starts ({self.decay_begins} = max(warmup_steps, decay_start)); set decay_end to the step "
                 "where the decay should reach max * min_ratio, or 0 for train.num_steps."
             )
-        if self.kind == "rsqrt" and self.decay_begins < 1:
+
+
+@config
+class CosineSchedule(_Decaying):
+    """Cosine decay: max * (r + (1 - r) * (1 + cos(pi * t / T)) / 2) (Pax's LinearRampupCosineDecay)."""
+
+    kind: ClassVar[str] = "cosine"
+
+
+@config
+class LinearSchedule(_Decaying):
+    """Linear decay: max * (1 - (1 - r) * t / T) (Pax's LinearRampupPolynomialDecay, power 1)."""
+
+    kind: ClassVar[str] = "linear"
+
+
+@config
+class ExponentialSchedule(_Decaying):
+    """Geometric decay: max * r ** (t / T) (Pax's LinearRampupExponentialDecay). min_ratio: > 0."""
+
+    kind: ClassVar[str] = "exponential"
+
+    def validate(self) -> None:
+        super().validate()
+        if self.min_ratio <= 0.0:
             raise ConfigError(
-                "learner.schedule: kind='rsqrt' decays as sqrt(start / step) and needs warmup_steps or "
-                "decay_start >= 1, got both 0."
-            )
-        if self.kind == "exponential" and self.min_ratio <= 0.0:
-            raise ConfigError(
-                f"learner.schedule.min_ratio must be > 0 for kind='exponential' (it decays geometrically "
+                f"learner.schedule.min_ratio must be > 0 for the 'exponential' schedule (it decays geometrically "
                 f"towards it), got {self.min_ratio}."
             )
-        if self.kind == "piecewise":
-            if not self.boundaries or len(self.values) != len(self.boundaries):
-                raise ConfigError(
-                    f"learner.schedule: kind='piecewise' needs boundaries and one value per boundary, got "
-                    f"boundaries={list(self.boundaries)}, values={list(self.values)}."
-                )
-            steps = (self.warmup_steps, *self.boundaries)
-            if any(b <= a for a, b in zip(steps, steps[1:])):
-                raise ConfigError(
-                    f"learner.schedule.boundaries={list(self.boundaries)} must increase, after warmup_steps="
-                    f"{self.warmup_steps}."
-                )
-        defaults = ScheduleConfig.__dataclass_fields__
-        for name in _UNREAD_BY_KIND.get(self.kind, ()):
-            if getattr(self, name) != defaults[name].default:
-                kinds = "kind='piecewise'" if name in _PIECES else f"a kind that decays ({', '.join(_DECAYING)})"
-                raise ConfigError(
-                    f"learner.schedule.{name}={getattr(self, name)} has no effect with learner.schedule.kind="
-                    f"{self.kind!r}; choose {kinds} or leave {name} at its default {defaults[name].default}."
-                )
+
+
+@config
+class RsqrtSchedule(_Schedule):
+    """Inverse square root: max * sqrt(start / step) from start = max(warmup_steps, decay_start) on,
+    no floor and no end (Pax's LinearRampupSqrtDecay).
+
+    decay_start: the step the decay starts (0 = when warmup ends); must be >= warmup_steps.
+    """
+
+    kind: ClassVar[str] = "rsqrt"
+    decay_start: int = 0
+
+    def validate(self) -> None:
+        super().validate()
+        self._check_decay_start()
+        if self.decay_begins < 1:
+            raise ConfigError(
+                "learner.schedule: the 'rsqrt' schedule decays as sqrt(start / step) and needs warmup_steps or "
+                "decay_start >= 1, got both 0."
+            )
+
+
+@config
+class PiecewiseSchedule(_Schedule):
+    """Constant pieces after the warmup (Pax's LinearRampupPiecewiseConstant).
+
+    boundaries / values: from step boundaries[i] on, the multiplier is max * values[i] (increasing
+      steps, all after warmup; one value per boundary). Pax's LinearRampupPiecewiseConstant(
+      boundaries=[w, b0, b1, ...], values=[v, v0, v1, ...]) is warmup_steps=w, max=v,
+      boundaries=(b0, b1, ...), values=(v0/v, v1/v, ...).
+    """
+
+    kind: ClassVar[str] = "piecewise"
+    boundaries: tuple[int, ...] = (1,)
+    values: tuple[float, ...] = (1.0,)
+
+    def validate(self) -> None:
+        super().validate()
+        check_range(self, "boundaries", ge=0, prefix="learner.schedule")
+        check_range(self, "values", ge=0, prefix="learner.schedule")
+        if not self.boundaries or len(self.values) != len(self.boundaries):
+            raise ConfigError(
+                f"learner.schedule: the 'piecewise' schedule needs boundaries and one value per boundary, got "
+                f"boundaries={list(self.boundaries)}, values={list(self.values)}."
+            )
+        steps = (self.warmup_steps, *self.boundaries)
+        if any(b <= a for a, b in zip(steps, steps[1:])):
+            raise ConfigError(
+                f"learner.schedule.boundaries={list(self.boundaries)} must increase, after warmup_steps="
+                f"{self.warmup_steps}."
+            )
+
+
+ScheduleConfig = (
+    ConstantSchedule | CosineSchedule | LinearSchedule | ExponentialSchedule | RsqrtSchedule | PiecewiseSchedule
+)
+"""The choice of a learning-rate schedule (`--learner.schedule cosine`)."""
 
 
 def linear_rampup_exponential_decay(
     *, warmup_steps: int = 0, decay_start: int = 0, decay_end: int = 0, min_ratio: float = 0.01, max: float
-) -> ScheduleConfig:
+) -> ExponentialSchedule:
     """Pax's `schedules.LinearRampupExponentialDecay`, with Pax's parameters and semantics."""
-    return ScheduleConfig(
-        kind="exponential", warmup_steps=warmup_steps, decay_start=decay_start, decay_end=decay_end,
-        min_ratio=min_ratio, max=max,
-    )  # fmt: skip
+    return ExponentialSchedule(
+        warmup_steps=warmup_steps, decay_start=decay_start, decay_end=decay_end, min_ratio=min_ratio, max=max
+    )
 
 
 def linear_rampup_cosine_decay(
     *, warmup_steps: int = 0, decay_start: int = 0, decay_end: int = 0, min_ratio: float = 0.01, max: float
-) -> ScheduleConfig:
+) -> CosineSchedule:
     """Pax's `schedules.LinearRampupCosineDecay` (start_step 0), with Pax's parameters and semantics."""
-    return ScheduleConfig(
-        kind="cosine", warmup_steps=warmup_steps, decay_start=decay_start, decay_end=decay_end,
-        min_ratio=min_ratio, max=max,
-    )  # fmt: skip
+    return CosineSchedule(
+        warmup_steps=warmup_steps, decay_start=decay_start, decay_end=decay_end, min_ratio=min_ratio, max=max
+    )
 
 
 def build_schedule(cfg: ScheduleConfig, scale: float = 1.0) -> optax.Schedule:
@@ -199,9 +249,9 @@ def build_schedule(cfg: ScheduleConfig, scale: float = 1.0) -> optax.Schedule:
     """
     if cfg.follows_num_steps:
         raise ConfigError(
-            f"learner.schedule.decay_end=0 with learner.schedule.kind={cfg.kind!r} means train.num_steps, which "
+            f"learner.schedule.decay_end=0 with the {cfg.kind!r} schedule means train.num_steps, which "
             "the schedule alone does not know: build it from ExperimentConfig.resolved_learner() (the programs "
-            "do), or ScheduleConfig.resolve(num_steps), or set learner.schedule.decay_end."
+            "do), or the schedule's resolve(num_steps), or set learner.schedule.decay_end."
         )
     peak = scale * cfg.max
     start = cfg.decay_begins
@@ -223,14 +273,8 @@ def build_schedule(cfg: ScheduleConfig, scale: float = 1.0) -> optax.Schedule:
 
 def _decay(cfg: ScheduleConfig, peak: float, start: int) -> optax.Schedule:
     """The decay phase, as a function of the steps since `start`."""
-    span = cfg.decay_end - start
-    floor = peak * cfg.min_ratio
-    if cfg.kind == "cosine":
-        return optax.cosine_decay_schedule(peak, span, alpha=cfg.min_ratio)
-    if cfg.kind == "linear":
-        return optax.linear_schedule(peak, floor, span)
-    if cfg.kind == "exponential":
-        return optax.exponential_decay(peak, span, cfg.min_ratio, end_value=floor)
+    if cfg.kind == "constant":
+        return optax.constant_schedule(peak)
     if cfg.kind == "piecewise":
         offsets = jnp.asarray([b - start for b in cfg.boundaries], jnp.int32)
         levels = jnp.asarray((1.0, *cfg.values), jnp.float32) * peak
@@ -238,4 +282,9 @@ def _decay(cfg: ScheduleConfig, peak: float, start: int) -> optax.Schedule:
     if cfg.kind == "rsqrt":
         # sqrt(start / step) with step = start + t.
         return lambda t: peak * jax.lax.rsqrt(1.0 + jnp.asarray(t, jnp.float32) / start)
-    return optax.constant_schedule(peak)
+    span = cfg.decay_end - start
+    if cfg.kind == "cosine":
+        return optax.cosine_decay_schedule(peak, span, alpha=cfg.min_ratio)
+    if cfg.kind == "linear":
+        return optax.linear_schedule(peak, peak * cfg.min_ratio, span)
+    return optax.exponential_decay(peak, span, cfg.min_ratio, end_value=peak * cfg.min_ratio)

@@ -37,7 +37,7 @@ from pax_eqx.layers.embedding_softmax import (
 )
 from pax_eqx.layers.initializers import WeightInit, gaussian
 from pax_eqx.layers.moe import MoEFeedForwardConfig
-from pax_eqx.layers.normalizations import NormConfig
+from pax_eqx.layers.normalizations import LayerNormConfig, NormConfig
 from pax_eqx.layers.pipeline import PipelineConfig
 from pax_eqx.layers.position_embeddings import TrainablePositionalEmbeddingConfig, sinusoidal_position_embedding
 from pax_eqx.layers.remat import RematPolicy
@@ -98,7 +98,7 @@ class LanguageModelConfig(ModelConfig):
     remat_policy: RematPolicy = "none"
     unroll: int = 1
     block: TransformerConfig = TransformerConfig()
-    final_norm: NormConfig = NormConfig()
+    final_norm: NormConfig = LayerNormConfig()
     soft_cap_logits: float = 0.0
     label_smoothing_prob: float = 0.0
     scale_embedding_sqrt_depth: bool = False

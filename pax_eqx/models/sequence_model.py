@@ -35,7 +35,7 @@ from pax_eqx.layers.attentions import KVCache
 from pax_eqx.layers.base import Context, Mode, call
 from pax_eqx.layers.embedding_softmax import EmbeddingConfig, SharedEmbeddingSoftmaxConfig, SoftmaxConfig
 from pax_eqx.layers.initializers import WeightInit, gaussian
-from pax_eqx.layers.normalizations import NormConfig
+from pax_eqx.layers.normalizations import LayerNormConfig, NormConfig
 from pax_eqx.layers.position_embeddings import TrainablePositionalEmbeddingConfig, sinusoidal_position_embedding
 from pax_eqx.layers.relative_position_bias import RelativePositionBiasConfig
 from pax_eqx.layers.remat import RematPolicy
@@ -95,7 +95,7 @@ class SequenceModelConfig(ModelConfig):
     remat_policy: RematPolicy = "none"
     unroll: int = 1
     block: TransformerConfig = TransformerConfig()
-    final_norm: NormConfig = NormConfig()
+    final_norm: NormConfig = LayerNormConfig()
     scale_embedding_sqrt_depth: bool = False
     softmax_bias: bool = False
     label_smoothing_prob: float = 0.0

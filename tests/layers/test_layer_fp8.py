@@ -12,6 +12,7 @@ import numpy as np
 from pax_eqx.layers.fp8 import Fp8Scales, fp8_dense, overwritten_mask, quantize_dequantize
 from pax_eqx.layers.linears import LinearConfig
 from pax_eqx.learners import LearnerConfig
+from pax_eqx.learners.optimizer_configs import AdamWConfig
 from pax_eqx.models import LanguageModelConfig
 from pax_eqx.tasks.task import Task
 
@@ -100,7 +101,7 @@ def _batch() -> dict:
 
 def test_the_train_step_overwrites_the_scales_and_optimises_only_the_weights():
     """Two microbatches: the accumulated "gradient" of the scales is still their next value."""
-    learner = LearnerConfig(optimizer="adamw", learning_rate=1e-2, clip_grad_norm=1.0, num_microbatches=2)
+    learner = LearnerConfig(optimizer=AdamWConfig(), learning_rate=1e-2, clip_grad_norm=1.0, num_microbatches=2)
     task = Task(_lm(fp8=True), learner, fprop_dtype="bfloat16")
     state = task.init_state(jax.random.PRNGKey(0))
     attention = state.params.stack.layers.attention
@@ -132,7 +133,7 @@ def test_the_train_step_overwrites_the_scales_and_optimises_only_the_weights():
 def test_fp8_training_follows_the_bf16_loss():
     """Twenty steps of the same tiny LM in bf16 and in fp8 from the same init: the losses agree to
     fp8's rounding (the loss curve on real text is in docs/performance.md)."""
-    learner = LearnerConfig(optimizer="adamw", learning_rate=3e-3)
+    learner = LearnerConfig(optimizer=AdamWConfig(), learning_rate=3e-3)
     losses = {}
     for fp8 in (False, True):
         task = Task(_lm(fp8), learner, fprop_dtype="bfloat16")

@@ -16,7 +16,6 @@ from pax_eqx.layers import (
     FeedForwardConfig,
     LinearConfig,
     MLPBlockConfig,
-    NormConfig,
     SharedEmbeddingSoftmaxConfig,
     SoftmaxConfig,
     StackedTransformerConfig,
@@ -26,6 +25,7 @@ from pax_eqx.layers import (
     split_state,
     swiglu,
 )
+from pax_eqx.layers.normalizations import LayerNormConfig, RmsNormConfig
 from pax_eqx.sharding.logical import LogicalAxes, logical_axes
 
 VOCABULARY = {"batch", "seq", "embed", "mlp", "heads", "kv_heads", "kv", "vocab", "layers", None}
@@ -42,8 +42,8 @@ CONFIGS = {
     "full_softmax": SoftmaxConfig(input_dims=4, num_classes=7),
     "shared_softmax": SharedEmbeddingSoftmaxConfig(num_classes=7, input_dims=4),
     "position_embedding": TrainablePositionalEmbeddingConfig(max_seq_length=9, embedding_dims=4),
-    "layer_norm": functools.partial(NormConfig().build, 4),
-    "rms_norm": functools.partial(NormConfig(kind="rms_norm").build, 4),
+    "layer_norm": functools.partial(LayerNormConfig().build, 4),
+    "rms_norm": functools.partial(RmsNormConfig().build, 4),
     "batch_norm": BatchNormConfig(dims=4),
     "attention_all_options": functools.partial(
         AttentionConfig(use_bias=True, per_dim_scale=True).build, input_dims=8, num_heads=2

@@ -17,7 +17,6 @@ from pax_eqx.layers import (
     Context,
     KVCache,
     Mode,
-    NormConfig,
     TransformerConfig,
     WeightInit,
     apply,
@@ -32,6 +31,7 @@ _BUILD_ARGS = (
     "model_dims", "hidden_dims", "num_heads", "dim_per_head", "num_kv_heads", "init", "use_rotary", "cross_attention",
     "fold_padding_with_segment_mask",
 )  # fmt: skip
+from pax_eqx.layers.normalizations import RmsNormConfig
 
 
 def _cfg(**kw):
@@ -248,7 +248,7 @@ def test_cross_attention_is_built_bidirectional_unfused_without_rotary():
 
 
 def test_swiglu_and_rms_norm():
-    layer = _randomized(_cfg(activation=swiglu(), norm=NormConfig(kind="rms_norm")))
+    layer = _randomized(_cfg(activation=swiglu(), norm=RmsNormConfig()))
     assert layer.ff_in.gate is not None
     x = _x()
     silu = lambda h: h / (1 + np.exp(-h))

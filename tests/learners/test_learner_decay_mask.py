@@ -7,6 +7,7 @@ import numpy as np
 import optax
 
 from pax_eqx.learners import LearnerConfig, build_optimizer, default_decay_mask
+from pax_eqx.learners.optimizer_configs import AdamWConfig
 
 
 class Block(eqx.Module):
@@ -51,7 +52,7 @@ def test_mask_works_on_abstract_and_traced_stacks_inside_the_optimizer():
     params = stack()
     abstract = jax.eval_shape(lambda: params)
     assert default_decay_mask(abstract) == default_decay_mask(params)
-    tx = build_optimizer(LearnerConfig(optimizer="adamw", learning_rate=0.1, weight_decay=0.5))
+    tx = build_optimizer(LearnerConfig(optimizer=AdamWConfig(), learning_rate=0.1, weight_decay=0.5))
     zeros = jax.tree.map(jnp.zeros_like, params)
     updates, _ = jax.jit(tx.update)(zeros, tx.init(params), params)
     new = optax.apply_updates(params, updates)

@@ -10,7 +10,9 @@ import pytest
 import tyro
 
 from pax_eqx.config import ConfigError
-from pax_eqx.learners import LearnerConfig, ScheduleConfig, build_optimizer, learning_rate_fn, pax_adam, skipped_steps
+from pax_eqx.learners import LearnerConfig, build_optimizer, learning_rate_fn, pax_adam, skipped_steps
+from pax_eqx.learners.optimizer_configs import AdafactorConfig, AdamConfig, AdamWConfig, LionConfig, SgdConfig
+from pax_eqx.learners.schedules import CosineSchedule, ExponentialSchedule, LinearSchedule, RsqrtSchedule
 
 KEY = jax.random.PRNGKey(0)
 PARAMS = {
@@ -39,18 +41,18 @@ def assert_trees_close(a, b, rtol=1e-5, atol=1e-7):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
 
 
-COSINE = ScheduleConfig(kind="cosine", warmup_steps=2, decay_end=6, min_ratio=0.1)
+COSINE = CosineSchedule(warmup_steps=2, decay_end=6, min_ratio=0.1)
 
 
 @pytest.mark.parametrize(
     "cfg, reference",
     [
         (
-            LearnerConfig(optimizer="adam", learning_rate=0.1, b1=0.8, b2=0.95, eps=1e-6),
+            LearnerConfig(optimizer=AdamConfig(b1=0.8, b2=0.95, eps=1e-6), learning_rate=0.1, ),
             lambda: optax.adam(0.1, b1=0.8, b2=0.95, eps=1e-6),
         ),
         (
-            LearnerConfig(optimizer="adamw", learning_rate=0.05, weight_decay=0.1, schedule=COSINE),
+            LearnerConfig(optimizer=AdamWConfig(), learning_rate=0.05, weight_decay=0.1, schedule=COSINE),
             lambda: optax.adamw(
                 optax.warmup_cosine_decay_schedule(0.0, 0.05, 2, 6, end_value=0.005),
                 weight_decay=0.1,
@@ -58,19 +60,19 @@ COSINE = ScheduleConfig(kind="cosine", warmup_steps=2, decay_end=6, min_ratio=0.
             ),
         ),
         (
-            LearnerConfig(optimizer="sgd", learning_rate=0.05, momentum=0.9, nesterov=True),
+            LearnerConfig(optimizer=SgdConfig(momentum=0.9, nesterov=True), learning_rate=0.05, ),
             lambda: optax.sgd(0.05, momentum=0.9, nesterov=True),
         ),
-        (LearnerConfig(optimizer="sgd", learning_rate=0.05, momentum=0.0), lambda: optax.sgd(0.05)),
+        (LearnerConfig(optimizer=SgdConfig(momentum=0.0), learning_rate=0.05, ), lambda: optax.sgd(0.05)),
         (
-            LearnerConfig(optimizer="lion", learning_rate=0.01, b1=0.9, b2=0.99, weight_decay=0.5),
+            LearnerConfig(optimizer=LionConfig(b1=0.9, b2=0.99), learning_rate=0.01, weight_decay=0.5),
             lambda: optax.lion(0.01, b1=0.9, b2=0.99, weight_decay=0.5, mask=NO_DECAY_ON_B),
         ),
         (
             LearnerConfig(
-                optimizer="adafactor",
+                optimizer=AdafactorConfig(),
                 learning_rate=0.1,
-                schedule=ScheduleConfig(kind="linear", warmup_steps=1, decay_end=6),
+                schedule=LinearSchedule(warmup_steps=1, decay_end=6),
             ),
             lambda: optax.adafactor(
                 optax.join_schedules([optax.linear_schedule(0.0, 0.1, 1), optax.linear_schedule(0.1, 0.001, 5)], [1])
@@ -88,7 +90,7 @@ def test_matches_optax(cfg, reference):
 
 def test_adafactor_factors_large_matrices_like_optax():
     params = {"w": jax.random.normal(KEY, (128, 160)) * 0.1, "b": jnp.zeros((160,))}
-    ours, state = run(build_optimizer(LearnerConfig(optimizer="adafactor", learning_rate=0.01), params), params, 3)
+    ours, state = run(build_optimizer(LearnerConfig(optimizer=AdafactorConfig(), learning_rate=0.01), params), params, 3)
     theirs, _ = run(optax.adafactor(0.01), params, 3)
     assert_trees_close(ours, theirs)
     factored = [x for x in jax.tree.leaves(state) if getattr(x, "shape", None) in ((128,), (160,))]
@@ -96,7 +98,7 @@ def test_adafactor_factors_large_matrices_like_optax():
 
 
 def test_clipping_scales_the_gradient_to_the_norm():
-    cfg = LearnerConfig(optimizer="sgd", learning_rate=1.0, momentum=0.0, clip_grad_norm=2.0)
+    cfg = LearnerConfig(optimizer=SgdConfig(momentum=0.0), learning_rate=1.0, clip_grad_norm=2.0)
     tx = build_optimizer(cfg, PARAMS)
     big = {"w": jnp.full((3, 4), 3.0), "b": jnp.full((4,), 3.0)}  # norm 3 * 4 = 12
     updates, _ = tx.update(big, tx.init(PARAMS), PARAMS)
@@ -108,7 +110,7 @@ def test_clipping_scales_the_gradient_to_the_norm():
 
 
 def test_weight_decay_skips_vectors_by_default_and_follows_a_given_mask():
-    cfg = LearnerConfig(optimizer="adamw", learning_rate=0.1, weight_decay=0.5)
+    cfg = LearnerConfig(optimizer=AdamWConfig(), learning_rate=0.1, weight_decay=0.5)
     zero = jax.tree.map(jnp.zeros_like, PARAMS)  # Adam's direction is 0: only the decay moves params
 
     def one_step(tx):
@@ -124,17 +126,17 @@ def test_weight_decay_skips_vectors_by_default_and_follows_a_given_mask():
 
 
 def test_a_mask_that_does_not_fit_the_params_fails_at_build_time():
-    cfg = LearnerConfig(optimizer="adamw", weight_decay=0.1)
+    cfg = LearnerConfig(optimizer=AdamWConfig(), weight_decay=0.1)
     with pytest.raises(ConfigError, match="decay_mask does not match"):
         build_optimizer(cfg, PARAMS, decay_mask={"w": True, "bias": False})
 
 
 def test_nonfinite_gradient_is_skipped_and_counted():
     cfg = LearnerConfig(
-        optimizer="adam",
+        optimizer=AdamConfig(),
         learning_rate=0.1,
         skip_nonfinite=True,
-        schedule=ScheduleConfig(kind="linear", warmup_steps=2, decay_end=10),
+        schedule=LinearSchedule(warmup_steps=2, decay_end=10),
     )
     tx = build_optimizer(cfg, PARAMS)
     update = jax.jit(tx.update)
@@ -165,7 +167,7 @@ def test_nonfinite_gradient_is_skipped_and_counted():
 
 
 def test_without_the_guard_a_nan_gradient_poisons_the_params():
-    tx = build_optimizer(LearnerConfig(optimizer="sgd", learning_rate=0.1), PARAMS)
+    tx = build_optimizer(LearnerConfig(optimizer=SgdConfig(), learning_rate=0.1), PARAMS)
     nan = jax.tree.map(lambda p: jnp.full_like(p, jnp.nan), PARAMS)
     updates, state = tx.update(nan, tx.init(PARAMS), PARAMS)
     assert np.isnan(np.asarray(optax.apply_updates(PARAMS, updates)["w"])).all()
@@ -175,10 +177,9 @@ def test_without_the_guard_a_nan_gradient_poisons_the_params():
 def test_learning_rate_applied_is_the_logged_one():
     """Plain SGD on a gradient of ones moves each param by -lr(step): compare with learning_rate_fn."""
     cfg = LearnerConfig(
-        optimizer="sgd",
-        momentum=0.0,
+        optimizer=SgdConfig(momentum=0.0),
         learning_rate=0.2,
-        schedule=ScheduleConfig(kind="exponential", warmup_steps=2, decay_end=5, min_ratio=0.1),
+        schedule=ExponentialSchedule(warmup_steps=2, decay_end=5, min_ratio=0.1),
     )
     tx, lr = build_optimizer(cfg), learning_rate_fn(cfg)
     params, state = {"x": jnp.zeros(())}, tx.init({"x": jnp.zeros(())})
@@ -214,14 +215,14 @@ def test_unknown_optimizer_from_dict():
 
 
 def test_json_round_trip_and_cli_parsing():
-    cfg = LearnerConfig(optimizer="lion", weight_decay=0.1, schedule=COSINE, skip_nonfinite=True, ema_decay=0.99)
+    cfg = LearnerConfig(optimizer=LionConfig(), weight_decay=0.1, schedule=COSINE, skip_nonfinite=True, ema_decay=0.99)
     assert LearnerConfig.from_json(cfg.to_json()) == cfg
     parsed = tyro.cli(
         LearnerConfig,
         default=LearnerConfig(),
         args=["--optimizer", "sgd", "--schedule.kind", "rsqrt", "--schedule.warmup-steps", "100"],
     )
-    assert parsed.optimizer == "sgd" and parsed.schedule == ScheduleConfig(kind="rsqrt", warmup_steps=100)
+    assert parsed.optimizer == "sgd" and parsed.schedule == RsqrtSchedule(warmup_steps=100)
 
 
 @pytest.mark.parametrize(
@@ -250,7 +251,7 @@ def test_l2_regularization_is_added_to_the_gradient_before_momentum():
     decay (the 1-D bias gets none); checked against the update written out for two steps."""
     params = {"w": jnp.array([[1.0, -2.0]]), "b": jnp.array([0.5])}
     grads = {"w": jnp.array([[0.1, 0.2]]), "b": jnp.array([0.3])}
-    cfg = LearnerConfig(optimizer="sgd", learning_rate=0.1, momentum=0.9, nesterov=True, l2_regularization=0.01)
+    cfg = LearnerConfig(optimizer=SgdConfig(momentum=0.9, nesterov=True), learning_rate=0.1, l2_regularization=0.01)
     tx = build_optimizer(cfg, params)
     state = tx.init(params)
     direction = {"w": np.asarray(grads["w"]) + 0.01 * np.asarray(params["w"]), "b": np.asarray(grads["b"])}

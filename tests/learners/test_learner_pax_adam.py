@@ -26,6 +26,7 @@ from pax_eqx.learners import (
     linear_rampup_exponential_decay,
     pax_adam,
 )
+from pax_eqx.learners.optimizer_configs import AdamWConfig, SgdConfig
 
 KEY = jax.random.PRNGKey(3)
 PARAMS = {
@@ -159,7 +160,7 @@ def test_each_pax_option_changes_the_result():
 
 
 def test_update_rms_cap_is_optax_clip_by_block_rms_per_tensor():
-    cfg = LearnerConfig(optimizer="sgd", momentum=0.0, learning_rate=1.0, clip_update_rms=0.5)
+    cfg = LearnerConfig(optimizer=SgdConfig(momentum=0.0), learning_rate=1.0, clip_update_rms=0.5)
     params = {"w": jnp.zeros((2, 3)), "b": jnp.zeros((3,))}
     g = {"w": jnp.full((2, 3), 2.0), "b": jnp.full((3,), 0.1)}  # rms 2.0 (capped), 0.1 (kept)
     tx = build_optimizer(cfg, params)
@@ -172,7 +173,7 @@ def test_weight_decay_mask_all_decays_vectors_and_matrices_default_skips_vectors
     params = {"w": jnp.ones((2, 3)), "b": jnp.ones((3,))}
     zero = jax.tree.map(jnp.zeros_like, params)
     for mask, b_after in (("all", 1 - 0.1 * 0.5), ("matrices", 1.0)):
-        cfg = LearnerConfig(optimizer="adamw", learning_rate=0.1, weight_decay=0.5, weight_decay_mask=mask)
+        cfg = LearnerConfig(optimizer=AdamWConfig(), learning_rate=0.1, weight_decay=0.5, weight_decay_mask=mask)
         tx = build_optimizer(cfg, params)
         updates, _ = tx.update(zero, tx.init(params), params)
         new = optax.apply_updates(params, updates)

@@ -25,6 +25,7 @@ KNOBS = (
     "--train.early-stopping.metric", "total_loss", "--train.early-stopping.patience", "2",
     "--train.early-stopping.min-delta", "10",
 )  # fmt: skip
+from pax_eqx.learners.optimizer_configs import SgdConfig
 
 
 def _params(job, args, step) -> dict[str, np.ndarray]:
@@ -114,7 +115,7 @@ def test_variable_groups_and_frozen_variables_train_sharded_and_plan(tmp_path):
     from pax_eqx.programs.dry_run import plan
 
     exp, _, _ = cli.parse(tiny_args(tmp_path / "job"), "test", "test")
-    groups = (VariableGroupConfig(pattern=r".*norm.*", lr_multiplier=0.1, optimizer="sgd"),)
+    groups = (VariableGroupConfig(pattern=r".*norm.*", lr_multiplier=0.1, optimizer=SgdConfig()),)
     exp = exp.replace(learner=exp.learner.replace(variable_groups=groups, frozen=(r"embedding\.w",)))
     (tmp_path / "job").mkdir()
     rt = Runtime.create(exp, tmp_path / "job", log=lambda *a: None)

@@ -12,9 +12,11 @@ from pax_eqx.tasks.task import Task
 MODEL = LanguageModelConfig(
     vocab_size=32, max_seq_len=16, num_layers=2, model_dims=32, hidden_dims=64, num_heads=4, num_kv_heads=2
 )
+from pax_eqx.learners.optimizer_configs import AdamWConfig
+
 # 4 layers in 2 stages of 2, 4 microbatches: the pipelined tests' model.
 PIPELINED = MODEL.replace(num_layers=4, pipeline=PipelineConfig(num_stages=2, num_microbatches=4))
-LEARNER = LearnerConfig(optimizer="adamw", learning_rate=1e-2, weight_decay=0.01)
+LEARNER = LearnerConfig(optimizer=AdamWConfig(), learning_rate=1e-2, weight_decay=0.01)
 
 
 def global_batches(n: int = 5, batch: int = 8, seq: int = 16):

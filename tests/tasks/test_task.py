@@ -15,13 +15,14 @@ import pytest
 from pax_eqx.config import ConfigError, config
 from pax_eqx.layers import Context, MLPConfig, Mode
 from pax_eqx.learners import LearnerConfig
+from pax_eqx.learners.optimizer_configs import SgdConfig
 from pax_eqx.metrics import HostAccumulator, Weighted, merge_stacked, weighted_mean
 from pax_eqx.models import ClassificationModelConfig, LanguageModelConfig, Model, ModelConfig
 from pax_eqx.task_config import TaskConfig, VariationalNoiseConfig
 from pax_eqx.tasks.task import Task
 from pax_eqx.tasks.variational_noise import add_variational_noise
 
-SGD = LearnerConfig(optimizer="sgd", learning_rate=1.0, momentum=0.0)
+SGD = LearnerConfig(optimizer=SgdConfig(momentum=0.0), learning_rate=1.0, )
 
 
 def _gradient(task: Task, state, batch) -> list[np.ndarray]:

@@ -1,0 +1,149 @@
+"""Choices on the command line: `--learner.optimizer sgd` switches a variant, before tyro parses.
+
+A choice is a config field annotated with a union of `config.Variant` classes (the optimizer,
+the schedule, a norm, the tokenizer). tyro would make such a union a positional subcommand
+(`learner.optimizer:sgd`) whose fields must follow it; here the experiment's value is switched
+first and tyro then parses the chosen variant's fields like any nested config (`specialise`
+annotates the field with the variant's class). So:
+
+    --learner.optimizer sgd                     switch (the variant's own defaults, shared
+                                                fields carried over: `switch_variant`)
+    --learner.optimizer.momentum 0.0            a field of the chosen variant, before or after
+                                                the switch, in any order
+    --learner.schedule.kind cosine              the older spelling of a switch, still accepted
+    --learner.optimizer.momentum 0.0            with learner.optimizer adamw: refused, naming the
+                                                variants that read momentum and the switch
+    --learner.momentum 0.0                      a field that moved into a choice: refused, naming
+                                                its new flag
+
+Naming the variant the experiment already has keeps the experiment's values (a no-op).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pax_eqx.config import ConfigError, field_names, switch_variant, variant_choices
+
+
+class ChoiceError(ConfigError):
+    """A switch to an unknown variant, or a field flag of a variant that is not chosen."""
+
+
+def choice_fields(value: Any, prefix: str = "") -> Iterator[tuple[str, dict[str, type]]]:
+    """(dotted path, {kind: class}) of every choice in the config tree `value`, outer ones first."""
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return
+    hints = typing.get_type_hints(type(value))
+    for f in dataclasses.fields(value):
+        path = prefix + f.name
+        choices = variant_choices(hints[f.name])
+        if choices:
+            yield path, choices
+        yield from choice_fields(getattr(value, f.name), path + ".")
+
+
+def _flags(args: Sequence[str]) -> Iterator[tuple[int, str, str | None, int]]:
+    """(index, dotted path, inline or next value, how many args it spans) of each `--a.b-c` flag."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--"):
+            i += 1
+            continue
+        flag, eq, inline = arg[2:].partition("=")
+        path = flag.replace("-", "_")
+        if eq:
+            yield i, path, inline, 1
+        else:
+            following = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else None
+            yield i, path, following, 2 if following is not None else 1
+        i += 1
+
+
+def _get(value: Any, path: str) -> Any:
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def apply_switches(default: Any, args: Sequence[str]) -> tuple[Any, list[str]]:
+    """`default` with every switch of `args` applied, and the args left for tyro.
+
+    Raises ChoiceError for an unknown variant name, a field flag of a variant that is not the
+    chosen one, and a flag of a field that moved into a choice."""
+    args = list(args)
+    switched = default
+    used: set[int] = set()
+    for _ in range(8):  # a switch may reveal a nested choice (a variant holding one): go again
+        choices = dict(choice_fields(switched))
+        progressed = False
+        for i, path, value, span in _flags(args):
+            if i in used:
+                continue
+            target = path[: -len(".kind")] if path.endswith(".kind") and path[: -len(".kind")] in choices else path
+            if target not in choices:
+                continue
+            if value is None:
+                raise ChoiceError(f"--{target.replace('_', '-')} needs a variant name: one of {', '.join(choices[target])}.")
+            name = value.strip().lower()
+            options = choices[target]
+            if name not in options:
+                close = difflib.get_close_matches(name, options, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ChoiceError(f"--{target.replace('_', '-')} {value!r} is not one of {', '.join(options)}.{hint}")
+            current = _get(switched, target)
+            if current.kind != name:
+                switched = switched.override(target, switch_variant(current, options[name]))
+            used.update(range(i, i + span))
+            progressed = True
+        if not progressed:
+            break
+    rest = [a for i, a in enumerate(args) if i not in used]
+    _refuse_unchosen_fields(switched, rest)
+    return switched, rest
+
+
+def _refuse_unchosen_fields(value: Any, args: Sequence[str]) -> None:
+    choices = dict(choice_fields(value))
+    for _, path, _, _ in _flags(args):
+        owner, _, name = path.rpartition(".")
+        if owner in choices:
+            chosen = _get(value, owner)
+            if name not in field_names(chosen):
+                readers = [k for k, cls in choices[owner].items() if name in field_names(cls)]
+                if readers:
+                    flag = owner.replace("_", "-")
+                    raise ChoiceError(
+                        f"--{path.replace('_', '-')}: {owner} is {chosen.kind!r} here, which has no {name}; "
+                        f"{', '.join(readers)} {'reads' if len(readers) == 1 else 'read'} it. Switch with --{flag} "
+                        f"{readers[0]}, or drop the flag."
+                    )
+            continue
+        _refuse_moved_field(value, owner, name, choices)
+
+
+def _refuse_moved_field(value: Any, owner: str, name: str, choices: dict[str, dict[str, type]]) -> None:
+    """`--learner.momentum`: a field of no config at `owner`, but of a variant of a choice there."""
+    try:
+        parent = _get(value, owner) if owner else value
+    except AttributeError:
+        return
+    if not dataclasses.is_dataclass(parent) or name in field_names(parent):
+        return
+    for path, options in choices.items():
+        if path.rpartition(".")[0] != owner:
+            continue
+        readers = [k for k, cls in options.items() if name in field_names(cls)]
+        if readers:
+            chosen = _get(value, path)
+            where = f"--{path}.{name}".replace("_", "-")
+            note = "" if chosen.kind in readers else f" (with --{path.replace('_', '-')} {readers[0]}; it is {chosen.kind!r} here)"
+            raise ChoiceError(
+                f"--{owner}.{name}".replace("_", "-") + f": {name} belongs to the {path} choice now ({', '.join(readers)}): "
+                f"pass {where}{note}."
+            )
