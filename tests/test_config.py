@@ -6,20 +6,20 @@ import json
 import pytest
 import tyro
 
+from pax_eqx.command_line import cli
 from pax_eqx.config import Config, ConfigError, check_number, check_range, config, require_positive
 from pax_eqx.layers import (
     ActivationConfig,
     AttentionConfig,
     LinearConfig,
     MLPBlockConfig,
-    NormConfig,
     StackedTransformerConfig,
     TransformerConfig,
     WeightInit,
     gaussian,
     swiglu,
 )
-from pax_eqx.layers.normalizations import RmsNormConfig
+from pax_eqx.layers.normalizations import LayerNormConfig, RmsNormConfig
 
 
 def _stack() -> StackedTransformerConfig:
@@ -43,7 +43,7 @@ def test_constructor_typo_names_the_field_and_suggests():
 
 
 def test_constructor_lists_valid_fields():
-    with pytest.raises(ConfigError, match="Valid fields: axes, init, input_dims, output_dims"):
+    with pytest.raises(ConfigError, match="Valid fields: axes, fp8, init, input_dims, output_dims"):
         LinearConfig(zzz=1, input_dims=3, output_dims=4)
 
 
@@ -71,8 +71,8 @@ def test_a_size_the_parent_decides_is_not_a_child_field():
         _stack().override("block.model_dims", 8)
     with pytest.raises(ConfigError, match="AttentionConfig has no field 'num_kv_heads'"):
         _stack().override("block.attention.num_kv_heads", 1)
-    with pytest.raises(ConfigError, match="NormConfig has no field 'dims'"):
-        NormConfig(dims=8)
+    with pytest.raises(ConfigError, match="LayerNormConfig has no field 'dims'"):
+        LayerNormConfig(dims=8)
 
 
 def test_override_into_a_non_config_fails():
@@ -150,40 +150,31 @@ def test_a_user_config_gets_the_same_guarantees():
 
 
 # tyro ---------------------------------------------------------------------------------------
-def test_tyro_parses_a_nested_config():
+def test_the_command_line_parses_a_nested_config_and_switches_its_choices():
     args = [
         "--num-layers", "4",
         "--no-repeat",  # booleans are flags
         "--remat-policy", "dots_with_no_batch_dims_saveable",
         "--model-dims", "32",
-        "--hidden-dims", "128",
-        "--num-heads", "8",
         "--num-kv-heads", "1",
-        "--use-rotary",
         "--init.method", "gaussian",
         "--init.scale", "0.02",
-        "--block.norm.kind", "rms_norm",
+        "--block.norm.epsilon", "1e-3",  # a field of the variant switched to, before the switch
+        "--block.norm", "layer_norm",
         "--block.attention.no-causal",
         "--block.activation.name", "gelu",
-        "--block.activation.gated",
     ]  # fmt: skip
-    cfg = tyro.cli(StackedTransformerConfig, args=args)
-    expected = StackedTransformerConfig(
-        num_layers=4,
-        model_dims=32,
-        hidden_dims=128,
-        num_heads=8,
-        num_kv_heads=1,
-        use_rotary=True,
-        init=gaussian(0.02),
-        repeat=False,
+    cfg = cli.parse_fields(_stack(), args, "test")
+    block = _stack().block
+    expected = _stack().replace(
+        num_layers=4, model_dims=32, num_kv_heads=1, init=gaussian(0.02), repeat=False,
         remat_policy="dots_with_no_batch_dims_saveable",
-        block=TransformerConfig(
-            norm=RmsNormConfig(),
-            attention=AttentionConfig(causal=False),
-            activation=ActivationConfig(name="gelu", gated=True),
+        block=block.replace(
+            norm=LayerNormConfig(epsilon=1e-3),  # the switch starts from layer_norm's defaults, but epsilon is shared
+            attention=block.attention.replace(causal=False),
+            activation=block.activation.replace(name="gelu"),
         ),
-    )
+    )  # fmt: skip
     assert cfg == expected
 
 

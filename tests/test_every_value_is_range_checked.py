@@ -34,6 +34,7 @@ from pax_eqx.command_line import cli, registry
 from pax_eqx.config import ConfigError
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.learners import build_schedule
+from pax_eqx.config import _declared_in
 from pax_eqx.learners.schedules import LinearSchedule
 
 INT_SUSPECTS = (-1, 0, 2**63, -(2**63), 1.5, True)
@@ -48,10 +49,10 @@ ALLOWED: dict[str, dict[float, str]] = {
     "TrainConfig.seed": {0: "any uint32 seeds jax.random.key"},
     "TrainConfig.decode_interval_steps": {0: "0 = no decoding during training"},
     "DecodeConfig.seed": {0: "any uint32 seeds jax.random.key"},
-    "DecodeConfig.temperature": {0: "0 = greedy (argmax)"},
-    "DecodeConfig.top_k": {0: "0 = no top-k filter"},
-    "DecodeConfig.eos_id": {-1: "-1 = the tokenizer's eos", 0: "token 0 is a token id"},
-    "DecodeConfig.length_norm_alpha": {0: "0 = rank beams by raw log-prob"},
+    "SampleConfig.temperature": {0: "0 = greedy (argmax)"},
+    "SampleConfig.top_k": {0: "0 = no top-k filter"},
+    "SampleConfig.eos_id": {-1: "-1 = the tokenizer's eos", 0: "token 0 is a token id"},
+    "SampleConfig.length_norm_alpha": {0: "0 = rank beams by raw log-prob"},
     "ProfileConfig.steps": {0: "(0, n): trace from the first step"},
     "EarlyStoppingConfig.patience": {0: "0 = no patience rule"},
     "EarlyStoppingConfig.min_delta": {0: "0 = any improvement counts"},
@@ -65,22 +66,22 @@ ALLOWED: dict[str, dict[float, str]] = {
     "VariationalNoiseConfig.scale": {0: "0 = no weight noise"},
     "VariationalNoiseConfig.start_step": {0: "noise from the first step"},
     # learner and schedule
-    "LearnerConfig.b1": {0: "Adam without first-moment averaging (RMSProp-like)"},
-    "LearnerConfig.b2": {0: "second moment = the last squared gradient"},
-    "LearnerConfig.eps": {0: "Adam's epsilon may be 0 (optax allows it; eps_root can guard instead)"},
-    "LearnerConfig.eps_root": {0: "0 = off"},
-    "LearnerConfig.momentum": {0: "0 = plain SGD"},
+    "_AdamMoments.b1": {0: "Adam without first-moment averaging (RMSProp-like)"},
+    "_AdamMoments.b2": {0: "second moment = the last squared gradient"},
+    "_AdamMoments.eps": {0: "Adam's epsilon may be 0 (optax allows it; eps_root can guard instead)"},
+    "_AdamMoments.eps_root": {0: "0 = off"},
+    "SgdConfig.momentum": {0: "0 = plain SGD"},
     "LearnerConfig.weight_decay": {0: "0 = off"},
     "LearnerConfig.l2_regularization": {0: "0 = off"},
     "LearnerConfig.clip_grad_norm": {0: "0 = off"},
     "LearnerConfig.clip_update_rms": {0: "0 = off"},
     "LearnerConfig.ema_decay": {0: "0 = no parameter EMA"},
-    "ScheduleConfig.warmup_steps": {0: "0 = start at the peak"},
-    "ScheduleConfig.decay_start": {0: "0 = decay right after warmup"},
-    "ScheduleConfig.decay_end": {0: "0 = train.num_steps"},
-    "ScheduleConfig.min_ratio": {0: "decay to 0 (not for kind='exponential')"},
-    "ScheduleConfig.values": {0: "a piece with learning rate 0"},
-    "ScheduleConfig.boundaries": {0: "a boundary at step 0 (after a warmup of 0)"},
+    "_Schedule.warmup_steps": {0: "0 = start at the peak"},
+    "_Decaying.decay_start": {0: "0 = decay right after warmup"},
+    "_Decaying.decay_end": {0: "0 = train.num_steps"},
+    "_Decaying.min_ratio": {0: "decay to 0 (not for kind='exponential')"},
+    "PiecewiseSchedule.values": {0: "a piece with learning rate 0"},
+    "PiecewiseSchedule.boundaries": {0: "a boundary at step 0 (after a warmup of 0)"},
     # data
     "DataConfig.target_seq_len": {0: "0 = derived from seq_len"},
     "InputConfig.num_infeed_hosts": {0: "0 = one per JAX process"},
@@ -111,7 +112,7 @@ ALLOWED: dict[str, dict[float, str]] = {
     "AttentionConfig.dropout_prob": {0: "0 = off"},
     "TransformerConfig.residual_dropout_prob": {0: "0 = off"},
     "TransformerConfig.relu_dropout_prob": {0: "0 = off"},
-    "NormConfig.epsilon": {0: "an epsilon may be 0"},
+    "_Norm.epsilon": {0: "an epsilon may be 0"},
     "WeightInit.scale": {0: "all-zero weights (zero-init heads and residuals)"},
     "ActivationConfig.negative_slope": {0: "LeakyReLU with slope 0 is ReLU", -1: "any finite slope"},
     "MLPConfig.dropout_prob": {0: "0 = off"},
@@ -169,7 +170,9 @@ def _leaves(cfg: Any, experiment: str, path: tuple[str, ...] = ()) -> list[Leaf]
             continue
         kind = _numeric_kind(hints[f.name])
         if kind is not None:
-            leaves.append(Leaf(experiment, (*path, f.name), type(cfg).__name__, *kind, value))
+            # Keyed by the class that declares the field (a base shared by variants: _Schedule).
+            owner = _declared_in(type(cfg), f.name).__name__
+            leaves.append(Leaf(experiment, (*path, f.name), owner, *kind, value))
     return leaves
 
 
@@ -241,7 +244,7 @@ def test_every_family_and_section_is_walked():
     """The walk reaches the configs the issue lists (a section no experiment has goes untested)."""
     owners = {leaf.owner for leaf in CASES}
     for owner in (
-        "LanguageModelConfig", "SequenceModelConfig", "ClassificationModelConfig", "LearnerConfig", "ScheduleConfig",
+        "LanguageModelConfig", "SequenceModelConfig", "ClassificationModelConfig", "LearnerConfig", "_Schedule",
         "DataConfig", "InputConfig", "TokenizerConfig", "AugmentConfig", "SpanCorruptionConfig", "TrainConfig",
         "CheckpointConfig", "DecodeConfig", "MeshConfig", "TaskConfig", "ProfileConfig", "MLPConfig", "ResNetConfig",
         "ViTConfig", "AttentionConfig",
@@ -287,6 +290,7 @@ def test_an_unset_decay_end_must_be_after_the_warmup():
 def test_experiments_that_set_decay_end_keep_it():
     for name in registry.names():
         exp = registry.load_experiment(name)
-        assert exp.resolved_learner() == exp.learner or exp.learner.schedule.decay_end == 0, name
-        if exp.learner.schedule.decay_end:
-            assert exp.resolved_learner().schedule.decay_end == exp.learner.schedule.decay_end, name
+        decay_end = getattr(exp.learner.schedule, "decay_end", 0)  # only a decaying schedule has one
+        assert exp.resolved_learner() == exp.learner or decay_end == 0, name
+        if decay_end:
+            assert exp.resolved_learner().schedule.decay_end == decay_end, name

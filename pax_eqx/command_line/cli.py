@@ -41,10 +41,11 @@ import tyro
 from pax_eqx.command_line import entry, registry
 from pax_eqx.command_line.choices import ChoiceError, apply_switches
 from pax_eqx.command_line.flag_hints import with_nearest_flags
-from pax_eqx.config import ConfigError
+from pax_eqx.config import Config, ConfigError
 from pax_eqx.experiment import ExperimentConfig
 
 DEFAULT_EXPERIMENT = entry.DEFAULT_EXPERIMENT
+C = typing.TypeVar("C", bound=Config)
 
 
 class CliError(SystemExit):
@@ -340,9 +341,10 @@ def _parse_fields(default: ExperimentConfig, args: list[str], prog: str) -> Expe
         raise fail(str(e), code=2) from None
 
 
-def parse_fields(default: ExperimentConfig, args: Sequence[str], prog: str) -> ExperimentConfig:
-    """`default` with the field flags `args` (`--model.num-layers 4 ...`) applied by tyro, as
-    `python -m pax_eqx.train` applies them; FlagError (printing nothing) when tyro refuses them."""
+def parse_fields(default: C, args: Sequence[str], prog: str) -> C:
+    """`default` (an ExperimentConfig, or any config) with the field flags `args`
+    (`--model.num-layers 4 ...`) applied: the switches of its choices first (`choices.py`), then
+    tyro, as `python -m pax_eqx.train` applies them; FlagError (printing nothing) when refused."""
     _refuse_python_only(default, args)
     try:
         default, args = apply_switches(default, args)
@@ -385,7 +387,7 @@ def python_only_fields(value: Any, prefix: str = "") -> dict[str, type]:
     return found
 
 
-def _refuse_python_only(default: ExperimentConfig, args: Sequence[str]) -> None:
+def _refuse_python_only(default: Config, args: Sequence[str]) -> None:
     """One FlagError naming the flag and the fix when `args` set a field `python_only_fields` lists
     (tyro would say only "Unrecognized options")."""
     fields = python_only_fields(default)

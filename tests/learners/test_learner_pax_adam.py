@@ -15,8 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-import tyro
 
+from experiments import registry
+from pax_eqx.command_line import cli
 from pax_eqx.config import ConfigError
 from pax_eqx.learners import (
     LearnerConfig,
@@ -183,31 +184,32 @@ def test_weight_decay_mask_all_decays_vectors_and_matrices_default_skips_vectors
 
 def test_defaults_leave_the_chain_as_before():
     cfg = LearnerConfig()
-    assert (cfg.eps_root, cfg.clip_update_rms, cfg.weight_decay_mask) == (0.0, 0.0, "matrices")
+    assert (cfg.optimizer.eps_root, cfg.clip_update_rms, cfg.weight_decay_mask) == (0.0, 0.0, "matrices")
 
 
 @pytest.mark.parametrize(
     "fields, match",
     [
-        (dict(eps_root=-1.0), "learner.eps_root"),
+        (dict(optimizer=dict(eps_root=-1.0)), "learner.optimizer.eps_root"),
         (dict(clip_update_rms=-0.5), "learner.clip_update_rms"),
         (dict(weight_decay_mask="biases"), "learner.weight_decay_mask='biases'"),
     ],
 )
 def test_bad_new_fields_name_the_field(fields, match):
     with pytest.raises(ConfigError, match=match):
-        LearnerConfig(**fields)
+        if isinstance(fields.get("optimizer"), dict):
+            AdamWConfig(**fields["optimizer"])
+        else:
+            LearnerConfig(**fields)
 
 
 def test_pax_adam_round_trips_and_parses():
     cfg = pax_adam(learning_rate=6e-5, beta2=0.95, epsilon=1e-8, clip_threshold=-1.0, weight_decay=0.1)
     assert LearnerConfig.from_json(cfg.to_json()) == cfg
-    parsed = tyro.cli(
-        LearnerConfig,
-        default=cfg,
-        args=["--eps-root", "1e-3", "--clip-update-rms", "2.0", "--weight-decay-mask", "matrices"],
-    )
-    assert (parsed.eps_root, parsed.clip_update_rms, parsed.weight_decay_mask) == (1e-3, 2.0, "matrices")
+    exp = registry.load_experiment("shakespeare_char").replace(learner=cfg)
+    args = ["--learner.optimizer.eps-root", "1e-3", "--learner.clip-update-rms", "2.0", "--learner.weight-decay-mask", "matrices"]
+    parsed = cli.parse_fields(exp, args, "test").learner
+    assert (parsed.optimizer.eps_root, parsed.clip_update_rms, parsed.weight_decay_mask) == (1e-3, 2.0, "matrices")
 
 
 def test_schedule_helpers_match_pax_formulas():
