@@ -62,7 +62,9 @@ def main() -> int:
           f"({flops / t_fp8 / 1e12:.0f} TF/s): fp8 is {t_bf16 / t_fp8:.2f}x")  # fmt: skip
     print(f"  {len(lines)} fp8 GEMMs compiled" + "".join(f"\n    {line[:160]}" for line in lines[:6]))
     if not lines:  # what the GEMMs were instead
-        gemms = [ln.strip() for ln in hlo.splitlines() if "=" in ln and any(t in ln for t in ("dot(", "gemm", "cublas"))]
+        gemms = [
+            ln.strip() for ln in hlo.splitlines() if "=" in ln and any(t in ln for t in ("dot(", "gemm", "cublas"))
+        ]
         print("  the GEMMs instead:" + "".join(f"\n    {line[:200]}" for line in gemms[:6]))
     print(json.dumps({"m": a.m, "k": a.k, "n": a.n, "bf16_s": t_bf16, "fp8_s": t_fp8, "speedup": t_bf16 / t_fp8,
                       "fp8_gemms": len(lines)}))  # fmt: skip

@@ -112,7 +112,8 @@ def resnet50_learner() -> LearnerConfig:
     return LearnerConfig(
         optimizer=SgdConfig(momentum=PAX["MOMENTUM"], nesterov=PAX["NESTEROV"]),
         learning_rate=PAX["LEARNING_RATE"],
-        schedule=PiecewiseSchedule(warmup_steps=warmup,
+        schedule=PiecewiseSchedule(
+            warmup_steps=warmup,
             max=peak,
             boundaries=tuple(drops),
             values=tuple(v / peak for v in after),

@@ -46,7 +46,8 @@ from typing import Literal
 from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.config import Config, ConfigError, config
-from pax_eqx.data import DataConfig, InputConfig, TokenizerConfig
+from pax_eqx.data import DataConfig, InputConfig
+from pax_eqx.data.tokenizers import SentencePieceConfig
 from pax_eqx.experiment import ExperimentConfig, TrainConfig
 from pax_eqx.layers import ActivationConfig, AttentionConfig, TransformerConfig
 from pax_eqx.layers.initializers import WeightInit, gaussian, xavier
@@ -278,7 +279,7 @@ class PaxLm(Config):
             jsonl_text_key="text",
             layout="packed",
             seq_len=self.max_seq_len,
-            tokenizer=TokenizerConfig(kind="sentencepiece", vocab_size=self.vocab_size),
+            tokenizer=SentencePieceConfig(vocab_size=self.vocab_size),
             train=InputConfig(batch_size=batch, input_random_seed=self.training_seed, shuffle=True, repeat=True),
             eval=InputConfig(
                 batch_size=batch,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
-from pax_eqx.data import DataConfig, InputConfig, TokenizerConfig
+from pax_eqx.data import DataConfig, InputConfig
 from pax_eqx.experiment import DecodeConfig, ExperimentConfig, TrainConfig
 from pax_eqx.layers import ActivationConfig, AttentionConfig, TransformerConfig
 from pax_eqx.learners import LearnerConfig
@@ -40,6 +40,7 @@ SEARCH = SearchSpace(
     overrides=("--train.eval-interval-steps", "50", "--data.eval.eval-loop-num-batches", "10",
                "--train.no-sample-at-end"),
 )  # fmt: skip
+from pax_eqx.data.tokenizers import ByteTokenizerConfig
 from pax_eqx.layers.normalizations import LayerNormConfig
 from pax_eqx.learners.optimizer_configs import AdamWConfig
 from pax_eqx.learners.schedules import CosineSchedule
@@ -81,7 +82,7 @@ def shakespeare_char() -> ExperimentConfig:
             source="shakespeare",
             layout="stream",
             seq_len=64,
-            tokenizer=TokenizerConfig(kind="byte"),
+            tokenizer=ByteTokenizerConfig(),
             train=InputConfig(batch_size=12),
             eval=InputConfig(batch_size=12, shuffle=False, repeat=True, reset_for_eval=False, eval_loop_num_batches=50),
         ),

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
-from pax_eqx.data import DataConfig, InputConfig, TokenizerConfig
+from pax_eqx.data import DataConfig, InputConfig
 from pax_eqx.experiment import DecodeConfig, ExperimentConfig, TrainConfig
 from pax_eqx.layers import ActivationConfig, AttentionConfig, RmsNormConfig, TransformerConfig
 from pax_eqx.layers.initializers import gaussian
@@ -40,6 +40,7 @@ _T5_BLOCK = TransformerConfig(
     activation=ActivationConfig(name="gelu", gated=True),
     ff_has_bias=False,
 )
+from pax_eqx.data.tokenizers import ByteTokenizerConfig, SentencePieceConfig
 from pax_eqx.learners.optimizer_configs import AdafactorConfig, AdamWConfig
 from pax_eqx.learners.schedules import CosineSchedule, RsqrtSchedule
 
@@ -74,7 +75,7 @@ def shakespeare_span_corruption() -> ExperimentConfig:
             source="shakespeare",
             layout="span_corruption",
             seq_len=128,
-            tokenizer=TokenizerConfig(kind="byte"),
+            tokenizer=ByteTokenizerConfig(),
             train=InputConfig(batch_size=16),
             eval=InputConfig(batch_size=16, shuffle=False, repeat=True, reset_for_eval=False, eval_loop_num_batches=20),
         ),
@@ -114,7 +115,7 @@ def _t5_1_1(name: str, *, dims: int, hidden: int, heads: int, layers: int, steps
             jsonl_text_key="text",
             layout="span_corruption",
             seq_len=512,
-            tokenizer=TokenizerConfig(kind="sentencepiece", vocab_size=32000),
+            tokenizer=SentencePieceConfig(vocab_size=32000),
             train=InputConfig(batch_size=256),
             eval=InputConfig(batch_size=256, shuffle=False, repeat=False, reset_for_eval=True),
         ),

@@ -224,6 +224,12 @@ class Config:
     def from_dict(cls: type[T], data: dict[str, Any]) -> T:
         return _from_jsonable(cls, data, cls.__name__)
 
+    def inert_fields(self) -> dict[str, str]:
+        """{field (dotted below this config): why it has no effect} for the fields whose value this
+        config, as it stands, never reads (a file path of a source that reads no files). The
+        command line refuses a flag given for one (`command_line/inert_flags.py`). None by default."""
+        return {}
+
     @classmethod
     def migrate(cls, data: dict[str, Any]) -> dict[str, Any]:
         """The JSON object of an older pax_eqx's config of this class, in today's form (the job
@@ -361,7 +367,7 @@ def _variant_from_jsonable(choices: dict[str, type], value: Any, where: str) -> 
     as one flat config whose `kind` field chose (fields other kinds read stayed at their
     defaults, which `validate` enforced): those are dropped. Any other unknown key is refused."""
     if not isinstance(value, dict) or "kind" not in value:
-        raise ConfigError(f"{where}: expected an object with a \"kind\" (one of {', '.join(choices)}), got {value!r}.")
+        raise ConfigError(f'{where}: expected an object with a "kind" (one of {", ".join(choices)}), got {value!r}.')
     kind = value["kind"]
     if kind not in choices:
         raise ConfigError(f"{where}: kind {kind!r} is not one of {', '.join(choices)}.{_suggest(kind, choices)}")

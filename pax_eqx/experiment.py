@@ -195,6 +195,13 @@ class ExperimentConfig(Config):
     decode: DecodeConfig = DecodeConfig()
     profile: ProfileConfig = ProfileConfig()
 
+    def inert_fields(self) -> dict[str, str]:
+        """Decoding options of a model that does not decode (a classifier)."""
+        if type(self.model).decodes:
+            return {}
+        why = f"the model ({type(self.model).__name__}) does not decode"
+        return {"decode": why, "train.decode_interval_steps": why, "train.sample_at_end": why}
+
     def validate(self, num_devices: int | None = None, data_files: bool = True, num_hosts: int | None = None) -> None:
         """Every constraint that can be checked before the run starts; ConfigError names the
         field. The one place an experiment is checked: the entry points call it once, before

@@ -39,7 +39,14 @@ class VariationalNoiseConfig(Config):
 
 @config
 class TaskConfig(Config):
-    """See the module docstring."""
+    """How the model's losses make the training objective (Pax's LossAggregator).
+
+    losses: the names of the model's loss metrics the objective sums (empty = the model's own
+      loss, weight 1).
+    loss_weights: one weight per entry of `losses` (empty = 1 each).
+    aux_loss_weight: scales the sum of the layers' aux losses (MoE load balancing); 0 = off.
+    variational_noise: Gaussian weight noise in the training forward (Pax's `vn`).
+    """
 
     losses: tuple[str, ...] = ()
     loss_weights: tuple[float, ...] = ()

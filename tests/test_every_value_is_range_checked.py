@@ -31,10 +31,9 @@ from typing import Any
 import pytest
 
 from pax_eqx.command_line import cli, registry
-from pax_eqx.config import ConfigError
+from pax_eqx.config import ConfigError, _declared_in
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.learners import build_schedule
-from pax_eqx.config import _declared_in
 from pax_eqx.learners.schedules import LinearSchedule
 
 INT_SUSPECTS = (-1, 0, 2**63, -(2**63), 1.5, True)
@@ -245,7 +244,7 @@ def test_every_family_and_section_is_walked():
     owners = {leaf.owner for leaf in CASES}
     for owner in (
         "LanguageModelConfig", "SequenceModelConfig", "ClassificationModelConfig", "LearnerConfig", "_Schedule",
-        "DataConfig", "InputConfig", "TokenizerConfig", "AugmentConfig", "SpanCorruptionConfig", "TrainConfig",
+        "DataConfig", "InputConfig", "SentencePieceConfig", "AugmentConfig", "SpanCorruptionConfig", "TrainConfig",
         "CheckpointConfig", "DecodeConfig", "MeshConfig", "TaskConfig", "ProfileConfig", "MLPConfig", "ResNetConfig",
         "ViTConfig", "AttentionConfig",
     ):  # fmt: skip

@@ -89,7 +89,9 @@ def apply_switches(default: Any, args: Sequence[str]) -> tuple[Any, list[str]]:
             if target not in choices:
                 continue
             if value is None:
-                raise ChoiceError(f"--{target.replace('_', '-')} needs a variant name: one of {', '.join(choices[target])}.")
+                raise ChoiceError(
+                    f"--{target.replace('_', '-')} needs a variant name: one of {', '.join(choices[target])}."
+                )
             name = value.strip().lower()
             options = choices[target]
             if name not in options:
@@ -142,8 +144,13 @@ def _refuse_moved_field(value: Any, owner: str, name: str, choices: dict[str, di
         if readers:
             chosen = _get(value, path)
             where = f"--{path}.{name}".replace("_", "-")
-            note = "" if chosen.kind in readers else f" (with --{path.replace('_', '-')} {readers[0]}; it is {chosen.kind!r} here)"
+            note = (
+                ""
+                if chosen.kind in readers
+                else f" (with --{path.replace('_', '-')} {readers[0]}; it is {chosen.kind!r} here)"
+            )
             raise ChoiceError(
-                f"--{owner}.{name}".replace("_", "-") + f": {name} belongs to the {path} choice now ({', '.join(readers)}): "
+                f"--{owner}.{name}".replace("_", "-")
+                + f": {name} belongs to the {path} choice now ({', '.join(readers)}): "
                 f"pass {where}{note}."
             )

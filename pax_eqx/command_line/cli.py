@@ -29,6 +29,7 @@ import io
 import json
 import re
 import shlex
+import shutil
 import sys
 import types
 import typing
@@ -38,8 +39,9 @@ from typing import Any
 
 import tyro
 
-from pax_eqx.command_line import entry, registry
+from pax_eqx.command_line import entry, registry, short_help
 from pax_eqx.command_line.choices import ChoiceError, apply_switches
+from pax_eqx.command_line.inert_flags import InertFlagError, refuse_inert_flags
 from pax_eqx.command_line.flag_hints import with_nearest_flags
 from pax_eqx.config import Config, ConfigError
 from pax_eqx.experiment import ExperimentConfig
@@ -117,7 +119,12 @@ def parse(
         action="store_true",
         help="print an error's Python traceback before its one line (or set PAX_EQX_VERBOSE=1)",
     )
-    pre.add_argument("-h", "--help", action="store_true", help="this help: the experiments, then every field")
+    pre.add_argument("-h", "--help", action="store_true", help="this help: the experiments, then each field in a line")
+    pre.add_argument(
+        "--help-all",
+        action="store_true",
+        help="every experiment with its description, every nested field with its help",
+    )
     ns, rest = pre.parse_known_args(argv)
     if ns.verbose:
         entry.set_verbose()
@@ -128,7 +135,13 @@ def parse(
     default = registry.load_experiment(ns.exp)
     if saved and Path(ns.exp) != saved:
         _refuse_other_experiment(default, saved, prog, ns.job_log_dir, rest)
-    if ns.help:
+    if ns.help and not ns.help_all:
+        width = shutil.get_terminal_size().columns
+        print(pre.format_help())
+        print(f"experiments (--exp NAME; --help-all describes each):\n{short_help.experiments_line(width)}\n")
+        print(short_help.short_help(apply_switches(default, rest)[0] if rest else default, width))
+        raise SystemExit(0)
+    if ns.help_all:
         print(pre.format_help())
         print(
             "experiments (--exp NAME, or its Pax class name in parentheses, or Pax's path "
@@ -148,7 +161,8 @@ def parse(
             args=["--help"],
             prog=f"{prog} --exp {ns.exp}",
             description=f"The fields of --exp {ns.exp}, each a flag --section.field VALUE; the defaults shown are "
-            "this experiment's values.",
+            "this experiment's values. A choice (the optimizer, the schedule, a norm) switches with "
+            "--section.field NAME and lists the chosen variant's fields.",
         )
     if job_dir_required and not ns.job_log_dir:
         raise fail(f"--job-log-dir is required: {prog} --exp {ns.exp} --job-log-dir DIR")
@@ -362,6 +376,10 @@ def parse_fields(default: C, args: Sequence[str], prog: str) -> C:
         sys.stderr.write(captured.getvalue())
         raise
     sys.stderr.write(captured.getvalue())  # warnings, if any
+    try:
+        refuse_inert_flags(exp, args)
+    except InertFlagError as e:
+        raise FlagError(str(e)) from None
     return exp
 
 

@@ -47,6 +47,8 @@ from pax_eqx.data.span_corruption import (
 )
 from pax_eqx.data.tokenizers import (
     ByteTokenizer,
+    ByteTokenizerConfig,
+    SentencePieceConfig,
     SentencePieceTokenizer,
     Tokenizer,
     TokenizerConfig,

@@ -61,6 +61,7 @@ from pax_eqx.data.input_config import InputConfig, Split
 from pax_eqx.data.span_corruption import SpanCorruptionConfig, raw_length
 from pax_eqx.data.tokenizers import (
     ByteTokenizer,
+    ByteTokenizerConfig,
     Tokenizer,
     TokenizerConfig,
     check_same_tokenizer,
@@ -81,6 +82,7 @@ Source = Literal[
     "image_folder",
     "synthetic_images",
 ]
+_FILE_SOURCES = ("text_files", "jsonl", "seq2seq_jsonl", "images_npz", "image_folder")  # read data.path
 _TEXT_SOURCES = ("shakespeare", "text_files", "jsonl")  # documents: the LM and span-corruption layouts
 _TRAINABLE_SOURCES = _TEXT_SOURCES + ("seq2seq_jsonl",)  # text a SentencePiece model can train on
 _ID_SOURCES = ("synthetic", "random")  # token ids without text: nothing to train a tokenizer on
@@ -88,9 +90,9 @@ _ID_SOURCES = ("synthetic", "random")  # token ids without text: nothing to trai
 
 @config
 class DataConfig(Config):
-    """source: where examples come from (module doc). path / eval_path: local files for
-    text_files / jsonl / images_npz / image_folder. jsonl_text_key: the record field holding
-    the text. eval_fraction: share held out for eval when there is no eval_path. layout: "stream" windows or "packed"
+    """source: where examples come from (module doc). path: the training files of text_files /
+    jsonl / images_npz / image_folder. eval_path: their held-out files ("" = split off
+    eval_fraction). jsonl_text_key: the record field holding the text. eval_fraction: share held out for eval when there is no eval_path. layout: "stream" windows or "packed"
     documents. seq_len: tokens per row. num_synthetic_examples: examples per epoch of the
     synthetic / random / synthetic_images sources. image_shape: [H, W, C] of the images:
     synthetic_images makes images of this shape (required); the other image sources check that
@@ -99,11 +101,13 @@ class DataConfig(Config):
     Seq2seq (module doc): span_corruption: T5's noise density and mean span length (layout
     "span_corruption"). target_seq_len: the targets' length; 0 = seq_len for seq2seq_jsonl, the
     longest targets span corruption makes (derived from seq_len) for span_corruption; a set
-    value must be at least that. jsonl_inputs_key / jsonl_targets_key: the record fields of a
-    seq2seq_jsonl pair.
-    tokenizer: byte-level or SentencePiece (synthetic / random sources without a
-    tokenizer.model_path use bytes: they have no text to train one on). train / eval: the two
-    inputs (batch size, hosts, seed, the reset_for_eval x eval_loop_num_batches table).
+    value must be at least that. jsonl_inputs_key: the record field of a seq2seq_jsonl pair's
+    inputs. jsonl_targets_key: the record field of its targets.
+    tokenizer: byte (the default) or sentencepiece, a choice (`--data.tokenizer sentencepiece`;
+    synthetic / random sources without a tokenizer.model_path use bytes: they have no text to
+    train one on). train / eval: the two
+    inputs (batch size, hosts, seed, the reset_for_eval x eval_loop_num_batches table); train:
+    the training input. eval: the evaluation input.
     augment: image sources only: random crop / flip of training batches, per-channel
     normalisation of both splits (augment.py).
     """
@@ -122,10 +126,42 @@ class DataConfig(Config):
     num_synthetic_examples: int = 1024
     image_shape: tuple[int, ...] = ()
     custom_input: str = ""
-    tokenizer: TokenizerConfig = TokenizerConfig()
+    tokenizer: TokenizerConfig = ByteTokenizerConfig()
     train: InputConfig = InputConfig()
     eval: InputConfig = InputConfig(shuffle=False, repeat=False, reset_for_eval=True)
     augment: AugmentConfig = AugmentConfig()
+
+    def inert_fields(self) -> dict[str, str]:
+        """The fields this source (and layout) never reads: a flag given for one is refused."""
+        source = self.source
+        reads = {
+            "path": _FILE_SOURCES,
+            "eval_path": _FILE_SOURCES,
+            "jsonl_text_key": ("jsonl",),
+            "jsonl_inputs_key": ("seq2seq_jsonl",),
+            "jsonl_targets_key": ("seq2seq_jsonl",),
+            "num_synthetic_examples": ("synthetic", "random", "synthetic_images"),
+            "custom_input": ("custom",),
+            "layout": _TEXT_SOURCES,
+            "image_shape": images.IMAGE_SOURCES,
+            "augment": images.IMAGE_SOURCES,
+            "eval_fraction": ("shakespeare", "digits", "digits_images") + (() if self.eval_path else _FILE_SOURCES),
+        }
+        inert = {name: f"data.source={source!r} does not read data.{name}" for name, readers in reads.items()
+                 if source not in readers}  # fmt: skip
+        if self.eval_path and source in _FILE_SOURCES:
+            inert["eval_fraction"] = "data.eval_path is the eval split, so no fraction is held out"
+        if source in images.IMAGE_SOURCES + ("digits",):
+            inert["seq_len"] = f"data.source={source!r} yields fixed-size examples, not token rows"
+            inert["tokenizer"] = f"data.source={source!r} has no text or tokens"
+        if not is_seq2seq(self):
+            inert["target_seq_len"] = "the data is not sequence-to-sequence (seq2seq_jsonl or layout span_corruption)"
+        if self.layout != "span_corruption":
+            inert["span_corruption"] = f"data.layout={self.layout!r} is not span_corruption"
+        inert["train.eval_loop_num_batches"] = "it sets how many batches an eval run reads; the train input has none"
+        inert["train.reset_for_eval"] = "the train input is never evaluated"
+        inert["train.metrics"] = "host-side metrics score the eval split only"
+        return inert
 
     def validate(self, files: bool = True) -> None:
         """Every data error that can be found before a run starts (fields, table, paths); files=False
@@ -159,8 +195,8 @@ class DataConfig(Config):
             and not self.tokenizer.model_path
         ):
             raise ConfigError(
-                f"data.tokenizer.kind='sentencepiece' is trained from text, but data.source={self.source!r} has "
-                "none; use data.tokenizer.kind='byte' or set data.tokenizer.model_path."
+                f"data.tokenizer sentencepiece is trained from text, but data.source={self.source!r} has "
+                "none; use --data.tokenizer byte, or set --data.tokenizer.model-path."
             )
 
     def _validate_seq2seq(self) -> None:
@@ -432,8 +468,8 @@ def _training_lines(data: DataConfig):
     """Lines of the training split, for training a SentencePiece model (both fields of a pair)."""
     if data.source not in _TRAINABLE_SOURCES:
         raise ConfigError(
-            f"data.tokenizer.kind='sentencepiece' is trained from text, but data.source={data.source!r} has none; "
-            "use data.tokenizer.kind='byte' or set data.tokenizer.model_path."
+            f"data.tokenizer sentencepiece is trained from text, but data.source={data.source!r} has none; "
+            "use --data.tokenizer byte, or set --data.tokenizer.model-path."
         )
     if data.source == "seq2seq_jsonl":
         for pair in _pairs(data, "train"):

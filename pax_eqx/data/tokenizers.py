@@ -21,12 +21,12 @@ import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
 from jaxtyping import ArrayLike, Int
 
-from pax_eqx.config import Config, ConfigError, MissingFileError, check_range, config
+from pax_eqx.config import ConfigError, MissingFileError, Variant, check_range, config
 
 # Special ids shared by both tokenizers. pad = 0 so that an all-zero row is a padding row.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -39,17 +39,28 @@ _SPM_TRAIN_THREADS = 4
 
 
 @config
-class TokenizerConfig(Config):
-    """kind: "byte" (256 bytes + 4 specials, no files) or "sentencepiece" (trained from the
-    training text into JOB_DIR/tokenizer/spm.model, or loaded from `model_path`).
-    vocab_size: SentencePiece vocabulary size (specials included); ignored for "byte".
-    model_type: SentencePiece algorithm.
+class ByteTokenizerConfig(Variant):
+    """UTF-8 bytes as tokens (256 bytes + 4 specials, 260 ids): no files, nothing to train."""
+
+    kind: ClassVar[str] = "byte"
+
+    def validate(self) -> None:
+        """Nothing to check: the byte tokenizer has no fields."""
+
+
+@config
+class SentencePieceConfig(Variant):
+    """SentencePiece, trained from the training text into JOB_DIR/tokenizer/spm.model, or loaded
+    from `model_path`.
+
+    vocab_size: the vocabulary size (specials included).
+    model_type: the SentencePiece algorithm: unigram, bpe or char.
     model_path: an existing SentencePiece model to use instead of training one ("" = train).
     byte_fallback: encode characters outside the vocabulary as bytes instead of <unk>.
     max_training_chars: at most this many characters of training text go to the trainer.
     """
 
-    kind: Literal["byte", "sentencepiece"] = "byte"
+    kind: ClassVar[str] = "sentencepiece"
     vocab_size: int = 1024
     model_type: Literal["unigram", "bpe", "char"] = "unigram"
     model_path: str = ""
@@ -63,6 +74,10 @@ class TokenizerConfig(Config):
             fix="Use e.g. 1024.",
         )  # fmt: skip
         check_range(self, "max_training_chars", gt=0, prefix="data.tokenizer")
+
+
+TokenizerConfig = ByteTokenizerConfig | SentencePieceConfig
+"""The choice of a tokenizer (`--data.tokenizer sentencepiece`)."""
 
 
 @runtime_checkable
@@ -160,7 +175,7 @@ class SentencePieceTokenizer:
         return f"SentencePieceTokenizer(vocab_size={self.vocab_size}, path={self.path!r})"
 
 
-def train_sentencepiece(lines: Iterable[str], cfg: TokenizerConfig) -> bytes:
+def train_sentencepiece(lines: Iterable[str], cfg: SentencePieceConfig) -> bytes:
     """Trains a SentencePiece model on `lines` (one sentence each, no newlines); returns the proto."""
     import io
 
@@ -209,7 +224,7 @@ def train_sentencepiece(lines: Iterable[str], cfg: TokenizerConfig) -> bytes:
 
 
 def load_or_train_sentencepiece(
-    cfg: TokenizerConfig, job_dir: str | os.PathLike | None, training_lines: Iterable[str]
+    cfg: SentencePieceConfig, job_dir: str | os.PathLike | None, training_lines: Iterable[str]
 ) -> SentencePieceTokenizer:
     """`cfg.model_path` if set; else JOB_DIR/tokenizer/spm.model, trained and written on first use.
 

@@ -116,6 +116,14 @@ class ViTConfig(Config):
             )
         self.stack()  # the stack's own checks (remat_policy)
 
+    def inert_fields(self) -> dict[str, str]:
+        """A ViT's patches have no padding and no segments, so what acts on them does nothing."""
+        why = "a ViT's patches have no padding or segments"
+        return {
+            "block.ff_paddings": why,
+            "block.attention.mask_mode": why,
+        }
+
     @property
     def output_dims(self) -> int:
         """F, the width of the pooled features (`model_dims`)."""

@@ -123,7 +123,9 @@ class AdafactorConfig(_Optimizer):
 
     def direction(self) -> optax.GradientTransformation:
         # optax.adafactor's pieces, in its order, less its learning rate and sign flip.
-        return optax.chain(optax.scale_by_factored_rms(), optax.clip_by_block_rms(1.0), optax.scale_by_param_block_rms())
+        return optax.chain(
+            optax.scale_by_factored_rms(), optax.clip_by_block_rms(1.0), optax.scale_by_param_block_rms()
+        )
 
 
 OptimizerConfig = AdamWConfig | AdamConfig | SgdConfig | LionConfig | AdafactorConfig

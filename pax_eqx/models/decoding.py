@@ -47,6 +47,18 @@ class SampleConfig(Config):
     beam_size: int = 1
     length_norm_alpha: float = 0.8
 
+    def inert_fields(self) -> dict[str, str]:
+        """What the decoding mode does not read: sampling options under beam search or greedy
+        decoding, the length penalty when sampling."""
+        if self.beam_size > 1:
+            why = f"decode.beam_size={self.beam_size} runs beam search, which does not sample"
+            return {"temperature": why, "top_k": why, "top_p": why}
+        inert = {"length_norm_alpha": "decode.beam_size=1 samples and ranks nothing"}
+        if self.temperature == 0:
+            why = "decode.temperature=0 decodes greedily (argmax), which does not sample"
+            inert.update(top_k=why, top_p=why)
+        return inert
+
     def validate(self, modes: bool = True) -> None:
         """Raises ConfigError naming the field, the value and the fix. modes=False checks each
         value alone, not which fields the mode (sampling or beam search) reads: an experiment's

@@ -55,17 +55,26 @@ PositionEmbedding = Literal["trainable", "sinusoidal", "rotary", "none"]
 class LanguageModelConfig(ModelConfig):
     """A decoder-only transformer language model.
 
-    vocab_size / max_seq_len: tokens and the longest sequence (trainable positions size).
-    num_layers / model_dims / hidden_dims / num_heads: Pax's NUM_LAYERS, MODEL_DIMS, HIDDEN_DIMS,
-      NUM_HEADS. dim_per_head: 0 = model_dims // num_heads. num_kv_heads: 0 = num_heads.
+    vocab_size: the number of token ids (the embedding's and the softmax's rows).
+    max_seq_len: the longest sequence the model takes (the trainable position table's size).
+    num_layers: transformer layers (Pax's NUM_LAYERS).
+    model_dims: the width of the residual stream (Pax's MODEL_DIMS).
+    hidden_dims: the feed-forward's hidden width (Pax's HIDDEN_DIMS).
+    num_heads: attention query heads (Pax's NUM_HEADS).
+    dim_per_head: each head's width; 0 = model_dims // num_heads. num_kv_heads: key/value heads
+      (grouped-query attention); 0 = num_heads.
     position_embedding: "trainable" (GPT), "sinusoidal", "rotary" (in attention) or "none".
     separate_embedding: False ties input embedding and softmax (Pax's SharedEmbeddingSoftmax).
-    repeat / remat_policy / unroll: how the layers are stacked (see layers.repeats).
+    repeat: True scans one stacked layer over num_layers (fast compile); False lists the layers.
+    remat_policy: what the backward recomputes instead of storing ("none", "full", or a named
+      policy of layers.remat).
+    unroll: layers per scan step of a repeated stack (num_layers = unrolled fully).
     block: template for each layer (norm policy, activation, dropout, attention options). With
       `block.attention.mask_mode="praxis"` the model also folds padding into the segment mask,
       as Praxis' TransformerLm does (a padded token attends to the earlier padded tokens).
     final_norm: template of the norm after the last layer.
-    soft_cap_logits / label_smoothing_prob: softmax options.
+    soft_cap_logits: caps the logits at +-c with c * tanh(logits / c) (0 = off).
+    label_smoothing_prob: the probability mass spread over the other tokens in the loss (0 = off).
     scale_embedding_sqrt_depth: multiply the input embedding by sqrt(model_dims) (Praxis'
       softmax scale_sqrt_depth, on in Pax's LM experiments). softmax_bias: a `[vocab]` bias on
       the output logits (Praxis' softmax has one).

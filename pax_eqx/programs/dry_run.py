@@ -56,7 +56,7 @@ from pax_eqx.models.model import StepShape
 from pax_eqx.programs.runtime import build_task
 from pax_eqx.sharding.logical import LogicalAxes, logical_axes
 from pax_eqx.sharding.mesh import AXES
-from pax_eqx.sharding.rules import parse_rules, spec_for
+from pax_eqx.sharding.rules import check_rule_names, parse_rules, spec_for
 from pax_eqx.tasks.task import Task
 
 
@@ -109,6 +109,7 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> Plan:
     ]
     groups: dict[str, list] = defaultdict(list)
     axes_tree = logical_axes(state.params)
+    check_rule_names(exp.mesh.rules, axes_tree)
     leaves = jtu.tree_leaves_with_path(state.params)
     specs = jtu.tree_leaves(param_specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
     axes = jtu.tree_leaves(axes_tree, is_leaf=lambda x: isinstance(x, LogicalAxes))

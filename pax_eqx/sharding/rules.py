@@ -28,6 +28,7 @@ failing (e.g. 4 kv heads on an 8-way tensor axis); the dry-run planner reports t
 
 from __future__ import annotations
 
+import difflib
 import math
 from typing import Any
 
@@ -72,6 +73,24 @@ def parse_rules(rules: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
     return table
 
 
+def check_rule_names(rules: tuple[str, ...], model_axes: Any) -> None:
+    """A rule must name a logical axis that something has: a weight of this model (`model_axes`,
+    the `logical_axes` tree) or an activation (batch, seq). Otherwise it would be accepted and
+    change nothing (`embd=tensor`): a ConfigError naming the rule and the known names."""
+    used = {name for ax in jtu.tree_leaves(model_axes, is_leaf=lambda x: isinstance(x, LogicalAxes))
+            if isinstance(ax, LogicalAxes) for name in ax if name}  # fmt: skip
+    known = used | {"batch", "seq"}
+    for rule in rules:
+        name = rule.partition("=")[0].strip()
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"mesh.rules entry {rule!r} names the logical axis {name!r}, which no weight of this model has (and no "
+                f"activation), so it would change nothing.{hint} This model's axes: {', '.join(sorted(known))}."
+            )
+
+
 def spec_for(axes: tuple, shape: tuple[int, ...], mesh_shape: dict[str, int], table: dict) -> PartitionSpec:
     """PartitionSpec for one array; a mesh axis is used at most once, divisibility is checked."""
     used: set[str] = set()
@@ -91,6 +110,7 @@ def param_shardings(model: Any, mesh: Mesh, rules: tuple[str, ...] = ()) -> Any:
     table = parse_rules(rules)
     mesh_shape = dict(mesh.shape)
     axes = logical_axes(model)
+    check_rule_names(rules, axes)
 
     def one(leaf, ax):
         if not isinstance(ax, LogicalAxes):

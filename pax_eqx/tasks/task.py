@@ -118,7 +118,9 @@ class Task:
         if frozen is not None or overwritten is not None:
             none = jax.tree.map(lambda _: False, abstract_params)
             self.optimized_mask = jax.tree.map(
-                lambda f, o: not (f or o), none if frozen is None else frozen, none if overwritten is None else overwritten
+                lambda f, o: not (f or o),
+                none if frozen is None else frozen,
+                none if overwritten is None else overwritten,
             )
         self.optimizer = build_optimizer(learner_cfg, abstract_params)
 

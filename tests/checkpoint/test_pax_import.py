@@ -37,6 +37,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "paxml"
 sys.path.insert(0, str(FIXTURES))
 import pax_experiment  # noqa: E402
 
+from pax_eqx.data.tokenizers import SentencePieceConfig
+
 FORMS = ("repeated", "repeated_qkv", "layers", "layers_qkv")
 
 
@@ -179,12 +181,11 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess:
 @pytest.fixture
 def spm_model(tmp_path) -> str:
     """A 32-token SentencePiece model (the fixtures' vocabulary size)."""
-    from pax_eqx.data import TokenizerConfig
     from pax_eqx.data.tokenizers import train_sentencepiece
 
     letters = "abcdefghijklmnopqrstuvwxyz. "
     lines = [" ".join(letters[(i * 7 + j) % len(letters)] * (1 + j % 3) for j in range(20)) for i in range(200)]
-    proto = train_sentencepiece(lines, TokenizerConfig(kind="sentencepiece", vocab_size=32, model_type="char"))
+    proto = train_sentencepiece(lines, SentencePieceConfig(vocab_size=32, model_type="char"))
     path = tmp_path / "spm.model"
     path.write_bytes(proto)
     return str(path)

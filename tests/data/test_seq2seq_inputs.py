@@ -23,7 +23,7 @@ from pax_eqx.data import (
 )
 from pax_eqx.data.lm_examples import tokenize_stream
 from pax_eqx.data.sources import split_text_tail
-from pax_eqx.data.tokenizers import TokenizerConfig
+from pax_eqx.data.tokenizers import SentencePieceConfig
 
 TOK = ByteTokenizer()
 EVAL = InputConfig(batch_size=4, shuffle=False, repeat=False, reset_for_eval=True)
@@ -199,9 +199,7 @@ def test_seq2seq_jsonl_sentencepiece_trains_on_both_fields(tmp_path):
     with path.open("w") as f:
         for i in range(40):
             f.write(json.dumps({"inputs": f"abc {i % 10}", "targets": f"xyz {i % 7}"}) + "\n")
-    data = DataConfig(
-        source="seq2seq_jsonl", path=str(path), tokenizer=TokenizerConfig(kind="sentencepiece", vocab_size=21)
-    )
+    data = DataConfig(source="seq2seq_jsonl", path=str(path), tokenizer=SentencePieceConfig(vocab_size=21))
     tok = build_tokenizer(data)
     assert tok.unknown_characters("abc xyz 0123456") == ""  # x, y, z occur only in the targets
 

@@ -19,7 +19,7 @@ from pax_eqx.data import (
     required_vocab_size,
 )
 from pax_eqx.data.span_corruption import corrupt, random_spans_noise_mask
-from pax_eqx.data.tokenizers import SentencePieceTokenizer, TokenizerConfig, train_sentencepiece
+from pax_eqx.data.tokenizers import SentencePieceConfig, SentencePieceTokenizer, train_sentencepiece
 
 CONFIGS = [
     SpanCorruptionConfig(),  # T5's 0.15, 3.0
@@ -163,7 +163,7 @@ def test_text_with_sentinel_markers_round_trips():
 
 def test_sentinel_markers_with_sentencepiece():
     lines = ["to be or not to be that is the question", "whether tis nobler in the mind to suffer"] * 20
-    tok = SentencePieceTokenizer(train_sentencepiece(lines, TokenizerConfig(kind="sentencepiece", vocab_size=30)))
+    tok = SentencePieceTokenizer(train_sentencepiece(lines, SentencePieceConfig(vocab_size=30)))
     text = "to be <extra_id_0> not<extra_id_1> the mind"
     ids = encode_with_sentinels(tok, text)
     assert [i - tok.vocab_size for i in ids if i >= tok.vocab_size] == [0, 1]

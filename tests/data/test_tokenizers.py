@@ -8,12 +8,11 @@ from pax_eqx.data import (
     DataConfig,
     InputConfig,
     SentencePieceTokenizer,
-    TokenizerConfig,
     build_input,
     build_tokenizer,
     check_same_tokenizer,
 )
-from pax_eqx.data.tokenizers import load_or_train_sentencepiece, train_sentencepiece
+from pax_eqx.data.tokenizers import SentencePieceConfig, load_or_train_sentencepiece, train_sentencepiece
 
 TEXT = """ROMEO:
 But, soft! what light through yonder window breaks?
@@ -26,7 +25,7 @@ Or, if thou wilt not, be but sworn my love,
 And I'll no longer be a Capulet.
 """
 LINES = TEXT.split("\n") * 4
-SPM = TokenizerConfig(kind="sentencepiece", vocab_size=60)
+SPM = SentencePieceConfig(vocab_size=60)
 
 
 def test_byte_tokenizer_round_trips_any_text():

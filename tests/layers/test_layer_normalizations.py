@@ -121,7 +121,11 @@ def test_a_norm_holds_only_what_its_kind_reads():
 def test_a_norm_choice_round_trips_through_json_and_reads_the_old_flat_form():
     from pax_eqx.config import _from_jsonable, _to_jsonable
 
-    for cfg in (LayerNormConfig(epsilon=1e-5, use_bias=False), RmsNormConfig(direct_scale=False), RmsNormNoScaleConfig()):
+    for cfg in (
+        LayerNormConfig(epsilon=1e-5, use_bias=False),
+        RmsNormConfig(direct_scale=False),
+        RmsNormNoScaleConfig(),
+    ):
         assert _from_jsonable(NormConfig, _to_jsonable(cfg), "norm") == cfg
     old = {"kind": "rms_norm", "epsilon": 1e-5, "use_scale": True, "use_bias": True, "direct_scale": None}
     assert _from_jsonable(NormConfig, old, "norm") == RmsNormConfig(epsilon=1e-5)

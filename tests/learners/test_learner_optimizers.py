@@ -55,7 +55,10 @@ COSINE = CosineSchedule(warmup_steps=2, decay_end=6, min_ratio=0.1)
     "cfg, reference",
     [
         (
-            LearnerConfig(optimizer=AdamConfig(b1=0.8, b2=0.95, eps=1e-6), learning_rate=0.1, ),
+            LearnerConfig(
+                optimizer=AdamConfig(b1=0.8, b2=0.95, eps=1e-6),
+                learning_rate=0.1,
+            ),
             lambda: optax.adam(0.1, b1=0.8, b2=0.95, eps=1e-6),
         ),
         (
@@ -67,10 +70,19 @@ COSINE = CosineSchedule(warmup_steps=2, decay_end=6, min_ratio=0.1)
             ),
         ),
         (
-            LearnerConfig(optimizer=SgdConfig(momentum=0.9, nesterov=True), learning_rate=0.05, ),
+            LearnerConfig(
+                optimizer=SgdConfig(momentum=0.9, nesterov=True),
+                learning_rate=0.05,
+            ),
             lambda: optax.sgd(0.05, momentum=0.9, nesterov=True),
         ),
-        (LearnerConfig(optimizer=SgdConfig(momentum=0.0), learning_rate=0.05, ), lambda: optax.sgd(0.05)),
+        (
+            LearnerConfig(
+                optimizer=SgdConfig(momentum=0.0),
+                learning_rate=0.05,
+            ),
+            lambda: optax.sgd(0.05),
+        ),
         (
             LearnerConfig(optimizer=LionConfig(b1=0.9, b2=0.99), learning_rate=0.01, weight_decay=0.5),
             lambda: optax.lion(0.01, b1=0.9, b2=0.99, weight_decay=0.5, mask=NO_DECAY_ON_B),
@@ -97,7 +109,9 @@ def test_matches_optax(cfg, reference):
 
 def test_adafactor_factors_large_matrices_like_optax():
     params = {"w": jax.random.normal(KEY, (128, 160)) * 0.1, "b": jnp.zeros((160,))}
-    ours, state = run(build_optimizer(LearnerConfig(optimizer=AdafactorConfig(), learning_rate=0.01), params), params, 3)
+    ours, state = run(
+        build_optimizer(LearnerConfig(optimizer=AdafactorConfig(), learning_rate=0.01), params), params, 3
+    )
     theirs, _ = run(optax.adafactor(0.01), params, 3)
     assert_trees_close(ours, theirs)
     factored = [x for x in jax.tree.leaves(state) if getattr(x, "shape", None) in ((128,), (160,))]

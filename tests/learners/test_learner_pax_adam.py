@@ -207,7 +207,14 @@ def test_pax_adam_round_trips_and_parses():
     cfg = pax_adam(learning_rate=6e-5, beta2=0.95, epsilon=1e-8, clip_threshold=-1.0, weight_decay=0.1)
     assert LearnerConfig.from_json(cfg.to_json()) == cfg
     exp = registry.load_experiment("shakespeare_char").replace(learner=cfg)
-    args = ["--learner.optimizer.eps-root", "1e-3", "--learner.clip-update-rms", "2.0", "--learner.weight-decay-mask", "matrices"]
+    args = [
+        "--learner.optimizer.eps-root",
+        "1e-3",
+        "--learner.clip-update-rms",
+        "2.0",
+        "--learner.weight-decay-mask",
+        "matrices",
+    ]
     parsed = cli.parse_fields(exp, args, "test").learner
     assert (parsed.optimizer.eps_root, parsed.clip_update_rms, parsed.weight_decay_mask) == (1e-3, 2.0, "matrices")
 

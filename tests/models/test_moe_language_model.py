@@ -46,7 +46,13 @@ def test_moe_extend_step_matches_full_forward(repeat, interval):
 
 def test_task_train_step_adds_the_load_balance_loss():
     cfg = tiny(moe=MoEFeedForwardConfig(num_experts=4, load_balance_loss_weight=0.5))
-    task = Task(cfg, LearnerConfig(optimizer=SgdConfig(momentum=0.0), learning_rate=0.1, ))
+    task = Task(
+        cfg,
+        LearnerConfig(
+            optimizer=SgdConfig(momentum=0.0),
+            learning_rate=0.1,
+        ),
+    )
     state = task.init_state(jax.random.PRNGKey(0))
     ids = jax.random.randint(jax.random.key(2), (2, 8), 0, V)
     batch = {"ids": ids, "labels": (ids + 1) % V, "weights": jnp.ones((2, 8))}

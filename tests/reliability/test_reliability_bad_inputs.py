@@ -31,7 +31,8 @@ from reliability_harness import (
 from pax_eqx import decode, train
 from pax_eqx import eval as eval_main
 from pax_eqx.command_line import entry
-from pax_eqx.data import DataConfig, TokenizerConfig, build_tokenizer
+from pax_eqx.data import DataConfig, build_tokenizer
+from pax_eqx.data.tokenizers import SentencePieceConfig
 
 
 def args(job, *extra: str) -> list[str]:
@@ -226,9 +227,7 @@ def test_eval_of_a_job_dir_that_does_not_exist(tmp_path, capsys):
 def spm_model(tmp_path_factory) -> Path:
     """A small SentencePiece model of the (ASCII) corpus: no "é", no "☃" in its vocabulary."""
     where = tmp_path_factory.mktemp("spm")
-    data = DataConfig(
-        source="text_files", path=str(corpus()), tokenizer=TokenizerConfig(kind="sentencepiece", vocab_size=128)
-    )
+    data = DataConfig(source="text_files", path=str(corpus()), tokenizer=SentencePieceConfig(vocab_size=128))
     build_tokenizer(data, where)
     return where / "tokenizer" / "spm.model"
 

@@ -22,7 +22,10 @@ from pax_eqx.task_config import TaskConfig, VariationalNoiseConfig
 from pax_eqx.tasks.task import Task
 from pax_eqx.tasks.variational_noise import add_variational_noise
 
-SGD = LearnerConfig(optimizer=SgdConfig(momentum=0.0), learning_rate=1.0, )
+SGD = LearnerConfig(
+    optimizer=SgdConfig(momentum=0.0),
+    learning_rate=1.0,
+)
 
 
 def _gradient(task: Task, state, batch) -> list[np.ndarray]:

@@ -1,0 +1,83 @@
+"""`--help`: what a person reads first, in about a screenful per section (`--help-all` has the rest).
+
+    the program's own flags (argparse's listing)
+    the experiments, names only, wrapped
+    each section of --exp (model, learner, data, ...): one line per field with the first
+    sentence of its own help; a choice shows its variants, a nested config one line that
+    points at --help-all
+
+Why a second listing beside tyro's: tyro prints every nested field with its help wrapped over
+several lines (888 lines for the default experiment), where a person wants to find a flag's
+name and what it does. The full listing stays one flag away.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import textwrap
+import typing
+from typing import Any
+
+from pax_eqx.command_line import registry
+from pax_eqx.config import variant_choices
+
+
+def experiments_line(width: int) -> str:
+    """Every registered experiment's name, comma-separated and wrapped."""
+    registry.load_entry_points()
+    names = ", ".join(registry.names())
+    return textwrap.fill(names, width, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False)
+
+
+def _first_sentence(text: str) -> str:
+    head, dot, _ = text.partition(". ")
+    return head + "." if dot else text
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value) if value == "" else value
+    if isinstance(value, tuple):
+        return " ".join(map(str, value)) if value else "()"
+    return str(value)
+
+
+def section_lines(name: str, value: Any, width: int) -> list[str]:
+    """One line per field of the config `value` (the section `name`): flag, value, its help."""
+    from pax_eqx.command_line.cli import _field_helps  # the docstring reader --help-all uses too
+
+    _, helps = _field_helps(type(value))
+    hints = typing.get_type_hints(type(value))
+    lines = [f"{name} ({type(value).__name__}):"]
+    for f in dataclasses.fields(value):
+        child = getattr(value, f.name)
+        flag = f"--{name}.{f.name}".replace("_", "-")
+        choices = variant_choices(hints[f.name])
+        if choices:
+            left = f"{flag} {{{','.join(choices)}}}"
+            text = f"{child.kind}; its fields: {flag}.FIELD. " + _first_sentence(helps.get(f.name, ""))
+        elif dataclasses.is_dataclass(child):
+            left = f"{flag}.*"
+            text = f"{type(child).__name__}, {len(dataclasses.fields(child))} fields (--help-all). " + _first_sentence(
+                helps.get(f.name, "")
+            )
+        else:
+            left = f"{flag} {_value_text(child)}"
+            text = _first_sentence(helps.get(f.name, ""))
+        line = f"  {left:<38} {text}".rstrip()
+        lines.append(line if len(line) <= width else line[: width - 3].rstrip() + "...")
+    return lines
+
+
+def short_help(default: Any, width: int | None = None) -> str:
+    """The sections of the experiment `default`, each field on one line."""
+    width = max(width or shutil.get_terminal_size().columns, 60)
+    lines = [
+        "the experiment's fields (its values shown; --help-all for every nested field with its whole help):",
+    ]
+    for f in dataclasses.fields(default):
+        child = getattr(default, f.name)
+        if dataclasses.is_dataclass(child):
+            lines += section_lines(f.name, child, width)
+    return "\n".join(lines)
