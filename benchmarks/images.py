@@ -143,7 +143,8 @@ def reference_config(exp: ExperimentConfig, batch: int) -> ResNetReferenceConfig
         zero_init_residual=block.zero_init_residual, label_smoothing=m.label_smoothing_prob,
         optimizer=learner.optimizer.kind, learning_rate=learner.learning_rate,
         l2_regularization=learner.l2_regularization, weight_decay=learner.weight_decay,
-        **{k: getattr(learner.optimizer, k) for k in ("momentum", "nesterov", "b1", "b2", "eps") if hasattr(learner.optimizer, k)},
+        **{k: getattr(learner.optimizer, k) for k in ("momentum", "nesterov", "b1", "b2", "eps")
+           if hasattr(learner.optimizer, k)},
     )  # fmt: skip
 
 

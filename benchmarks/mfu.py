@@ -95,7 +95,8 @@ def reference_differences(exp: ExperimentConfig) -> list[str]:
         (att.rotary_max_timescale == 10_000.0, f"attention.rotary_max_timescale={att.rotary_max_timescale}"),
         (att.causal, "model.block.attention.causal=False"),
         (att.dropout_prob == 0 and block.residual_dropout_prob == 0 and block.relu_dropout_prob == 0, "dropout"),
-        (exp.learner.optimizer.kind == "adamw", f"learner.optimizer {exp.learner.optimizer.kind!r} (the reference: AdamW)"),
+        (exp.learner.optimizer.kind == "adamw",
+         f"learner.optimizer {exp.learner.optimizer.kind!r} (the reference: AdamW)"),
         (not block.fp8, "model.block.fp8=True (the reference's matmuls are in the activation dtype)"),
     ]  # fmt: skip
     return [what for ok, what in checks if not ok]

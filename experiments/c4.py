@@ -36,12 +36,12 @@ from experiments.registry import register
 from pax_eqx.experiment import EarlyStoppingConfig, ExperimentConfig
 from pax_eqx.layers.initializers import gaussian
 from pax_eqx.learners import (
+    ConstantSchedule,
     LearnerConfig,
     linear_rampup_cosine_decay,
     linear_rampup_exponential_decay,
     pax_adam,
 )
-from pax_eqx.learners.schedules import ConstantSchedule
 
 LrSchedule = Literal["linear_rampup_exponential_decay", "linear_rampup_cosine_decay", "constant"]
 

@@ -15,9 +15,7 @@ from pax_eqx.data import DataConfig, InputConfig
 from pax_eqx.data.augment import AugmentConfig
 from pax_eqx.experiment import ExperimentConfig, TrainConfig
 from pax_eqx.layers import MLPConfig, ResNetBlockConfig, ResNetConfig, ViTConfig
-from pax_eqx.learners import LearnerConfig
-from pax_eqx.learners.optimizer_configs import AdamWConfig
-from pax_eqx.learners.schedules import CosineSchedule
+from pax_eqx.learners import AdamWConfig, CosineSchedule, LearnerConfig
 from pax_eqx.models import ClassificationModelConfig
 from pax_eqx.tuning import LogUniform, SearchSpace
 

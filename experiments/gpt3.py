@@ -20,11 +20,8 @@ from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.data import DataConfig, InputConfig
 from pax_eqx.experiment import ExperimentConfig, TrainConfig
-from pax_eqx.layers import ActivationConfig, AttentionConfig, TransformerConfig
-from pax_eqx.layers.normalizations import LayerNormConfig
-from pax_eqx.learners import LearnerConfig
-from pax_eqx.learners.optimizer_configs import AdamWConfig
-from pax_eqx.learners.schedules import CosineSchedule
+from pax_eqx.layers import ActivationConfig, AttentionConfig, LayerNormConfig, TransformerConfig
+from pax_eqx.learners import AdamWConfig, CosineSchedule, LearnerConfig
 from pax_eqx.models import LanguageModelConfig
 
 

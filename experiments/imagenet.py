@@ -57,9 +57,7 @@ from pax_eqx.experiment import ExperimentConfig, TrainConfig
 from pax_eqx.layers import ResNetBlockConfig
 from pax_eqx.layers.initializers import gaussian
 from pax_eqx.layers.resnets import resnet50
-from pax_eqx.learners import LearnerConfig
-from pax_eqx.learners.optimizer_configs import SgdConfig
-from pax_eqx.learners.schedules import PiecewiseSchedule
+from pax_eqx.learners import LearnerConfig, PiecewiseSchedule, SgdConfig
 from pax_eqx.models import ClassificationModelConfig
 from pax_eqx.sharding.mesh import MeshConfig
 

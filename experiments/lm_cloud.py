@@ -46,12 +46,10 @@ from typing import Literal
 from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.config import Config, ConfigError, config
-from pax_eqx.data import DataConfig, InputConfig
-from pax_eqx.data.tokenizers import SentencePieceConfig
+from pax_eqx.data import DataConfig, InputConfig, SentencePieceConfig
 from pax_eqx.experiment import ExperimentConfig, TrainConfig
-from pax_eqx.layers import ActivationConfig, AttentionConfig, TransformerConfig
+from pax_eqx.layers import ActivationConfig, AttentionConfig, LayerNormConfig, TransformerConfig
 from pax_eqx.layers.initializers import WeightInit, gaussian, xavier
-from pax_eqx.layers.normalizations import LayerNormConfig
 from pax_eqx.layers.pipeline import PipelineConfig
 from pax_eqx.learners import LearnerConfig, linear_rampup_exponential_decay, pax_adam
 from pax_eqx.models import LanguageModelConfig

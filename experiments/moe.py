@@ -42,9 +42,8 @@ from experiments.lm_cloud import PaxLm, pax_names
 from experiments.registry import register
 from experiments.shakespeare import shakespeare_char
 from pax_eqx.experiment import ExperimentConfig
-from pax_eqx.layers import ActivationConfig, MoEFeedForwardConfig
+from pax_eqx.layers import ActivationConfig, MoEFeedForwardConfig, RmsNormConfig
 from pax_eqx.layers.initializers import gaussian
-from pax_eqx.layers.normalizations import RmsNormConfig
 from pax_eqx.learners import linear_rampup_cosine_decay, pax_adam
 
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
-from pax_eqx.data import DataConfig, InputConfig
+from pax_eqx.data import ByteTokenizerConfig, DataConfig, InputConfig
 from pax_eqx.experiment import DecodeConfig, ExperimentConfig, TrainConfig
-from pax_eqx.layers import ActivationConfig, AttentionConfig, TransformerConfig
-from pax_eqx.learners import LearnerConfig
+from pax_eqx.layers import ActivationConfig, AttentionConfig, LayerNormConfig, TransformerConfig
+from pax_eqx.learners import AdamWConfig, CosineSchedule, LearnerConfig
 from pax_eqx.models import LanguageModelConfig
 from pax_eqx.tuning import IntRange, LogUniform, SearchSpace
 
@@ -40,10 +40,6 @@ SEARCH = SearchSpace(
     overrides=("--train.eval-interval-steps", "50", "--data.eval.eval-loop-num-batches", "10",
                "--train.no-sample-at-end"),
 )  # fmt: skip
-from pax_eqx.data.tokenizers import ByteTokenizerConfig
-from pax_eqx.layers.normalizations import LayerNormConfig
-from pax_eqx.learners.optimizer_configs import AdamWConfig
-from pax_eqx.learners.schedules import CosineSchedule
 
 
 @register("shakespeare_char", aliases=("ShakespeareChar",), search=SEARCH)

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
-from pax_eqx.data import DataConfig, InputConfig
+from pax_eqx.data import ByteTokenizerConfig, DataConfig, InputConfig, SentencePieceConfig
 from pax_eqx.experiment import DecodeConfig, ExperimentConfig, TrainConfig
 from pax_eqx.layers import ActivationConfig, AttentionConfig, RmsNormConfig, TransformerConfig
 from pax_eqx.layers.initializers import gaussian
-from pax_eqx.learners import LearnerConfig
+from pax_eqx.learners import AdafactorConfig, AdamWConfig, CosineSchedule, LearnerConfig, RsqrtSchedule
 from pax_eqx.models.sequence_model import SequenceModelConfig
 
 # T5 1.1's layer: pre-RMSNorm (eps 1e-6), gated GELU, no biases anywhere.
@@ -40,9 +40,6 @@ _T5_BLOCK = TransformerConfig(
     activation=ActivationConfig(name="gelu", gated=True),
     ff_has_bias=False,
 )
-from pax_eqx.data.tokenizers import ByteTokenizerConfig, SentencePieceConfig
-from pax_eqx.learners.optimizer_configs import AdafactorConfig, AdamWConfig
-from pax_eqx.learners.schedules import CosineSchedule, RsqrtSchedule
 
 
 @register("shakespeare_span_corruption", aliases=("ShakespeareSpanCorruption",))

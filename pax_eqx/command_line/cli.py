@@ -41,8 +41,8 @@ import tyro
 
 from pax_eqx.command_line import entry, registry, short_help
 from pax_eqx.command_line.choices import ChoiceError, apply_switches
-from pax_eqx.command_line.inert_flags import InertFlagError, refuse_inert_flags
 from pax_eqx.command_line.flag_hints import with_nearest_flags
+from pax_eqx.command_line.inert_flags import InertFlagError, refuse_inert_flags
 from pax_eqx.config import Config, ConfigError
 from pax_eqx.experiment import ExperimentConfig
 

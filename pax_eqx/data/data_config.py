@@ -92,12 +92,14 @@ _ID_SOURCES = ("synthetic", "random")  # token ids without text: nothing to trai
 class DataConfig(Config):
     """source: where examples come from (module doc). path: the training files of text_files /
     jsonl / images_npz / image_folder. eval_path: their held-out files ("" = split off
-    eval_fraction). jsonl_text_key: the record field holding the text. eval_fraction: share held out for eval when there is no eval_path. layout: "stream" windows or "packed"
-    documents. seq_len: tokens per row. num_synthetic_examples: examples per epoch of the
-    synthetic / random / synthetic_images sources. image_shape: [H, W, C] of the images:
-    synthetic_images makes images of this shape (required); the other image sources check that
-    every image has it (empty = no check); other sources reject it. custom_input:
-    `package.module.function` for source="custom".
+    eval_fraction). jsonl_text_key: the record field holding the text. eval_fraction: share
+    held out for eval when there is no eval_path. layout: "stream" windows or "packed" documents.
+    seq_len: tokens per row. num_synthetic_examples: examples per epoch of the synthetic /
+    random / synthetic_images sources. image_shape: [H, W, C] of the images: synthetic_images
+    makes images of this shape (required); the other image sources check that every image has
+    it (empty = no check); other sources reject it. custom_input: `package.module.function` for
+    source="custom". A field the source (or layout) never reads is refused on the command line
+    (`inert_fields`).
     Seq2seq (module doc): span_corruption: T5's noise density and mean span length (layout
     "span_corruption"). target_seq_len: the targets' length; 0 = seq_len for seq2seq_jsonl, the
     longest targets span corruption makes (derived from seq_len) for span_corruption; a set

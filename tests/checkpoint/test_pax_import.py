@@ -31,13 +31,12 @@ from pax_eqx.checkpoint.pax_import import (
     to_model_params,
     with_adam_moments,
 )
+from pax_eqx.data.tokenizers import SentencePieceConfig
 from pax_eqx.layers.base import Context
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "paxml"
 sys.path.insert(0, str(FIXTURES))
 import pax_experiment  # noqa: E402
-
-from pax_eqx.data.tokenizers import SentencePieceConfig
 
 FORMS = ("repeated", "repeated_qkv", "layers", "layers_qkv")
 

@@ -22,6 +22,7 @@ from pax_eqx.layers import (
     apply,
     swiglu,
 )
+from pax_eqx.layers.normalizations import RmsNormConfig
 
 B, T, D, F, N = 2, 5, 8, 16, 2
 EVAL = Context(mode=Mode.EVAL)
@@ -31,7 +32,6 @@ _BUILD_ARGS = (
     "model_dims", "hidden_dims", "num_heads", "dim_per_head", "num_kv_heads", "init", "use_rotary", "cross_attention",
     "fold_padding_with_segment_mask",
 )  # fmt: skip
-from pax_eqx.layers.normalizations import RmsNormConfig
 
 
 def _cfg(**kw):

@@ -17,6 +17,7 @@ from tiny import tiny_args
 from pax_eqx import train
 from pax_eqx.checkpoint import Checkpointer
 from pax_eqx.command_line import cli
+from pax_eqx.learners.optimizer_configs import SgdConfig
 from pax_eqx.learners.variables import param_names
 from pax_eqx.programs.runtime import Runtime
 
@@ -25,7 +26,6 @@ KNOBS = (
     "--train.early-stopping.metric", "total_loss", "--train.early-stopping.patience", "2",
     "--train.early-stopping.min-delta", "10",
 )  # fmt: skip
-from pax_eqx.learners.optimizer_configs import SgdConfig
 
 
 def _params(job, args, step) -> dict[str, np.ndarray]:

@@ -4,6 +4,7 @@ import numpy as np
 
 from pax_eqx.layers.pipeline import PipelineConfig
 from pax_eqx.learners import LearnerConfig
+from pax_eqx.learners.optimizer_configs import AdamWConfig
 from pax_eqx.models import LanguageModelConfig
 from pax_eqx.programs.compiled import Programs
 from pax_eqx.sharding.mesh import MeshConfig, build_mesh
@@ -12,7 +13,6 @@ from pax_eqx.tasks.task import Task
 MODEL = LanguageModelConfig(
     vocab_size=32, max_seq_len=16, num_layers=2, model_dims=32, hidden_dims=64, num_heads=4, num_kv_heads=2
 )
-from pax_eqx.learners.optimizer_configs import AdamWConfig
 
 # 4 layers in 2 stages of 2, 4 microbatches: the pipelined tests' model.
 PIPELINED = MODEL.replace(num_layers=4, pipeline=PipelineConfig(num_stages=2, num_microbatches=4))
