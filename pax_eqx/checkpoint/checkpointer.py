@@ -446,10 +446,37 @@ class Checkpointer:
         items = {_STATE: ocp.args.StandardRestore(abstract)}
         if with_data:
             items[_DATA] = grain.checkpoint.CheckpointRestore(IteratorState())
-        restored = self._reader.restore(path, args=ocp.args.Composite(**items))
-        state = restored[_STATE]
+        try:
+            restored = self._reader.restore(path, args=ocp.args.Composite(**items))
+            state = restored[_STATE]
+        except ValueError as e:
+            if "tree structures do not match" not in str(e):
+                raise
+            # The manifest check above matched every array leaf (both ways, shapes and dtypes), so
+            # the trees differ in None-valued fields only: an optional sub-module added since the
+            # save (a layer's `fp8: None`). Restore in the saved tree's shape, then move each array
+            # to its place in today's state by its path.
+            items[_STATE] = ocp.args.StandardRestore(_in_saved_shape(path / _STATE, abstract))
+            restored = self._reader.restore(path, args=ocp.args.Composite(**items))
+            state = _by_path(restored[_STATE], abstract)
         data = restored[_DATA] if with_data else None
         problems = restored_problems(manifest, state, data.raw if data is not None else None)
         if problems:
             raise CheckpointCorruptError("; ".join(problems))
         return state, data.state if data is not None else None
+
+
+def _in_saved_shape(item_dir: Path, abstract: Any) -> Any:
+    """The saved state's tree (nested dicts and lists, None where it saved None) with `abstract`'s
+    leaf of the same path at each array."""
+    saved = ocp.StandardCheckpointer().metadata(item_dir).item_metadata
+    ours = {leaf_path(p): leaf for p, leaf in jax.tree_util.tree_flatten_with_path(abstract)[0]}
+    flat, treedef = jax.tree_util.tree_flatten_with_path(saved, is_leaf=lambda x: x is None)
+    return jax.tree_util.tree_unflatten(treedef, [None if leaf is None else ours[leaf_path(p)] for p, leaf in flat])
+
+
+def _by_path(restored: Any, abstract: Any) -> Any:
+    """`restored` (in the saved tree's shape) rebuilt in `abstract`'s structure, leaf by path."""
+    found = {leaf_path(p): leaf for p, leaf in jax.tree_util.tree_flatten_with_path(restored)[0]}
+    flat, treedef = jax.tree_util.tree_flatten_with_path(abstract)
+    return jax.tree_util.tree_unflatten(treedef, [found[leaf_path(p)] for p, _ in flat])

@@ -209,7 +209,7 @@ def check_config(path: Path, config: dict[str, Any], allow_change: bool, *, prog
         old = json.loads(file.read_text())
     except json.JSONDecodeError as e:
         raise JobDirError(f"{file} is not valid JSON ({e}); restore it or use a new --job-log-dir.") from None
-    changed = config_diff(old, config)
+    changed = config_diff(_as_today(old), config)
     blocking = [c for c in changed if not c.startswith(_RESUMABLE)]
     if blocking and not allow_change:
         raise JobDirError(
@@ -224,6 +224,19 @@ def check_config(path: Path, config: dict[str, Any], allow_change: bool, *, prog
             + "--checkpoint.allow-config-change to go ahead anyway."
         )
     return changed
+
+
+def _as_today(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved config.json in today's form: an older pax_eqx's (a flat optimizer, a schedule or
+    norm with every kind's fields) read through the configs' migrations and written again, and
+    fields added since at their defaults, so only real changes count. As saved when it cannot be
+    read (a user's model config that is not importable here: its fields compare as they are)."""
+    from pax_eqx.experiment import ExperimentConfig
+
+    try:
+        return ExperimentConfig.from_dict(saved).to_dict()
+    except (ConfigError, TypeError, ValueError, KeyError):
+        return saved
 
 
 def write_config(path: Path, config: dict[str, Any]) -> None:

@@ -1,0 +1,169 @@
+"""A command line you can trust: kinds are choices of configs, every flag takes effect or is
+refused, defaults are never refused, and a job dir written before the choices still resumes.
+
+Each refusal is one `error:` line naming the flag and the reason; nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments import registry
+from pax_eqx.command_line import cli
+from pax_eqx.command_line.cli import FlagError
+from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.layers import RmsNormConfig
+from pax_eqx.learners import LinearSchedule, SgdConfig
+
+OLD_JOB_DIR = Path(__file__).parents[1] / "fixtures" / "job_dir_2026_11_25"
+
+
+def _parse(name: str, *args: str) -> ExperimentConfig:
+    return cli.parse_fields(registry.load_experiment(name), list(args), "test")
+
+
+# Switches: one flag each, the shared fields kept ---------------------------------------------------
+def test_one_flag_switches_the_optimizer_and_keeps_the_learning_rate():
+    base = registry.load_experiment("shakespeare_char")
+    learner = _parse("shakespeare_char", "--learner.optimizer", "sgd").learner
+    assert learner.optimizer == SgdConfig()
+    assert (learner.learning_rate, learner.weight_decay, learner.clip_grad_norm, learner.schedule) == (
+        base.learner.learning_rate, base.learner.weight_decay, base.learner.clip_grad_norm, base.learner.schedule,
+    )  # fmt: skip
+
+
+def test_a_variant_field_comes_before_or_after_its_switch():
+    a = _parse("shakespeare_char", "--learner.optimizer.momentum", "0.5", "--learner.optimizer", "sgd")
+    b = _parse("shakespeare_char", "--learner.optimizer", "sgd", "--learner.optimizer.momentum", "0.5")
+    assert a.learner.optimizer == b.learner.optimizer == SgdConfig(momentum=0.5)
+
+
+def test_a_schedule_switch_keeps_the_shared_fields_and_the_old_kind_spelling_still_works():
+    """cosine -> linear: both decay, so warmup, peak, decay start and floor carry over."""
+    base = registry.load_experiment("shakespeare_char").learner.schedule
+    for switch in (["--learner.schedule", "linear"], ["--learner.schedule.kind", "linear"]):
+        schedule = _parse("shakespeare_char", *switch, "--learner.schedule.decay-end", "900").learner.schedule
+        assert schedule == LinearSchedule(
+            warmup_steps=base.warmup_steps, max=base.max, decay_start=base.decay_start, min_ratio=base.min_ratio,
+            decay_end=900,
+        )  # fmt: skip
+    # To rsqrt: only what every schedule has (warmup, peak) carries over.
+    rsqrt = _parse("shakespeare_char", "--learner.schedule", "rsqrt").learner.schedule
+    assert (rsqrt.kind, rsqrt.warmup_steps, rsqrt.decay_start) == ("rsqrt", base.warmup_steps, 0)
+
+
+def test_switching_to_constant_needs_no_other_flag():
+    """Before the choices, `--learner.schedule.kind constant` was refused over decay_end."""
+    assert _parse("shakespeare_char", "--learner.schedule", "constant").learner.schedule.kind == "constant"
+
+
+def test_a_norm_switch_is_one_flag():
+    """Before, `--model.final-norm.kind rms_norm` was refused over a use_bias it never set."""
+    exp = _parse("gpt3_xl", "--model.final-norm", "rms_norm")
+    assert exp.model.final_norm == RmsNormConfig(epsilon=1e-5)  # the shared epsilon kept
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--learner.optimizer.momentum", "0.5"],
+            "'adamw' here, which has no momentum; sgd reads",
+        ),
+        (["--learner.momentum", "0.5"], "momentum belongs to the learner.optimizer choice now"),
+        (["--learner.optimizer", "adamm"], "'adamm' is not one of adamw, adam, sgd, lion, adafactor. Did you mean"),
+        (["--data.tokenizer.vocab-size", "100"], "data.tokenizer is 'byte' here, which has no vocab_size"),
+    ],
+)
+def test_a_flag_of_a_variant_not_chosen_is_refused_naming_the_variant(args, message):
+    with pytest.raises(FlagError, match=message):
+        _parse("shakespeare_char", *args)
+
+
+# The flags the issue found inert are refused ------------------------------------------------------
+@pytest.mark.parametrize(
+    "name, args, message",
+    [
+        ("shakespeare_char", ["--data.path", "x.txt"], "data.source='shakespeare' does not read data.path"),
+        ("shakespeare_char", ["--data.eval-path", "x"], "does not read data.eval_path"),
+        ("shakespeare_char", ["--data.jsonl-text-key", "body"], "does not read data.jsonl_text_key"),
+        ("shakespeare_char", ["--data.custom-input", "a.b"], "does not read data.custom_input"),
+        ("shakespeare_char", ["--data.num-synthetic-examples", "5"], "does not read data.num_synthetic_examples"),
+        ("shakespeare_char", ["--data.train.eval-loop-num-batches", "3"], "the train input has none"),
+        ("shakespeare_char", ["--decode.temperature", "0", "--decode.top-p", "0.9"], "decodes greedily"),
+        ("digits_mlp", ["--data.seq-len", "32"], "fixed-size examples, not token rows"),
+        ("digits_mlp", ["--data.layout", "packed"], "does not read data.layout"),
+        ("digits_mlp", ["--decode.prompt", "hi"], "does not decode"),
+        ("digits_mlp", ["--decode.max-new-tokens", "5"], "does not decode"),
+        ("digits_vit", ["--model.network.block.attention.mask-mode", "praxis"], "no padding or segments"),
+        ("digits_vit", ["--model.network.block.ff-paddings"], "no padding or segments"),
+    ],
+)
+def test_an_inert_flag_is_refused_with_its_reason(name, args, message):
+    with pytest.raises(FlagError, match=message):
+        _parse(name, *args)
+
+
+def test_an_experiments_own_settings_are_never_refused():
+    """Greedy decoding keeps the experiment's top_k: only flags the user gives are checked."""
+    assert _parse("shakespeare_char", "--decode.temperature", "0").decode.temperature == 0.0
+
+
+def test_a_mesh_rule_must_name_a_logical_axis_of_the_model(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "pax_eqx.train", "--job-log-dir", str(tmp_path / "run"), "--mesh.rules",
+         "embd=tensor", "--dry-run"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert "'embd'" in out.stderr and "Did you mean 'embed'?" in out.stderr
+    assert not (tmp_path / "run").exists()
+
+
+# --help ---------------------------------------------------------------------------------------------
+def test_help_is_a_screenful_per_section_and_help_all_has_the_rest():
+    run = lambda flag: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "pax_eqx.train", flag], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "COLUMNS": "100"},
+    )  # fmt: skip
+    short, full = run("--help"), run("--help-all")
+    assert short.returncode == 0 and full.returncode == 0
+    lines = short.stdout.splitlines()
+    assert len(lines) <= 150, len(lines)
+    assert any(line.strip().startswith("--learner.optimizer {adamw,adam,sgd,lion,adafactor} adamw") for line in lines)
+    helps = {line.split()[0]: line for line in lines if line.strip().startswith("--model.")}
+    sentences = [helps[f].split(None, 2)[-1] for f in ("--model.num-layers", "--model.model-dims", "--model.num-heads")]
+    assert len(set(sentences)) == 3, sentences  # each field its own sentence
+    assert "loss" in next(line for line in lines if line.strip().startswith("--task.losses"))
+    assert len(full.stdout.splitlines()) > 300
+
+
+# A job dir written before the choices ------------------------------------------------------------------
+def test_a_job_dir_from_before_the_choices_resumes_and_its_config_round_trips(tmp_path):
+    """tests/fixtures/job_dir_2026_11_25: 4 steps of a tiny shakespeare_char by the commit before
+    the choices (its command.txt): a flat optimizer and schedule in config.json, no fp8 fields in
+    its checkpoint. Resumed with the same experiment (its config.json) to step 6."""
+    job = tmp_path / "old"
+    shutil.copytree(OLD_JOB_DIR, job)
+    saved = json.loads((job / "config.json").read_text())
+    assert saved["learner"]["optimizer"] == "adamw"  # the old form
+    cfg = ExperimentConfig.from_dict(saved)
+    assert cfg.learner.optimizer.kind == "adamw" and cfg.learner.optimizer.b2 == saved["learner"]["b2"]
+    assert ExperimentConfig.from_json(cfg.to_json()) == cfg
+    out = subprocess.run(
+        [sys.executable, "-m", "pax_eqx.train", "--exp", str(job / "config.json"), "--job-log-dir", str(job),
+         "--train.num-steps", "6", "--train.no-sample-at-end"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"},  # the run's one device
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    steps = [json.loads(line)["step"] for line in (job / "metrics.jsonl").read_text().splitlines()]
+    assert max(steps) == 6 and (job / "checkpoints" / "6").is_dir()
+    assert "steps    4 -> 6" in (job / "train.log").read_text()  # resumed, not restarted
