@@ -268,9 +268,13 @@ def _declared_in(cls: type, name: str) -> type:
     return next(c for c in cls.__mro__ if name in vars(c).get("__annotations__", {}))
 
 
-def switch_variant(current: Variant, new_cls: type[Variant]) -> Variant:
+def switch_variant(current: Variant, new_cls: type[Variant], *, check: bool = True) -> Variant:
     """A `new_cls` variant with its defaults, except the fields `current` and it share through a
-    common base class, which keep their current values (a schedule's warmup_steps)."""
+    common base class, which keep their current values (a schedule's warmup_steps).
+
+    check=False builds it without `validate`: the command line switches first and sets the new
+    variant's fields after (a piecewise schedule's boundaries), and tyro builds the result again,
+    checked."""
     if type(current) is new_cls:
         return current
     own = set(field_names(new_cls))
@@ -279,7 +283,13 @@ def switch_variant(current: Variant, new_cls: type[Variant]) -> Variant:
         for name in field_names(current)
         if name in own and _declared_in(type(current), name) is _declared_in(new_cls, name)
     }
-    return new_cls(**shared)
+    if check:
+        return new_cls(**shared)
+    values = {f.name: f.default for f in dataclasses.fields(new_cls)} | shared
+    unchecked = object.__new__(new_cls)
+    for name, value in values.items():
+        object.__setattr__(unchecked, name, value)
+    return unchecked
 
 
 def _to_jsonable(value: Any) -> Any:

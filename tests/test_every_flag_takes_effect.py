@@ -40,7 +40,8 @@ import numpy as np
 import pytest
 
 from experiments import registry
-from pax_eqx.config import Config
+from pax_eqx.command_line.choices import choice_fields
+from pax_eqx.config import Config, switch_variant
 from pax_eqx.layers import Context, MLPConfig, Mode, ViTConfig, split_state
 from pax_eqx.learners import LearnerConfig, build_optimizer, learning_rate_fn
 from pax_eqx.learners.optimizers import VariableGroupConfig
@@ -171,6 +172,7 @@ def model_fingerprint(cfg: Any) -> Iterator[str]:
     yield _arrays_digest(build(jax.random.key(0)))
 
 
+_RUN_STEPS = 12_345  # train.num_steps, for a schedule whose decay ends with the run
 _PARAMS = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "b": jnp.linspace(0.5, -0.5, 4)}
 _STEPS = jnp.asarray([0, 1, 2, 3, 5, 10, 50, 100, 266, 300, 1000, 2000, 4001, 10**4, 10**5, 108_600, 3 * 10**5, 10**6])
 
@@ -178,6 +180,8 @@ _STEPS = jnp.asarray([0, 1, 2, 3, 5, 10, 50, 100, 266, 300, 1000, 2000, 4001, 10
 def learner_fingerprint(cfg: LearnerConfig) -> Iterator[str]:
     """Digests of the optimizer, cheapest first: the computation of `update` and of the schedule,
     then their values (three update steps; the schedule over a range of steps)."""
+    # A decay_end of 0 follows the run's length, as the programs resolve it.
+    cfg = cfg.resolve(max(_RUN_STEPS, cfg.schedule.decay_begins + 1000))
     tx = build_optimizer(cfg, _PARAMS)
     schedule = learning_rate_fn(cfg)
     opt_state, params, values = tx.init(_PARAMS), _PARAMS, []
@@ -262,20 +266,69 @@ def _which_flags_matter(cfg: Config) -> tuple:
     return type(cfg), tuple(key)
 
 
-def _cases() -> list:
+def _switched(cfg: Config) -> Iterator[tuple[str, str, Config]]:
+    """(choice path, variant, `cfg` with that choice switched to that variant) for every other
+    variant of every choice in `cfg` (`--learner.optimizer sgd`), those that validate alone."""
+    for path, options in choice_fields(cfg):
+        current = functools.reduce(getattr, path.split("."), cfg)
+        for kind, cls in options.items():
+            if kind == current.kind:
+                continue
+            try:
+                yield path, kind, cfg.override(path, switch_variant(current, cls))
+            except ValueError:  # a variant that needs a value of its own first (piecewise: boundaries)
+                continue
+
+
+def _distinct_configs() -> tuple[dict, dict]:
+    """The distinct shrunk models and learners of the registered experiments ({key: (config,
+    label, the paths to walk: "" for all)}), and every switch of their choices, where only the
+    switched variant's own fields are walked (the rest is the experiment's, walked already)."""
     models, learners = {}, {}
     for name in registry.names():
         exp = registry.load_experiment(name)
+        roots = [(learners, exp.learner)]
         if type(exp.model) in FAMILIES:
-            model = FAMILIES[type(exp.model)][0](exp.model)
-            models.setdefault(_which_flags_matter(model), (model, name))
-        learners.setdefault(_which_flags_matter(exp.learner), (exp.learner, name))
+            roots.append((models, FAMILIES[type(exp.model)][0](exp.model)))
+        for found, cfg in roots:
+            found.setdefault(_which_flags_matter(cfg), (cfg, name, ""))
+            for path, kind, switched in _switched(cfg):
+                key = (_which_flags_matter(switched), path)
+                found.setdefault(key, (switched, f"{name}[{path}={kind}]", path + "."))
+    return models, learners
+
+
+def _switch_cases() -> list:
+    """Every switch of every choice of each experiment's (shrunk) model and learner."""
+    cases, seen = [], set()
+    for name in registry.names():
+        exp = registry.load_experiment(name)
+        roots = [("learner", exp.learner)]
+        if type(exp.model) in FAMILIES:
+            roots.append(("model", FAMILIES[type(exp.model)][0](exp.model)))
+        for root, cfg in roots:
+            for path, kind, _ in _switched(cfg):
+                key = (root, _which_flags_matter(cfg), path, kind)
+                if key not in seen:
+                    seen.add(key)
+                    cases.append(pytest.param(root, cfg, path, kind, id=f"{name}-{root}.{path}={kind}"))
+    return cases
+
+
+@pytest.mark.parametrize("root, cfg, path, kind", _switch_cases())
+def test_switching_a_choice_changes_what_is_built(root, cfg, path, kind):
+    fingerprint = model_fingerprint if root == "model" else learner_fingerprint
+    switched = dict((p, c) for p, k, c in _switched(cfg) if k == kind and p == path)[path]
+    assert _differs(fingerprint, _baseline(fingerprint, cfg), switched), f"{root}.{path} {kind} built the same"
+
+
+def _cases() -> list:
+    models, learners = _distinct_configs()
     cases = []
-    for cfg, name in models.values():
-        cases += [pytest.param("model", cfg, path, id=f"{name}-model.{path}") for path in _leaf_paths(cfg)]
-    for cfg, name in learners.values():
-        paths = [p for p in _leaf_paths(cfg) if p not in READ_BY_THE_TRAIN_STEP]
-        cases += [pytest.param("learner", cfg, path, id=f"{name}-learner.{path}") for path in paths]
+    for root, found in (("model", models), ("learner", learners)):
+        for cfg, name, under in found.values():
+            paths = [p for p in _leaf_paths(cfg) if p.startswith(under) and p not in READ_BY_THE_TRAIN_STEP]
+            cases += [pytest.param(root, cfg, path, id=f"{name}-{root}.{path}") for path in paths]
     return cases
 
 

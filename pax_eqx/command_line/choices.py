@@ -100,7 +100,7 @@ def apply_switches(default: Any, args: Sequence[str]) -> tuple[Any, list[str]]:
                 raise ChoiceError(f"--{target.replace('_', '-')} {value!r} is not one of {', '.join(options)}.{hint}")
             current = _get(switched, target)
             if current.kind != name:
-                switched = switched.override(target, switch_variant(current, options[name]))
+                switched = switched.override(target, switch_variant(current, options[name], check=False))
             used.update(range(i, i + span))
             progressed = True
         if not progressed:

@@ -194,8 +194,8 @@ class PiecewiseSchedule(_Schedule):
     """
 
     kind: ClassVar[str] = "piecewise"
-    boundaries: tuple[int, ...] = (1,)
-    values: tuple[float, ...] = (1.0,)
+    boundaries: tuple[int, ...] = ()  # required: a piecewise schedule without pieces means nothing
+    values: tuple[float, ...] = ()
 
     def validate(self) -> None:
         super().validate()
