@@ -117,7 +117,7 @@ def input_with_own_tokenizer(data, split, tokenizer, shard):
 
 def test_sentencepiece_needs_text():
     data = DataConfig(source="custom", custom_input=f"{__name__}.input_with_own_tokenizer", tokenizer=SPM)
-    with pytest.raises(ConfigError, match="data.tokenizer.kind='sentencepiece' is trained from text"):
+    with pytest.raises(ConfigError, match="data.tokenizer sentencepiece is trained from text"):
         data.validate()
 
 

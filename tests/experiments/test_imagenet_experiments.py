@@ -11,7 +11,7 @@ from test_experiments_cli_and_docs import run_main
 from experiments import imagenet, registry
 from pax_eqx import train
 from pax_eqx.config import ConfigError
-from pax_eqx.learners import learning_rate_fn
+from pax_eqx.learners import SgdConfig, learning_rate_fn
 
 # paxml/tasks/vision/params/imagenet_resnets.py (class ResNet50Pjit) and input_generator.py, typed
 # in by hand from Pax's source: experiments/imagenet.py must agree with this table, not with itself.
@@ -59,7 +59,7 @@ def test_every_number_is_paxs(exp):
     )  # fmt: skip
     assert (data.train.batch_size, data.eval.batch_size) == (pax["train_batch"], pax["eval_batch"])
     assert data.augment.horizontal_flip and data.augment.std == (1 / 255,) * 3  # Pax feeds 0..255 pixels
-    assert (lr.optimizer, lr.momentum, lr.nesterov) == ("sgd", pax["momentum"], pax["nesterov"])
+    assert lr.optimizer == SgdConfig(momentum=pax["momentum"], nesterov=pax["nesterov"])
     assert lr.learning_rate == pytest.approx(pax["learning_rate"])
     assert (lr.l2_regularization, lr.weight_decay) == (pax["l2"], 0.0)  # Pax's coupled L2, no decoupled decay
     assert lr.weight_decay_mask == "matrices"  # skip_lp_1d_vectors=True
@@ -116,4 +116,4 @@ def test_one_real_training_step_on_small_synthetic_images(capsys, tmp_path):
     assert code == 0, err
     assert "Finished at step 1" in out
     config = json.loads((job / "config.json").read_text())
-    assert config["data"]["source"] == "synthetic_images" and config["learner"]["optimizer"] == "sgd"
+    assert config["data"]["source"] == "synthetic_images" and config["learner"]["optimizer"]["kind"] == "sgd"

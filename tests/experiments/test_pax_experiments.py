@@ -17,15 +17,17 @@ from pax_table import (
 )
 
 from experiments import registry
+from pax_eqx.data import ByteTokenizerConfig
 from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.learners import AdamWConfig
 from pax_eqx.programs.dry_run import plan
 
 IDS = [r.name for r in ALL]
 
 
 def synthetic(exp: ExperimentConfig) -> ExperimentConfig:
-    """The `--data.source synthetic --data.tokenizer.kind byte` swap (c4 data is not on disk)."""
-    data = exp.data.replace(source="synthetic", tokenizer=exp.data.tokenizer.replace(kind="byte"))
+    """The `--data.source synthetic --data.tokenizer byte` swap (c4 data is not on disk)."""
+    data = exp.data.replace(source="synthetic", tokenizer=ByteTokenizerConfig())
     return exp.replace(data=data)
 
 
@@ -91,9 +93,7 @@ def assert_set_default_adam(exp: ExperimentConfig, learning_rate: float) -> None
     """model_params.set_default_adam: Adam 0.9/0.99, eps 1e-6, cap 1.0, wd 1e-3 on all, clip 5,
     LinearRampupExponentialDecay(4000, 4001, 300000, 0.1, 1.0)."""
     ln, s = exp.learner, exp.learner.schedule
-    assert (ln.optimizer, ln.learning_rate, ln.b1, ln.b2, ln.eps, ln.eps_root) == (
-        "adamw", learning_rate, 0.9, 0.99, 1e-6, 0.0,
-    )  # fmt: skip
+    assert (ln.optimizer, ln.learning_rate) == (AdamWConfig(b1=0.9, b2=0.99, eps=1e-6, eps_root=0.0), learning_rate)
     assert (ln.weight_decay, ln.weight_decay_mask, ln.clip_grad_norm, ln.clip_update_rms) == (1e-3, "all", 5.0, 1.0)
     assert (s.kind, s.warmup_steps, s.decay_start, s.decay_end, s.min_ratio, s.max) == (
         "exponential", 4000, 4001, 300000, 0.1, 1.0,
@@ -130,7 +130,7 @@ def test_c4_gpt3_175b_is_paxs_orghp_base():
     assert (m.init.method, m.init.scale, m.embedding_init.scale) == ("gaussian", 0.006, 0.006)
     assert m.remat_policy == "full"
     ln, s = exp.learner, exp.learner.schedule
-    assert (ln.learning_rate, ln.b1, ln.b2, ln.eps, ln.eps_root) == (6e-5, 0.9, 0.95, 1e-8, 0.0)
+    assert (ln.learning_rate, ln.optimizer) == (6e-5, AdamWConfig(b1=0.9, b2=0.95, eps=1e-8, eps_root=0.0))
     assert (ln.weight_decay, ln.weight_decay_mask, ln.clip_grad_norm, ln.clip_update_rms) == (0.1, "all", 1.0, 0.0)
     assert (s.kind, s.warmup_steps, s.decay_start, s.decay_end, s.min_ratio, s.max) == (
         "cosine", 265, 266, 108600, 0.1, 1.0,
