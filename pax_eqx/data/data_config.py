@@ -134,8 +134,16 @@ class DataConfig(Config):
     augment: AugmentConfig = AugmentConfig()
 
     def inert_fields(self) -> dict[str, str]:
-        """The fields this source (and layout) never reads: a flag given for one is refused."""
+        """The fields this source (and layout) never reads: a flag given for one is refused. A
+        custom input is handed the whole DataConfig, so any of its fields may be read there."""
+        train_only = {
+            "train.eval_loop_num_batches": "it sets how many batches an eval run reads; the train input has none",
+            "train.reset_for_eval": "the train input is never evaluated",
+            "train.metrics": "host-side metrics score the eval split only",
+        }
         source = self.source
+        if source == "custom":
+            return train_only
         reads = {
             "path": _FILE_SOURCES,
             "eval_path": _FILE_SOURCES,
@@ -160,10 +168,7 @@ class DataConfig(Config):
             inert["target_seq_len"] = "the data is not sequence-to-sequence (seq2seq_jsonl or layout span_corruption)"
         if self.layout != "span_corruption":
             inert["span_corruption"] = f"data.layout={self.layout!r} is not span_corruption"
-        inert["train.eval_loop_num_batches"] = "it sets how many batches an eval run reads; the train input has none"
-        inert["train.reset_for_eval"] = "the train input is never evaluated"
-        inert["train.metrics"] = "host-side metrics score the eval split only"
-        return inert
+        return inert | train_only
 
     def validate(self, files: bool = True) -> None:
         """Every data error that can be found before a run starts (fields, table, paths); files=False

@@ -39,7 +39,11 @@ def args(job, *extra: str) -> list[str]:
     """The reliability experiment for this process's devices (tensor-parallel over all of them,
     so the per-host batch of 4 still splits over data x fsdp = 1)."""
     mesh = ["--mesh.ici-mesh-shape", "1", "1", str(jax.device_count())]
-    return [*ARGS, "--data.path", str(corpus()), "--job-log-dir", str(job), *mesh, *extra]
+    base = list(ARGS)
+    if "--data.source" in extra:  # another source than the fault-injecting custom input: not its flag
+        i = base.index("--data.custom-input")
+        del base[i : i + 2]
+    return [*base, "--data.path", str(corpus()), "--job-log-dir", str(job), *mesh, *extra]
 
 
 @pytest.fixture(autouse=True)
