@@ -42,7 +42,7 @@ class PaxImportWarning(UserWarning):
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not {"-h", "--help"} & set(argv):
+    if not {"-h", "--help", "--help-all"} & set(argv):
         print(f"Loading experiment {entry.experiment_named(argv)} ...", flush=True)
     from pax_eqx.command_line import cli
 

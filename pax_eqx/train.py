@@ -24,7 +24,7 @@ DESCRIPTION = "Train a pax_eqx experiment; a second run on the same --job-log-di
 def main(argv: Sequence[str] | None = None) -> int:
     entry.set_memory_planner(programs.planned_bytes)  # an out-of-memory line quotes the plan
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not {"-h", "--help"} & set(argv):
+    if not {"-h", "--help", "--help-all"} & set(argv):
         print(f"Loading experiment {entry.experiment_named(argv)} ...", flush=True)
     from pax_eqx.command_line import cli
 

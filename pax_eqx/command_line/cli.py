@@ -140,6 +140,12 @@ def parse(
         print(pre.format_help())
         print(f"experiments (--exp NAME; --help-all describes each):\n{short_help.experiments_line(width)}\n")
         print(short_help.short_help(apply_switches(default, rest)[0] if rest else default, width))
+        python_only = python_only_fields(default)
+        if python_only:
+            print(
+                f"\nset in Python only (a tuple of configs: {_HOW_TO_SET_IN_PYTHON}): "
+                + ", ".join(f"{name} ({cls.__name__})" for name, cls in python_only.items())
+            )
         raise SystemExit(0)
     if ns.help_all:
         print(pre.format_help())

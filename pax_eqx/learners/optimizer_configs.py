@@ -58,7 +58,7 @@ class _AdamMoments(_Optimizer):
 
 @config
 class AdamConfig(_AdamMoments):
-    """Adam without weight decay (optax.adam). b1 / b2 / eps / eps_root: Adam's."""
+    """Adam without weight decay (optax.adam); its fields are Adam's moments (`_AdamMoments`)."""
 
     kind: ClassVar[str] = "adam"
 
@@ -69,7 +69,8 @@ class AdamConfig(_AdamMoments):
 
 @config
 class AdamWConfig(_AdamMoments):
-    """Adam with the learner's decoupled weight decay (optax.adamw). b1 / b2 / eps / eps_root: Adam's."""
+    """Adam with the learner's decoupled weight decay (optax.adamw); its fields are Adam's moments
+    (`_AdamMoments`)."""
 
     kind: ClassVar[str] = "adamw"
 

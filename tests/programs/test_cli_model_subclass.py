@@ -15,6 +15,7 @@ import pytest
 from pax_eqx.command_line import cli, registry
 from pax_eqx.config import Config, config
 from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.models import LanguageModelConfig
 
 
@@ -84,11 +85,22 @@ class _Holder(Config):
     model: LanguageModelConfig = LanguageModelConfig()
 
 
+@config
+class _PlainHolder(Config):
+    """A config-typed field whose default is its annotated class and holds no choice."""
+
+    init: WeightInit = WeightInit()
+
+
 def test_the_parser_is_specialised_only_where_a_default_is_a_subclass():
-    assert cli.specialise(_Holder, _Holder()) is _Holder  # nothing to specialise: tyro parses _Holder
+    assert cli.specialise(_PlainHolder, _PlainHolder()) is _PlainHolder  # nothing to specialise
+    # A choice (the model's norms) is specialised to the variant the default holds.
+    spec = cli.specialise(_Holder, _Holder())
+    assert spec is not _Holder and cli.generalise(cli._as(spec, _Holder())) == _Holder()
     holder = _Holder(model=ScaledLanguageModelConfig(logit_scale=3.0))
     spec = cli.specialise(_Holder, holder)
     assert spec is not _Holder and issubclass(spec, _Holder)
-    assert {f.name: f.type for f in dataclasses.fields(spec)}["model"] is ScaledLanguageModelConfig
+    model_spec = {f.name: f.type for f in dataclasses.fields(spec)}["model"]
+    assert issubclass(model_spec, ScaledLanguageModelConfig)  # itself specialised to its norm variants
     back = cli.generalise(spec(model=holder.model))
     assert type(back) is _Holder and back == holder

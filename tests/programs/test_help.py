@@ -1,4 +1,6 @@
-"""`--help` is readable: the program's flags, the experiments, then every field with its own help.
+"""`--help` is readable: the program's flags, the experiment names, then each field in a line
+with its own sentence; `--help-all` adds each experiment's description and every nested field
+with its whole help.
 
 The field help is cut out of each config class's docstring (`cli.help_spec`): one field's
 sentence under its flag, the rest of the docstring as the group's description, each paragraph
@@ -18,9 +20,9 @@ from pax_eqx import eval as eval_program
 from pax_eqx.command_line import cli, registry
 
 
-def help_text(main, capsys, *argv: str) -> str:
+def help_text(main, capsys, *argv: str, flag: str = "--help-all") -> str:
     with pytest.raises(SystemExit) as info:
-        main([*argv, "--help"])
+        main([*argv, flag])
     assert info.value.code in (0, None)
     return capsys.readouterr().out
 
@@ -46,10 +48,12 @@ def test_each_field_has_its_own_sentence(capsys):
         i = next(i for i, line in enumerate(lines) if line.strip("│ ").startswith(flag))
         return lines[i + 1].strip("│ ")
 
-    assert help_of("--model.num-layers INT").startswith("Pax's NUM_LAYERS, MODEL_DIMS, HIDDEN_DIMS, NUM_HEADS.")
-    assert help_of("--model.dim-per-head INT").startswith("0 = model_dims // num_heads.")
+    assert help_of("--model.num-layers INT").startswith("transformer layers (Pax's NUM_LAYERS).")
+    assert help_of("--model.model-dims INT").startswith("the width of the residual stream (Pax's MODEL_DIMS).")
+    assert help_of("--model.dim-per-head INT").startswith("each head's width; 0 = model_dims // num_heads.")
     assert help_of("--learner.learning-rate FLOAT").startswith("the base rate; the schedule multiplies it")
-    assert help_of("--learner.momentum FLOAT").startswith("SGD's momentum (0 = plain SGD) (default")  # no ";"
+    assert help_of("--learner.optimizer.b2 FLOAT").startswith("the decays of the first and second moments.")
+    assert help_of("--task.losses [STR [STR ...]]").startswith("the names of the model's loss metrics")
     assert help_of("--data.train.batch-size INT").startswith("examples per host per batch")
 
 
