@@ -41,7 +41,7 @@ import pytest
 
 from experiments import registry
 from pax_eqx.command_line.choices import choice_fields
-from pax_eqx.config import Config, switch_variant
+from pax_eqx.config import Config, config, switch_variant
 from pax_eqx.layers import Context, MLPConfig, Mode, ViTConfig, split_state
 from pax_eqx.learners import LearnerConfig, build_optimizer, learning_rate_fn
 from pax_eqx.learners.optimizers import VariableGroupConfig
@@ -163,7 +163,7 @@ def model_fingerprint(cfg: Any) -> Iterator[str]:
     build = lambda key: split_state(cfg.build(key))
     model, state = eqx.filter_eval_shape(build, jax.random.key(0))
     yield _digest(jax.tree.structure((model, state)), [(a.shape, a.dtype) for a in jax.tree.leaves((model, state))])
-    batch = FAMILIES[type(cfg)][1](cfg)
+    batch = next(make for family, (_, make) in FAMILIES.items() if isinstance(cfg, family))(cfg)
 
     def train_forward(model, state, batch, key):
         return run_forward_and_loss(model, batch, Context(key=key, state=state, mode=Mode.TRAIN))
@@ -383,3 +383,20 @@ def test_a_size_the_model_decides_is_not_a_block_flag():
     ]:  # fmt: skip
         with pytest.raises(ValueError, match=f"has no field '{named}'"):
             block.override(path, 7)
+
+
+@config
+class _PlantedLanguageModelConfig(LanguageModelConfig):
+    """A language model with one field nothing reads: what this test exists to catch."""
+
+    planted_knob: int = 0
+
+
+def test_the_walk_catches_a_planted_inert_field():
+    """The check of `test_changing_a_field_changes_what_is_built_or_is_rejected` on a field that is
+    parsed and validated but never read: the same model is built, so that test would fail on it."""
+    cfg = _shrink_language_model(registry.load_experiment("shakespeare_char").model)
+    planted = _PlantedLanguageModelConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
+    baseline = tuple(model_fingerprint(planted))
+    assert not _differs(model_fingerprint, baseline, planted.override("planted_knob", 1))
+    assert _differs(model_fingerprint, baseline, planted.override("num_layers", 3))  # a real field differs
