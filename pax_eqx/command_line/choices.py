@@ -78,33 +78,26 @@ def apply_switches(default: Any, args: Sequence[str]) -> tuple[Any, list[str]]:
     chosen one, and a flag of a field that moved into a choice."""
     args = list(args)
     switched = default
+    choices = dict(choice_fields(default))
     used: set[int] = set()
-    for _ in range(8):  # a switch may reveal a nested choice (a variant holding one): go again
-        choices = dict(choice_fields(switched))
-        progressed = False
-        for i, path, value, span in _flags(args):
-            if i in used:
-                continue
-            target = path[: -len(".kind")] if path.endswith(".kind") and path[: -len(".kind")] in choices else path
-            if target not in choices:
-                continue
-            if value is None:
-                raise ChoiceError(
-                    f"--{target.replace('_', '-')} needs a variant name: one of {', '.join(choices[target])}."
-                )
-            name = value.strip().lower()
-            options = choices[target]
-            if name not in options:
-                close = difflib.get_close_matches(name, options, n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                raise ChoiceError(f"--{target.replace('_', '-')} {value!r} is not one of {', '.join(options)}.{hint}")
-            current = _get(switched, target)
-            if current.kind != name:
-                switched = switched.override(target, switch_variant(current, options[name], check=False))
-            used.update(range(i, i + span))
-            progressed = True
-        if not progressed:
-            break
+    for i, path, value, span in _flags(args):
+        target = path[: -len(".kind")] if path.endswith(".kind") and path[: -len(".kind")] in choices else path
+        if target not in choices:
+            continue
+        if value is None:
+            raise ChoiceError(
+                f"--{target.replace('_', '-')} needs a variant name: one of {', '.join(choices[target])}."
+            )
+        name = value.strip().lower()
+        options = choices[target]
+        if name not in options:
+            close = difflib.get_close_matches(name, options, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ChoiceError(f"--{target.replace('_', '-')} {value!r} is not one of {', '.join(options)}.{hint}")
+        current = _get(switched, target)
+        if current.kind != name:
+            switched = switched.override(target, switch_variant(current, options[name], check=False))
+        used.update(range(i, i + span))
     rest = [a for i, a in enumerate(args) if i not in used]
     _refuse_unchosen_fields(switched, rest)
     return switched, rest

@@ -140,12 +140,8 @@ def parse(
         print(pre.format_help())
         print(f"experiments (--exp NAME; --help-all describes each):\n{short_help.experiments_line(width)}\n")
         print(short_help.short_help(apply_switches(default, rest)[0] if rest else default, width))
-        python_only = python_only_fields(default)
-        if python_only:
-            print(
-                f"\nset in Python only (a tuple of configs: {_HOW_TO_SET_IN_PYTHON}): "
-                + ", ".join(f"{name} ({cls.__name__})" for name, cls in python_only.items())
-            )
+        if python_only_fields(default):
+            print("\n" + _python_only_line(default))
         raise SystemExit(0)
     if ns.help_all:
         print(pre.format_help())
@@ -153,13 +149,8 @@ def parse(
             "experiments (--exp NAME, or its Pax class name in parentheses, or Pax's path "
             f"tasks.<...>.params.<module>.<ClassName>):\n{registry.describe()}\n"
         )
-        python_only = python_only_fields(default)
-        if python_only:
-            print(
-                f"fields set in Python only (a tuple of configs: {_HOW_TO_SET_IN_PYTHON}): "
-                + ", ".join(f"{name} ({cls.__name__})" for name, cls in python_only.items())
-                + "\n"
-            )
+        if python_only_fields(default):
+            print(_python_only_line(default) + "\n")
         spec = help_spec(type(default), default)
         tyro.cli(
             spec,
@@ -409,6 +400,13 @@ def python_only_fields(value: Any, prefix: str = "") -> dict[str, type]:
             if configs:
                 found[name] = configs[0]
     return found
+
+
+def _python_only_line(default: Config) -> str:
+    """The `--help` line naming the fields set in Python only, each with its element class."""
+    fields = python_only_fields(default)
+    listed = ", ".join(f"{name} ({cls.__name__})" for name, cls in fields.items())
+    return f"fields set in Python only (a tuple of configs: {_HOW_TO_SET_IN_PYTHON}): {listed}"
 
 
 def _refuse_python_only(default: Config, args: Sequence[str]) -> None:

@@ -146,7 +146,7 @@ def describe(width: int | None = None) -> str:
     for name in sorted(_REGISTRY):
         alias = sorted(a for a, n in _ALIASES.items() if n == name and "." not in a)
         lines.append(f"  {name}" + (f" ({', '.join(alias)})" if alias else ""))
-        text = _first_sentence(_REGISTRY[name].__doc__ or "")
+        text = first_sentence(_REGISTRY[name].__doc__ or "")
         lines += textwrap.wrap(
             text, width, initial_indent=" " * 6, subsequent_indent=" " * 6, break_long_words=False,
             break_on_hyphens=False,
@@ -160,7 +160,8 @@ def search_space(name: str) -> Any:
     return _SEARCH_SPACES.get(_ALIASES.get(name, name))
 
 
-def _first_sentence(doc: str) -> str:
+def first_sentence(doc: str) -> str:
+    """The first sentence of a docstring's (or a help's) first paragraph, on one line."""
     paragraph = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
     head, dot, _ = paragraph.partition(". ")
     return head + "." if dot else paragraph

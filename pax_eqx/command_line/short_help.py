@@ -30,11 +30,6 @@ def experiments_line(width: int) -> str:
     return textwrap.fill(names, width, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False)
 
 
-def _first_sentence(text: str) -> str:
-    head, dot, _ = text.partition(". ")
-    return head + "." if dot else text
-
-
 def _value_text(value: Any) -> str:
     if isinstance(value, str):
         return repr(value) if value == "" else value
@@ -56,15 +51,16 @@ def section_lines(name: str, value: Any, width: int) -> list[str]:
         choices = variant_choices(hints[f.name])
         if choices:
             left = f"{flag} {{{','.join(choices)}}}"
-            text = f"{child.kind}; its fields: {flag}.FIELD. " + _first_sentence(helps.get(f.name, ""))
+            text = f"{child.kind}; its fields: {flag}.FIELD. " + registry.first_sentence(helps.get(f.name, ""))
         elif dataclasses.is_dataclass(child):
             left = f"{flag}.*"
-            text = f"{type(child).__name__}, {len(dataclasses.fields(child))} fields (--help-all). " + _first_sentence(
-                helps.get(f.name, "")
+            text = (
+                f"{type(child).__name__}, {len(dataclasses.fields(child))} fields (--help-all). "
+                + registry.first_sentence(helps.get(f.name, ""))
             )
         else:
             left = f"{flag} {_value_text(child)}"
-            text = _first_sentence(helps.get(f.name, ""))
+            text = registry.first_sentence(helps.get(f.name, ""))
         line = f"  {left:<38} {text}".rstrip()
         lines.append(line if len(line) <= width else line[: width - 3].rstrip() + "...")
     return lines

@@ -128,15 +128,21 @@ _INPUT_GRAD = ((1,), (1,))  # [m, n] x [k, n] -> [m, k]
 _KERNEL_GRAD = ((0,), (0,))  # [m, k] x [m, n] -> [k, n]
 
 
+def _forward(x: Array, w: Array, scale: Array) -> tuple[Array, Array, Array]:
+    """(y, x in e4m3, w in e4m3) at the stored scales."""
+    xq, wq = quantize(x, E4M3, scale[_INPUT]), quantize(w, E4M3, scale[_KERNEL])
+    return _scaled_dot(xq, wq, _MATMUL, scale[_INPUT] * scale[_KERNEL], x.dtype), xq, wq
+
+
 @jax.custom_vjp
 def _fp8_matmul(x: Array, w: Array, scale: Array, history: Array) -> Array:
-    """[m, k] x [k, n] with both operands in e4m3 at the stored scales; see `_fp8_matmul_bwd`."""
-    return _fp8_matmul_fwd(x, w, scale, history)[0]
+    """[m, k] x [k, n] with both operands in e4m3 at the stored scales; see `_fp8_matmul_bwd`.
+    Without a gradient (eval, decode) no amax is measured: the state only moves in training."""
+    return _forward(x, w, scale)[0]
 
 
 def _fp8_matmul_fwd(x, w, scale, history):
-    xq, wq = quantize(x, E4M3, scale[_INPUT]), quantize(w, E4M3, scale[_KERNEL])
-    y = _scaled_dot(xq, wq, _MATMUL, scale[_INPUT] * scale[_KERNEL], x.dtype)
+    y, xq, wq = _forward(x, w, scale)
     s_x, h_x = _next_state(x, E4M3, scale[_INPUT], history[_INPUT])
     s_w, h_w = _next_state(w, E4M3, scale[_KERNEL], history[_KERNEL])
     # The fp8 operands are what the backward needs: half the bytes of bf16 residuals.

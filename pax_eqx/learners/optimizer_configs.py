@@ -34,7 +34,9 @@ class _Optimizer(Variant):
         return True
 
     def direction(self) -> optax.GradientTransformation:
-        raise NotImplementedError
+        """The optax transformation this optimizer applies to the (clipped, L2-added) gradient.
+        Every optimizer config below defines it; `_Optimizer` itself is never chosen."""
+        raise TypeError(f"{type(self).__name__} is not an optimizer; choose one of {', '.join(OPTIMIZERS)}.")
 
 
 @config
