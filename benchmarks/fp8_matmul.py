@@ -32,6 +32,15 @@ def _time(fn, args, steps: int) -> float:
     return statistics.median(times)
 
 
+def _compiled(name: str, fn, *args):
+    """fn compiled for args, saying how long that took (flushed: a compile that never ends
+    shows as the last phase printed)."""
+    start = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    print(f"  {name} compiled in {time.perf_counter() - start:.1f} s", flush=True)
+    return compiled
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[1])
     ap.add_argument("--m", type=int, default=16384, help="rows (batch x sequence)")
@@ -48,13 +57,13 @@ def main() -> int:
         y, vjp = jax.vjp(lambda x, w, s: dense(x, w, s), x, w, scales)
         return y, vjp(g)
 
-    bf16 = jax.jit(lambda x, w: fwd_bwd(x, w, None))
-    fp8 = jax.jit(lambda x, w, s: fwd_bwd(x, w, s))
     scales = Fp8Scales()
+    bf16 = _compiled("bf16", lambda x, w: fwd_bwd(x, w, None), x, w)
+    fp8 = _compiled("fp8", lambda x, w, s: fwd_bwd(x, w, s), x, w, scales)
     _, (_, _, scales) = fp8(x, w, scales)  # one step records the amaxes: realistic scales
     t_bf16 = _time(bf16, (x, w), a.steps)
     t_fp8 = _time(fp8, (x, w, scales), a.steps)
-    hlo = fp8.lower(x, w, scales).compile().as_text()
+    hlo = fp8.as_text()
     lines = fp8_gemm_lines(hlo)
     flops = 3 * 2 * a.m * a.k * a.n
     print(f"[{a.m}, {a.k}] x [{a.k}, {a.n}], forward + backward on {jax.devices()[0].device_kind}:")

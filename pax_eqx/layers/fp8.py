@@ -116,22 +116,18 @@ def quantize(t: Array, dtype: Any, scale: Array) -> Array:
     return jnp.clip(t / scale.astype(t.dtype), -limit, limit).astype(dtype)
 
 
-def _scaled_dot(a: Array, b: Array, dims: tuple, scale: Array, dtype: Any) -> Array:
-    """dot_general of two fp8 arrays, accumulated in float32 by the GEMM, times `scale` (the
-    product of the operands' scales), in `dtype`."""
-    out = jax.lax.dot_general(a, b, (dims, ((), ())), preferred_element_type=jnp.float32)
+def _scaled_gemm(a: Array, b: Array, scale: Array, dtype: Any) -> Array:
+    """a [m, k] times b [n, k] transposed (both contract their last dimension: the one layout
+    cuBLASLt's FP8 GEMMs take, so XLA has nothing to rearrange), accumulated in float32 by the
+    GEMM, times `scale` (the product of the operands' scales), in `dtype`: [m, n]."""
+    out = jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
     return (out * scale).astype(dtype)
-
-
-_MATMUL = ((1,), (0,))  # [m, k] x [k, n]
-_INPUT_GRAD = ((1,), (1,))  # [m, n] x [k, n] -> [m, k]
-_KERNEL_GRAD = ((0,), (0,))  # [m, k] x [m, n] -> [k, n]
 
 
 def _forward(x: Array, w: Array, scale: Array) -> tuple[Array, Array, Array]:
     """(y, x in e4m3, w in e4m3) at the stored scales."""
     xq, wq = quantize(x, E4M3, scale[_INPUT]), quantize(w, E4M3, scale[_KERNEL])
-    return _scaled_dot(xq, wq, _MATMUL, scale[_INPUT] * scale[_KERNEL], x.dtype), xq, wq
+    return _scaled_gemm(xq, wq.T, scale[_INPUT] * scale[_KERNEL], x.dtype), xq, wq
 
 
 @jax.custom_vjp
@@ -155,8 +151,8 @@ def _fp8_matmul_bwd(residuals, g):
     (scale, history) is their next value: the forward's amaxes of x and w, the backward's of g."""
     xq, wq, scale, history, s_xw, h_xw = residuals
     gq = quantize(g, E5M2, scale[_GRAD])
-    dx = _scaled_dot(gq, wq, _INPUT_GRAD, scale[_GRAD] * scale[_KERNEL], g.dtype)
-    dw = _scaled_dot(xq, gq, _KERNEL_GRAD, scale[_INPUT] * scale[_GRAD], g.dtype)
+    dx = _scaled_gemm(gq, wq, scale[_GRAD] * scale[_KERNEL], g.dtype)  # [m, n] x [k, n]
+    dw = _scaled_gemm(xq.T, gq.T, scale[_INPUT] * scale[_GRAD], g.dtype)  # [k, m] x [n, m]
     s_g, h_g = _next_state(g, E5M2, scale[_GRAD], history[_GRAD])
     return dx, dw, jnp.concatenate([s_xw, s_g[None]]), jnp.concatenate([h_xw, h_g[None]])
 
