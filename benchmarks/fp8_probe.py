@@ -6,6 +6,7 @@ the operands (which dimension each contracts over):
 
     nn    a [m, k] x b [k, n]   (the forward y = x @ w as written)
     nt    a [m, k] x b [n, k]   (both contract their last dimension: cuBLASLt's native FP8 layout)
+    nt16  nt with the GEMM writing bf16 (the scale applied after, in bf16) instead of float32
     tn    a [k, m] x b [k, n]   (both contract their first: the kernel gradient dw = x^T g)
     qdq   the nn product of the operands converted back to bf16 and rescaled, around a bf16 dot
           (the quantize-dequantize pattern XLA's GEMM rewriter is meant to turn into an FP8 GEMM)
@@ -27,13 +28,20 @@ import jax.numpy as jnp
 
 from benchmarks.mfu import fp8_gemm_lines
 
-FORMS = ("nn", "nt", "tn", "qdq", "bf16")
-_DIMS = {"nn": ((1,), (0,)), "nt": ((1,), (1,)), "tn": ((0,), (0,)), "qdq": ((1,), (0,)), "bf16": ((1,), (0,))}
+FORMS = ("nn", "nt", "tn", "nt16", "qdq", "bf16")
+_DIMS = {
+    "nn": ((1,), (0,)),
+    "nt": ((1,), (1,)),
+    "tn": ((0,), (0,)),
+    "nt16": ((1,), (1,)),
+    "qdq": ((1,), (0,)),
+    "bf16": ((1,), (0,)),
+}
 
 
 def _operand_shapes(form: str, m: int, k: int, n: int) -> tuple[tuple[int, int], tuple[int, int]]:
     a = (k, m) if form == "tn" else (m, k)
-    b = (n, k) if form == "nt" else (k, n)
+    b = (n, k) if form in ("nt", "nt16") else (k, n)
     return a, b
 
 
@@ -41,16 +49,23 @@ def _gemm(form: str):
     dims = (_DIMS[form], ((), ()))
     if form == "bf16":
         return lambda a, b, s: jax.lax.dot_general(a, b, dims, preferred_element_type=jnp.bfloat16)
+    if form == "nt16":
+        return lambda a, b, s: (
+            jax.lax.dot_general(a, b, dims, preferred_element_type=jnp.bfloat16) * (s[0] * s[1]).astype(jnp.bfloat16)
+        )
     if form == "qdq":
 
         def qdq(a, b, s):
-            a16, b16 = a.astype(jnp.bfloat16) * s[0].astype(jnp.bfloat16), b.astype(jnp.bfloat16) * s[1].astype(jnp.bfloat16)
+            a16, b16 = (
+                a.astype(jnp.bfloat16) * s[0].astype(jnp.bfloat16),
+                b.astype(jnp.bfloat16) * s[1].astype(jnp.bfloat16),
+            )
             return jax.lax.dot_general(a16, b16, dims, preferred_element_type=jnp.bfloat16)
 
         return qdq
-    return lambda a, b, s: (
-        jax.lax.dot_general(a, b, dims, preferred_element_type=jnp.float32) * (s[0] * s[1])
-    ).astype(jnp.bfloat16)
+    return lambda a, b, s: (jax.lax.dot_general(a, b, dims, preferred_element_type=jnp.float32) * (s[0] * s[1])).astype(
+        jnp.bfloat16
+    )
 
 
 def main() -> int:
@@ -76,7 +91,9 @@ def main() -> int:
     for line in lines[:3]:
         print("   ", line[:200], flush=True)
     if not lines:
-        gemms = [ln.strip() for ln in compiled.as_text().splitlines() if "=" in ln and ("dot(" in ln or "custom-call" in ln)]
+        gemms = [
+            ln.strip() for ln in compiled.as_text().splitlines() if "=" in ln and ("dot(" in ln or "custom-call" in ln)
+        ]
         for line in gemms[:3]:
             print("    instead:", line[:200], flush=True)
     start = time.perf_counter()

@@ -199,7 +199,8 @@ def fp8_gemm_lines(hlo_text: str) -> list[str]:
             continue
         op = line.split("=", 1)[1]
         gemm = "dot(" in op or "cublas" in op or "gemm" in op or "matmul" in op
-        if gemm and "(" in op and "f8e" in op.split("(", 1)[1]:
+        # cuBLASLt's target names its fp8 form; a fusion's or dot's operands carry their types
+        if gemm and ("matmul$f8" in op or ("(" in op and "f8e" in op.split("(", 1)[1])):
             found.append(line.strip())
     return found
 
