@@ -118,10 +118,12 @@ def quantize(t: Array, dtype: Any, scale: Array) -> Array:
 
 def _scaled_gemm(a: Array, b: Array, scale: Array, dtype: Any) -> Array:
     """a [m, k] times b [n, k] transposed (both contract their last dimension: the one layout
-    cuBLASLt's FP8 GEMMs take, so XLA has nothing to rearrange), accumulated in float32 by the
-    GEMM, times `scale` (the product of the operands' scales), in `dtype`: [m, n]."""
-    out = jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
-    return (out * scale).astype(dtype)
+    cuBLASLt's FP8 GEMMs take, so XLA has nothing to rearrange), times `scale` (the product of
+    the operands' scales), in `dtype`: [m, n]. The GEMM accumulates in float32 and writes `dtype`
+    itself, with the scale folded in by XLA (cuBLASLt's alpha): a float32 result would be twice
+    the bytes to write, and what a remat policy that saves matmul outputs keeps per layer."""
+    out = jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=dtype)
+    return out * scale.astype(dtype)
 
 
 def _forward(x: Array, w: Array, scale: Array) -> tuple[Array, Array, Array]:
