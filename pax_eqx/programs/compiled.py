@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from pax_eqx.layers import fp8
 from pax_eqx.sharding.rules import (
     batch_sharding,
     opt_state_shardings,
@@ -64,11 +65,22 @@ class Programs:
         self.init_state_fn = jax.jit(
             lambda seed: task.init_state(jax.random.PRNGKey(seed)), out_shardings=self.state_shardings
         )
-        stepping = dict(in_shardings=(self.state_shardings, None), out_shardings=(self.state_shardings, rep))
+        self.compiler_options = fp8.compiler_options(self.abstract_state.params)
+        stepping = dict(
+            in_shardings=(self.state_shardings, None),
+            out_shardings=(self.state_shardings, rep),
+            compiler_options=self.compiler_options,
+        )
         self.train_step = UnderMesh(jax.jit(task.train_step, **stepping, donate_argnums=(0,)), mesh)
         self.train_steps = UnderMesh(jax.jit(self._train_steps, **stepping, donate_argnums=(0,)), mesh)
         self.eval_step = UnderMesh(
-            jax.jit(task.eval_step, in_shardings=(self.state_shardings, None), out_shardings=rep), mesh
+            jax.jit(
+                task.eval_step,
+                in_shardings=(self.state_shardings, None),
+                out_shardings=rep,
+                compiler_options=self.compiler_options,
+            ),
+            mesh,
         )
 
     def _train_steps(self, state: TrainState, batches: dict) -> tuple[TrainState, Any]:

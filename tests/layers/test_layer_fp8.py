@@ -146,3 +146,24 @@ def test_fp8_training_follows_the_bf16_loss():
         losses[fp8] = np.array(history)
     assert losses[False][-1] < losses[False][0] - 0.5  # it learns the fixed batch
     np.testing.assert_allclose(losses[True], losses[False], rtol=0.05)
+
+
+def test_programs_with_fp8_compile_with_the_lower_autotune_level_unless_xla_flags_set_it(monkeypatch):
+    """XLA validates the option's name at compile (a misspelt one is an error), so compiling the
+    step on CPU checks the option reaches XLA; on GPU it turns off the per-algorithm result check
+    that made each fp8 GEMM take ~25 s to compile."""
+    from jax.sharding import Mesh
+
+    from pax_eqx.layers import fp8
+    from pax_eqx.programs.compiled import Programs
+
+    learner = LearnerConfig(optimizer=AdamWConfig(), learning_rate=1e-2)
+    mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    programs = Programs(Task(_lm(fp8=True), learner, fprop_dtype="bfloat16"), mesh)
+    assert programs.compiler_options == {"xla_gpu_autotune_level": fp8.AUTOTUNE_LEVEL}
+    state = programs.init_state(0)
+    programs.train_step.lower(state, _batch()).compile()
+    assert Programs(Task(_lm(fp8=False), learner), mesh).compiler_options == {}
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_autotune_level=4")
+    assert fp8.compiler_options(state.params) == {}
