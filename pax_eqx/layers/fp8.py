@@ -15,11 +15,11 @@ activation dtype), which XLA:GPU runs as a cuBLASLt FP8 GEMM on Hopper and later
 does the same for dx = g w^T (e5m2 x e4m3) and dw = x^T g, from the forward's fp8 operands,
 which are also all it keeps (half the bytes of bf16 residuals). Measured on an H200: 1.49x bf16
 for one projection's forward and backward, 1.39x for a 5B GPT's step (docs/performance.md).
-Programs with fp8 GEMMs compile at a lower GEMM autotuning level (`compiler_options`). A quantize-dequantize pattern around a bf16 dot, which XLA is meant
-to rewrite into an FP8 GEMM, was measured first and was not rewritten (jax 0.11.2, H200: 0
-fp8 GEMMs, 2% slower than bf16; docs/performance.md). Elsewhere (CPU) XLA widens the fp8
-operands, so the same program computes the same rounded values, which is what the tests
-check against numpy.
+Programs with fp8 GEMMs compile at a lower GEMM autotuning level (`compiler_options`).
+A quantize-dequantize pattern around a bf16 dot, which XLA is meant to rewrite into an FP8
+GEMM, was measured first and was not rewritten (jax 0.11.2, H200: a bf16 GEMM, 2% slower than
+bf16). Elsewhere (CPU) XLA widens the fp8 operands, so the same program computes the same
+rounded values, which is what the tests check against numpy.
 
 *Delayed* scaling: a tensor's scale is not measured on the tensor itself (that would be a
 reduction over it before every cast, another pass over the activations). Each matmul keeps, per
