@@ -26,25 +26,23 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import math
 import re
-import typing
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from config_walk import arrays_digest, digest, field_type, jaxpr_text, leaf_paths, new_values
 
 from experiments import registry
 from pax_eqx.command_line.choices import choice_fields
 from pax_eqx.config import Config, config, switch_variant
 from pax_eqx.layers import Context, MLPConfig, Mode, ViTConfig, split_state
 from pax_eqx.learners import LearnerConfig, build_optimizer, learning_rate_fn
-from pax_eqx.learners.optimizers import VariableGroupConfig
 from pax_eqx.models import ClassificationModelConfig, LanguageModelConfig, SequenceModelConfig
 
 BATCH, SEQ = 2, 8
@@ -137,24 +135,6 @@ FAMILIES = {
 
 
 # Fingerprints ---------------------------------------------------------------------------------
-def _digest(*parts: Any) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part if isinstance(part, bytes) else str(part).encode())
-    return h.hexdigest()
-
-
-def _jaxpr_text(fn, *args) -> str:
-    """The jaxpr as text, without the object addresses jax prints for some callables."""
-    return re.sub(r" at 0x[0-9a-f]+", "", str(jax.make_jaxpr(fn)(*args)))
-
-
-def _arrays_digest(tree: Any) -> str:
-    leaves, treedef = jax.tree.flatten(tree)
-    arrays = [np.asarray(leaf) for leaf in leaves if eqx.is_array(leaf)]
-    return _digest(treedef, [(a.shape, a.dtype) for a in arrays], *(a.tobytes() for a in arrays))
-
-
 def model_fingerprint(cfg: Any) -> Iterator[str]:
     """Digests of the built model, cheapest first, so a comparison can stop at the first that
     differs: structure, static fields and shapes (traced, nothing computed), then the training
@@ -162,14 +142,14 @@ def model_fingerprint(cfg: Any) -> Iterator[str]:
     cfg.validate()
     build = lambda key: split_state(cfg.build(key))
     model, state = eqx.filter_eval_shape(build, jax.random.key(0))
-    yield _digest(jax.tree.structure((model, state)), [(a.shape, a.dtype) for a in jax.tree.leaves((model, state))])
+    yield digest(jax.tree.structure((model, state)), [(a.shape, a.dtype) for a in jax.tree.leaves((model, state))])
     batch = next(make for family, (_, make) in FAMILIES.items() if isinstance(cfg, family))(cfg)
 
     def train_forward(model, state, batch, key):
         return run_forward_and_loss(model, batch, Context(key=key, state=state, mode=Mode.TRAIN))
 
-    yield _jaxpr_text(train_forward, model, state, batch, jax.random.key(1))
-    yield _arrays_digest(build(jax.random.key(0)))
+    yield jaxpr_text(train_forward, model, state, batch, jax.random.key(1))
+    yield arrays_digest(build(jax.random.key(0)))
 
 
 _RUN_STEPS = 12_345  # train.num_steps, for a schedule whose decay ends with the run
@@ -186,12 +166,12 @@ def learner_fingerprint(cfg: LearnerConfig) -> Iterator[str]:
     schedule = learning_rate_fn(cfg)
     opt_state, params, values = tx.init(_PARAMS), _PARAMS, []
     grads = [jax.tree.map(lambda p, s=s: jnp.sin(p * (s + 2.0)), _PARAMS) for s in range(3)]
-    yield _jaxpr_text(tx.update, grads[0], opt_state, params) + _jaxpr_text(schedule, _STEPS[0])
+    yield jaxpr_text(tx.update, grads[0], opt_state, params) + jaxpr_text(schedule, _STEPS[0])
     for g in grads:
         updates, opt_state = tx.update(g, opt_state, params)
         params = jax.tree.map(jnp.add, params, updates)
-        values.append(_arrays_digest(updates))
-    yield _digest(values, np.asarray(jax.vmap(schedule)(_STEPS)))
+        values.append(arrays_digest(updates))
+    yield digest(values, np.asarray(jax.vmap(schedule)(_STEPS)))
 
 
 @functools.cache
@@ -205,59 +185,14 @@ def _differs(fingerprint: Callable, baseline: tuple[str, ...], cfg: Any) -> bool
 
 
 # The cases: every leaf of every distinct (shrunk) model and learner -----------------------------
-def _leaf_paths(cfg: Config, prefix: str = "") -> list[str]:
-    paths = []
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        if isinstance(value, Config):
-            paths += _leaf_paths(value, f"{prefix}{f.name}.")
-        else:
-            paths.append(prefix + f.name)
-    return paths
-
-
-def _field_type(cfg: Config, path: str) -> Any:
-    *parents, name = path.split(".")
-    for parent in parents:
-        cfg = getattr(cfg, parent)
-    return typing.get_type_hints(type(cfg))[name], getattr(cfg, name)
-
-
-def _new_values(tp: Any, value: Any) -> list[Any]:
-    """Values to try instead of `value`, the likeliest valid first."""
-    if typing.get_origin(tp) is Literal:
-        candidates = list(typing.get_args(tp))
-    elif value is None and bool in typing.get_args(tp):  # `bool | None`: None = another field's default
-        candidates = [True, False]
-    elif isinstance(value, bool):
-        candidates = [not value]
-    elif isinstance(value, int):
-        candidates = [value + 1, value * 2, value + 2]
-    elif isinstance(value, float):
-        candidates = [value / 2, value * 2, 0.5, 0.1]
-    elif typing.get_origin(tp) is tuple and typing.get_args(tp)[0] is str:
-        candidates = [value + ("w",)]  # a regex on parameter names: _PARAMS's "w"
-    elif typing.get_origin(tp) is tuple and typing.get_args(tp)[0] is VariableGroupConfig:
-        candidates = [value + (VariableGroupConfig(pattern="w", lr_multiplier=0.5),)]
-    elif isinstance(value, tuple) and all(isinstance(v, int) for v in value):
-        candidates = [(value[0] * 2,) + value[1:], value + value[-1:]] if value else [(4,)]
-    elif isinstance(value, tuple) and all(isinstance(v, float) for v in value):
-        candidates = [(value[0] / 2,) + value[1:], value + (0.5,)] if value else [(0.5,)]
-    elif isinstance(value, str):
-        candidates = [value + "_changed"]
-    else:
-        raise TypeError(f"no perturbation for {tp} (value {value!r}); teach _new_values this type.")
-    return list(dict.fromkeys(c for c in candidates if c != value))
-
-
 def _which_flags_matter(cfg: Config) -> tuple:
     """What decides whether a field can take effect: every choice, flag and size, and of each float
     only whether it is 0 (off) or its default (the rejections compare against defaults). Configs
     equal in this are tested once: 1e-5 or 1e-6 as an epsilon, 0.02 or 0.006 as an init scale
     do not change which fields matter."""
     key = []
-    for path in _leaf_paths(cfg):
-        _, value = _field_type(cfg, path)
+    for path in leaf_paths(cfg):
+        _, value = field_type(cfg, path)
         if isinstance(value, float):
             *parents, name = path.split(".")
             owner = functools.reduce(getattr, parents, cfg)
@@ -327,7 +262,7 @@ def _cases() -> list:
     cases = []
     for root, found in (("model", models), ("learner", learners)):
         for cfg, name, under in found.values():
-            paths = [p for p in _leaf_paths(cfg) if p.startswith(under) and p not in READ_BY_THE_TRAIN_STEP]
+            paths = [p for p in leaf_paths(cfg) if p.startswith(under) and p not in READ_BY_THE_TRAIN_STEP]
             cases += [pytest.param(root, cfg, path, id=f"{name}-{root}.{path}") for path in paths]
     return cases
 
@@ -336,10 +271,10 @@ def _cases() -> list:
 def test_changing_a_field_changes_what_is_built_or_is_rejected(root, cfg, path):
     fingerprint = model_fingerprint if root == "model" else learner_fingerprint
     baseline = _baseline(fingerprint, cfg)
-    tp, value = _field_type(cfg, path)
+    tp, value = field_type(cfg, path)
     field = path.rsplit(".", 1)[-1]
     rejections, same = [], []
-    for new in _new_values(tp, value):
+    for new in new_values(tp, value):
         try:
             changed = _differs(fingerprint, baseline, cfg.override(path, new))
         except ValueError as error:  # ConfigError is one
