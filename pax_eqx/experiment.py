@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+import jax
+
 from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.config import SEED_MAX, Config, ConfigError, check_range, config
 from pax_eqx.data import DataConfig
@@ -219,6 +221,12 @@ class ExperimentConfig(Config):
         self.decode.validate(modes=False)  # the decode program checks what its mode reads
         self.profile.validate()
         self.mesh.validate(num_devices)
+        backend = jax.default_backend() if num_devices is not None else "gpu"  # devices known: the run's
+        if self.profile.auto_pgle and backend != "gpu":
+            raise ConfigError(
+                f"profile.auto_pgle=True tunes XLA's GPU latency-hiding scheduler, and this run's devices "
+                f"are {backend}: it would change nothing; remove --profile.auto-pgle."
+            )
         self._check_pipeline_mesh()
         self.model.check_data(self.data)
         if self.train.sample_at_end and not self.model.decodes:

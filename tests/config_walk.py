@@ -65,6 +65,9 @@ def new_values(tp: Any, value: Any) -> list[Any]:
         candidates = [value + 1, value * 2, value + 2]
     elif isinstance(value, float):
         candidates = [value / 2, value * 2, 0.5, 0.1]
+    elif typing.get_origin(tp) is tuple and typing.get_origin(typing.get_args(tp)[0]) is Literal:  # a set of names
+        names = typing.get_args(typing.get_args(tp)[0])
+        candidates = [value[:-1], value[1:]] if value else [names[:1], names[-1:]]
     elif typing.get_origin(tp) is tuple and typing.get_args(tp)[0] is str:
         candidates = [value + ("w",)]  # a regex on parameter names: _PARAMS's "w"
     elif typing.get_origin(tp) is tuple and typing.get_args(tp)[0] is VariableGroupConfig:

@@ -164,11 +164,47 @@ class DataConfig(Config):
         if source in images.IMAGE_SOURCES + ("digits",):
             inert["seq_len"] = f"data.source={source!r} yields fixed-size examples, not token rows"
             inert["tokenizer"] = f"data.source={source!r} has no text or tokens"
+        if source in _ID_SOURCES and self.tokenizer.kind == "sentencepiece" and not self.tokenizer.model_path:
+            inert["tokenizer"] = (
+                f"data.source={source!r} gives token ids and no text, so a SentencePiece tokenizer without "
+                "data.tokenizer.model_path has nothing to learn from (samples print as bytes)"
+            )
         if not is_seq2seq(self):
             inert["target_seq_len"] = "the data is not sequence-to-sequence (seq2seq_jsonl or layout span_corruption)"
         if self.layout != "span_corruption":
             inert["span_corruption"] = f"data.layout={self.layout!r} is not span_corruption"
-        return inert | train_only
+        return inert | self._inert_order_fields() | train_only
+
+    def _inert_order_fields(self) -> dict[str, str]:
+        """Each split's shuffle and seed where nothing reads them. The seed is read by a shuffle,
+        the random start of a training text stream, span corruption's noise, the random-token
+        source and the training images' augmentation; the synthetic source's rows are all equal."""
+        inert = {}
+        if self.source == "synthetic":
+            same = "data.source='synthetic' makes every row the same (ids = labels = 1), so no"
+            for split in ("train", "eval"):
+                inert[f"{split}.shuffle"] = f"{same} order changes a batch"
+                inert[f"{split}.input_random_seed"] = f"{same} seed changes a batch"
+                if getattr(self, split).repeat:  # an endless stream of equal rows, whichever share
+                    inert[f"{split}.num_infeed_hosts"] = f"{same} host's share changes a batch"
+                    inert[f"{split}.infeed_host_index"] = f"{same} host's share changes a batch"
+            if self.train.repeat and self.eval.repeat:
+                inert["num_synthetic_examples"] = f"{same} count changes a batch when both splits repeat"
+            return inert
+        augments = self.augment.crop_padding > 0 or self.augment.horizontal_flip
+        for split in ("train", "eval"):
+            reads_seed = (
+                getattr(self, split).shuffle
+                or self.source == "random"
+                or (self.source in _TEXT_SOURCES and self.layout == "span_corruption")
+                or (split == "train" and self.source in _TEXT_SOURCES and self.layout == "stream")
+                or (split == "train" and self.source in images.IMAGE_SOURCES and augments)
+            )
+            if not reads_seed:
+                inert[f"{split}.input_random_seed"] = (
+                    f"data.{split}.shuffle is off and nothing else of this source draws from a seed"
+                )
+        return inert
 
     def validate(self, files: bool = True) -> None:
         """Every data error that can be found before a run starts (fields, table, paths); files=False

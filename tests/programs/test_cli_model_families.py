@@ -8,12 +8,10 @@ logit max into TensorBoard and metrics.jsonl, also with microbatches.
 """
 
 import json
-import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
-from tensorboardX.proto import event_pb2
+from event_files import scalar_tags
 from test_cli_end_to_end import metrics
 from tiny import tiny_args
 
@@ -21,21 +19,6 @@ from pax_eqx import eval as eval_main
 from pax_eqx import train
 from pax_eqx.config import ConfigError
 from pax_eqx.summaries.writer import TIMING_KEYS
-
-
-def scalar_tags(directory: Path) -> set[str]:
-    """The tags of every scalar in the TensorBoard event files of `directory`."""
-    tags = set()
-    for path in directory.glob("events.out.tfevents.*"):
-        data, offset = path.read_bytes(), 0
-        while offset < len(data):
-            (length,) = struct.unpack("<Q", data[offset : offset + 8])
-            event = event_pb2.Event()
-            event.ParseFromString(data[offset + 12 : offset + 12 + length])
-            tags |= {v.tag for v in event.summary.value}
-            offset += 16 + length
-    return tags
-
 
 DIGITS = [
     "--exp", "digits_mlp", "--model.network.hidden-dims", "32", "--train.num-steps", "40",

@@ -1,0 +1,423 @@
+"""Every flag of the sections around the model takes effect: data, task, mesh, decode, train,
+checkpoint and profile (tests/test_every_flag_takes_effect.py walks the model and the learner).
+
+For every leaf field, the walk changes the field and compares one cheap observable of its section:
+
+- data: the batches the model is fed: the first train batches, and two eval runs read as the eval
+  loop reads them (for every registered experiment's data, its files replaced by tiny ones);
+- task: the jaxpr and the values of one train step of a tiny model;
+- mesh: the mesh's shape and the partition spec of every leaf of the train state;
+- decode: the text a tiny model samples or beam-searches from the prompt;
+- train, checkpoint, profile: a whole tiny run, in this process: the records of metrics.jsonl
+  (timings dropped), the steps whose checkpoints remain, what the run printed (timings dropped)
+  and the files it wrote.
+
+A change must alter the observable, or be refused at start: by the inert-flag check (the flag
+names a field a config lists in `inert_fields`) or by validation with an error naming the field.
+The few fields that change nothing here by design are in `NO_EFFECT_HERE`, each with its
+reason, and `test_what_is_listed_as_without_effect_here_has_none` checks that each still has
+none: an entry cannot hide a field that started to matter, or outlive its field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from config_walk import arrays_digest, digest, field_type, jaxpr_text, leaf_paths, new_values
+from event_files import scalar_tags
+
+from experiments import registry
+from pax_eqx.command_line.choices import choice_fields
+from pax_eqx.command_line.inert_flags import InertFlagError, refuse_inert_flags
+from pax_eqx.config import config, switch_variant
+from pax_eqx.data import DataConfig, build_input, build_tokenizer
+from pax_eqx.data.input_config import eval_num_batches
+from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.programs.runtime import Runtime, build_task
+from pax_eqx.programs.sampling import beam_text, sample_text
+from pax_eqx.programs.train_loop import train
+
+BASE = "shakespeare_char"
+SECTIONS = ("data", "task", "mesh", "decode", "train", "checkpoint", "profile")
+
+NO_EFFECT_HERE = {
+    "train.steps_per_loop": "how many steps one compiled call runs: the same run, fewer dispatches "
+    "(tests/programs/test_steps_per_loop.py compares the two)",
+    "checkpoint.async_save": "whether a checkpoint is written in a background thread: the same files",
+    "checkpoint.allow_config_change": "read when a job dir is resumed with another config "
+    "(tests/programs/test_cli_end_to_end.py resumes one)",
+    "data.train.num_workers": "grain worker processes: the same batches, made in parallel",
+    "data.train.read_threads": "grain read threads: the same batches, read ahead",
+    "data.eval.num_workers": "grain worker processes: the same batches, made in parallel",
+    "data.eval.read_threads": "grain read threads: the same batches, read ahead",
+}
+
+# Values tried for fields whose generic perturbation is no use here.
+VALUES = {
+    "checkpoint.every_n_seconds": [1e-9],  # every step: deterministic, unlike a wall-clock interval
+    "checkpoint.max_to_keep": [1],
+    "checkpoint.init_from_checkpoint_rules": [None],  # set below: a rule naming a job dir that does not exist
+    "profile.steps": [(2, 3)],
+    "train.early_stopping.metric": ["eval/loss"],
+    "decode.prompt": ["JULIET:"],
+    "data.tokenizer.max_training_chars": [10_000],  # half of CORPUS
+    "decode.top_k": [2],
+    # The mesh must cover the 8 devices: fsdp or tensor parallel instead of data parallel, and a
+    # DCN shape that multiplies the devices (refused). (1, 1, 1, 1), the generic try, is an alias
+    # of (1, 1, 1): a stage axis of 1.
+    "mesh.ici_mesh_shape": [(4, 2, 1), (2, 1, 4)],
+    "mesh.dcn_mesh_shape": [(2, 1, 1)],
+    "data.train.num_infeed_hosts": [2],
+    "data.eval.num_infeed_hosts": [2],
+    "data.train.infeed_host_index": [1],
+    "data.eval.infeed_host_index": [1],
+}
+
+
+def _tiny(exp: ExperimentConfig) -> ExperimentConfig:
+    """`exp` small enough to train, evaluate and sample in seconds."""
+    for path, value in {
+        "model.num_layers": 1, "model.model_dims": 16, "model.hidden_dims": 32, "model.num_heads": 2,
+        "model.max_seq_len": 16, "data.seq_len": 16, "data.train.batch_size": 8, "data.eval.batch_size": 8,
+        "data.eval.eval_loop_num_batches": 2, "train.num_steps": 6, "train.eval_interval_steps": 3,
+        "train.summary_interval_steps": 2, "train.steps_per_loop": 1, "checkpoint.every_n_steps": 3,
+        "decode.max_new_tokens": 4, "mesh.ici_mesh_shape": (jax.device_count(), 1, 1),
+    }.items():  # fmt: skip
+        exp = exp.override(path, value)
+    return exp
+
+
+@functools.cache
+def _base() -> ExperimentConfig:
+    return _tiny(registry.load_experiment(BASE))
+
+
+# The observables -------------------------------------------------------------------------------
+def _batches_digest(batches: list[dict]) -> str:
+    return digest(*(arrays_digest({k: np.asarray(v) for k, v in sorted(b.items())}) for b in batches))
+
+
+def data_observable(exp: ExperimentConfig) -> str:
+    """The first train batches, and two eval runs as `eval_loop.evaluate` reads them."""
+    with tempfile.TemporaryDirectory() as job_dir:
+        tokenizer = build_tokenizer(exp.data, job_dir)
+        train_input = build_input(exp.data, "train", tokenizer)
+        seen = [_batches_digest([train_input.get_next() for _ in range(8)])]
+        eval_input, limit = build_input(exp.data, "eval", tokenizer), eval_num_batches(exp.data.eval)
+        for _ in range(2):
+            if exp.data.eval.reset_for_eval:
+                eval_input.reset()
+            run = []
+            while len(run) < (limit or 400):
+                try:
+                    run.append(eval_input.get_next())
+                except StopIteration:
+                    break
+            seen.append(_batches_digest(run))
+        return digest(*seen)
+
+
+def _first_batch(exp: ExperimentConfig) -> dict:
+    tokenizer = build_tokenizer(exp.data)
+    return {k: np.asarray(v) for k, v in build_input(exp.data, "train", tokenizer).get_next().items()}
+
+
+def task_observable(exp: ExperimentConfig) -> str:
+    """One train step of the tiny model: its jaxpr, then the state and outputs it computes."""
+    task = build_task(exp)
+    state = task.init_state(jax.random.PRNGKey(0))
+    batch = _first_batch(exp)
+    new_state, outputs = jax.jit(task.train_step)(state, batch)
+    return digest(jaxpr_text(task.train_step, state, batch), arrays_digest((new_state.params, outputs.metrics)))
+
+
+def mesh_observable(exp: ExperimentConfig) -> str:
+    """The mesh's axes and sizes, and every state leaf's partition spec."""
+    with tempfile.TemporaryDirectory() as job_dir:
+        programs = Runtime.create(exp, Path(job_dir)).programs
+    specs = jax.tree.map(lambda s: str(s.spec), programs.state_shardings)
+    return digest(dict(programs.mesh.shape), jax.tree.leaves(specs), jax.tree.structure(specs))
+
+
+DECODE_SHARPNESS = 4.0
+"""The tiny model's parameters are multiplied by this before decoding: an untrained model's
+next-token distribution is nearly uniform, under which temperature, top-k or top-p change no
+sample (the Gumbel noise decides alone); scaled, its logits spread over a few nats."""
+
+
+@functools.cache
+def _decoder() -> tuple[Runtime, Any]:
+    job_dir = tempfile.mkdtemp()
+    rt = Runtime.create(_base(), Path(job_dir))
+    state = rt.programs.init_state(0)
+    sharp = jax.tree.map(lambda p: p * DECODE_SHARPNESS if jnp.issubdtype(p.dtype, jnp.floating) else p, state.params)
+    return rt, eqx.tree_at(lambda s: s.params, state, sharp)
+
+
+def decoded(exp: ExperimentConfig) -> list:
+    rt, state = _decoder()
+    return beam_text(rt, state, exp.decode) if exp.decode.beam_size > 1 else sample_text(rt, state, exp.decode)
+
+
+def decode_observable(exp: ExperimentConfig) -> str:
+    """What the tiny (untrained, seeded, sharpened) model samples, or beam-searches, for exp.decode."""
+    return digest(decoded(exp))
+
+
+_TIMING_KEYS = {"tokens_per_s", "examples_per_s", "steps_per_s", "time", "elapsed_s"}
+_TIMED_LINE = re.compile(r"tok/s|tokens/s|wall|ETA|compil")
+
+
+def run_observable(exp: ExperimentConfig) -> str:
+    """A whole tiny run: metrics.jsonl without timings, the checkpoints left, what it printed
+    (lines with timings dropped, the job dir's path replaced), the top-level names of what it
+    wrote (not deeper: event and trace files are named by time and host) and the scalar tags of
+    its TensorBoard summaries."""
+    with tempfile.TemporaryDirectory() as d:
+        job_dir, lines = Path(d), []
+        train(exp, job_dir, log=lines.append)
+        records = []
+        for line in (job_dir / "metrics.jsonl").read_text().splitlines():
+            record = {k: v for k, v in json.loads(line).items() if k not in _TIMING_KEYS}
+            records.append({k: round(v, 5) if isinstance(v, float) else v for k, v in record.items()})
+        kept = sorted(p.name for p in (job_dir / "checkpoints").iterdir())
+        printed = [ln.replace(d, "DIR") for ln in lines if not _TIMED_LINE.search(ln)]
+        written = sorted({p.relative_to(job_dir).parts[0] for p in job_dir.rglob("*") if p.is_file()})
+        tags = [sorted(scalar_tags(job_dir / "summaries" / split)) for split in ("train", "eval")]
+        return digest(records, kept, printed, written, tags)
+
+
+BY_A_RUN = {"data.eval.metrics"}
+"""Data fields the batches do not show: what the eval scores. Walked on the base experiment's run."""
+
+OBSERVABLES = {
+    "data": data_observable,
+    "task": task_observable,
+    "mesh": mesh_observable,
+    "decode": decode_observable,
+    "train": run_observable,
+    "checkpoint": run_observable,
+    "profile": run_observable,
+}
+
+
+@functools.cache
+def _baseline(section: str, exp: ExperimentConfig) -> str:
+    return OBSERVABLES[section](exp)
+
+
+# The walk --------------------------------------------------------------------------------------
+def _values(exp: ExperimentConfig, path: str) -> list[Any]:
+    if path == "checkpoint.init_from_checkpoint_rules":
+        from pax_eqx.checkpoint.config import InitFromCheckpointConfig
+
+        return [(InitFromCheckpointConfig(job_dir="/nonexistent/job_dir", rules=(("(.*)", "{0}"),)),)]
+    if path == "decode.eos_id":  # the first token the base decode samples: it must end there
+        text = decoded(exp)[0]
+        rt, _ = _decoder()
+        return [rt.tokenizer.encode(text)[len(rt.tokenizer.encode(exp.decode.prompt))]]
+    if path in VALUES:
+        return VALUES[path]
+    tp, value = field_type(exp, path)
+    return new_values(tp, value)
+
+
+def _refused(exp: ExperimentConfig, path: str) -> str | None:
+    """The reason `--path` is refused at start on `exp` (as inert, or by validation), else None."""
+    try:
+        refuse_inert_flags(exp, ["--" + path])
+        if path.startswith("data."):  # what reads the data: the experiment's mesh may want 1,024 devices
+            exp.data.validate()
+            exp.model.check_data(exp.data)
+        else:
+            exp.validate(num_devices=jax.device_count())
+    except InertFlagError as error:
+        return str(error)
+    except ValueError as error:  # ConfigError is one
+        field = path.rsplit(".", 1)[-1]
+        assert re.search(rf"\b{field}\b", str(error)), (
+            f"--{path} was refused by an error that does not name it: {error}"
+        )
+        return str(error)
+    return None
+
+
+def check_takes_effect(exp: ExperimentConfig, path: str) -> str:
+    """Some new value of `path` changes its section's observable, or every one is refused; says
+    which (the value that took effect, or the refusals)."""
+    section = "train" if path in BY_A_RUN else path.split(".", 1)[0]
+    baseline = _baseline(section, exp)
+    refusals = []
+    for new in _values(exp, path):
+        try:
+            changed = exp.override(path, new)
+        except ValueError as error:  # the field's own validation
+            refusals.append(str(error))
+            continue
+        reason = _refused(changed, path)
+        if reason:
+            refusals.append(reason)
+            continue
+        try:
+            observed = OBSERVABLES[section](changed)
+        except ValueError as error:  # refused when the run starts
+            assert re.search(rf"\b{path.rsplit('.', 1)[-1]}\b", str(error)), (
+                f"--{path} {new!r} failed at start with an error that does not name it: {error}"
+            )
+            refusals.append(str(error))
+            continue
+        assert observed != baseline, (
+            f"--{path} {new!r} (was {field_type(exp, path)[1]!r}) was accepted and changed nothing the "
+            f"{section} section does. Refuse it in inert_fields or validate, or make it take effect."
+        )
+        return f"{path}={new!r} took effect"
+    assert refusals, f"no value to try for {path}"
+    return f"{path}: refused: " + " | ".join(refusals)
+
+
+def _section_paths(exp: ExperimentConfig, section: str) -> list[str]:
+    return [f"{section}.{p}" for p in leaf_paths(getattr(exp, section))]
+
+
+def _base_cases() -> list:
+    exp = _base()
+    return [
+        pytest.param(path, id=path)
+        for section in SECTIONS
+        for path in _section_paths(exp, section)
+        if (section != "data" or path in BY_A_RUN) and path not in NO_EFFECT_HERE
+    ]
+
+
+CORPUS = Path(__file__).parent / "fixtures" / "corpus" / "docs.jsonl"
+"""60 short documents (A Midsummer Night's Dream) standing in for an experiment's corpus (C4)."""
+
+
+def _tiny_data(exp: ExperimentConfig) -> ExperimentConfig:
+    """`exp` reading a few small batches: its files replaced by `CORPUS`, its synthetic set cut to
+    a few examples (so an epoch ends within the batches read), a SentencePiece vocabulary the
+    small corpus can train."""
+    data = exp.data
+    # Span corruption needs rows long enough for more than one noise span (one span's place is fixed).
+    seq_len = min(data.seq_len, 64 if data.layout == "span_corruption" else 16)
+    over = {"data.train.batch_size": 2, "data.eval.batch_size": 2, "data.seq_len": seq_len}
+    if data.target_seq_len:
+        over["data.target_seq_len"] = min(data.target_seq_len, 8)
+    if data.eval.eval_loop_num_batches:
+        over["data.eval.eval_loop_num_batches"] = 2
+    if data.source in ("synthetic", "random", "synthetic_images"):
+        over["data.num_synthetic_examples"] = 6
+    if data.source in ("jsonl", "text_files"):
+        over |= {"data.source": "jsonl", "data.path": str(CORPUS), "data.eval_path": ""}
+    if data.tokenizer.kind == "sentencepiece":
+        over["data.tokenizer.vocab_size"] = 400
+    for path, value in over.items():
+        exp = exp.override(path, value)
+    return exp
+
+
+@functools.cache
+def _data_configs() -> dict[str, ExperimentConfig]:
+    """{the first experiment's name: its tiny data} for each distinct data config of the registered
+    experiments; the image-folder ones need a tree of image files, which tests/data covers."""
+    found: dict[Any, tuple[str, ExperimentConfig]] = {}
+    for name in registry.names():
+        exp = registry.load_experiment(name)
+        if exp.data.source == "image_folder":
+            continue
+        tiny = _tiny_data(exp)
+        found.setdefault(tiny.data, (name, tiny))
+    return {name: exp for name, exp in found.values()}
+
+
+def _data_cases() -> list:
+    return [
+        pytest.param(name, path, id=f"{name}-{path}")
+        for name, exp in _data_configs().items()
+        for path in _section_paths(exp, "data")
+        if path not in NO_EFFECT_HERE.keys() | BY_A_RUN
+    ]
+
+
+@pytest.mark.parametrize("name, path", _data_cases())
+def test_every_data_flag_of_every_experiment_takes_effect_or_is_refused(name, path):
+    check_takes_effect(_data_configs()[name], path)
+
+
+@pytest.mark.parametrize("path", _base_cases())
+def test_every_run_flag_takes_effect_or_is_refused(path):
+    check_takes_effect(_base(), path)
+
+
+def test_what_is_listed_as_without_effect_here_has_none():
+    exp = _base()
+    for path, reason in NO_EFFECT_HERE.items():
+        section = path.split(".", 1)[0]
+        assert path in _section_paths(exp, section), f"{path} is listed ({reason}) but is no field"
+        for new in _values(exp, path):
+            assert OBSERVABLES[section](exp.override(path, new)) == _baseline(section, exp), (
+                f"{path}={new!r} changes what the {section} section does now: take it out of NO_EFFECT_HERE."
+            )
+
+
+def test_every_section_is_walked():
+    """A new section of ExperimentConfig needs an observable here, or its flags go untested."""
+    sections = {
+        f.name for f in dataclasses.fields(ExperimentConfig) if dataclasses.is_dataclass(getattr(_base(), f.name))
+    }
+    assert sections - {"model", "learner"} == set(SECTIONS)
+
+
+def _data_switch_cases() -> list:
+    return [
+        pytest.param(name, path, kind, id=f"{name}-{path}={kind}")
+        for name, exp in _data_configs().items()
+        for path, options in choice_fields(exp)
+        if path.startswith("data.")
+        for kind in options
+        if kind != functools.reduce(getattr, path.split("."), exp).kind
+    ]
+
+
+@pytest.mark.parametrize("name, path, kind", _data_switch_cases())
+def test_switching_a_data_choice_changes_the_batches_or_is_refused(name, path, kind):
+    """`--data.tokenizer sentencepiece` on a byte-level experiment, and back."""
+    exp = _data_configs()[name]
+    current = functools.reduce(getattr, path.split("."), exp)
+    try:
+        switched = exp.override(path, switch_variant(current, dict(choice_fields(exp))[path][kind]))
+        refuse_inert_flags(switched, ["--" + path])
+        switched.data.validate()
+        observed = data_observable(switched)
+    except ValueError as error:
+        assert re.search(rf"\b{path.rsplit('.', 1)[-1]}\b", str(error)), f"{path}={kind}: {error}"
+        return
+    assert observed != _baseline("data", exp), f"--{path} {kind} was accepted and {name} reads the same batches"
+
+
+@config
+class _PlantedDataConfig(DataConfig):
+    """A data config with one field nothing reads: what this walk exists to catch."""
+
+    planted_knob: int = 0
+
+
+def test_the_walk_fails_on_a_planted_field_nothing_reads():
+    exp = _data_configs()[BASE]
+    planted = exp.replace(
+        data=_PlantedDataConfig(**{f.name: getattr(exp.data, f.name) for f in dataclasses.fields(exp.data)})
+    )
+    with pytest.raises(AssertionError, match="planted_knob 1 .* changed nothing the data section does"):
+        check_takes_effect(planted, "data.planted_knob")
+    assert "took effect" in check_takes_effect(planted, "data.seq_len")  # a real field of the same config
