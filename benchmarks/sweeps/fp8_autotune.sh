@@ -12,14 +12,7 @@ export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 BASE_FLAGS=${XLA_FLAGS:-}
 nvidia-smi --query-gpu=name,memory.total --format=csv 2>&1 | tee "$OUT/machine.txt"
-run() {  # NAME LIMIT_S COMMAND...
-    local name=$1 limit=$2; shift 2
-    echo "== $name: $*"
-    local start=$SECONDS
-    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-    echo "(exit $?, $((SECONDS - start)) s)" >> "$OUT/$name.log"
-    grep -v "^{" "$OUT/$name.log" | grep -v "^    instead" | tail -n 6
-}
+source "$(dirname "$0")/run_logged.sh"
 XLA_FLAGS="$BASE_FLAGS --xla_gpu_autotune_level=2" run probe_nt_level2 40 $PY -m benchmarks.fp8_probe nt
 XLA_FLAGS="$BASE_FLAGS --xla_gpu_autotune_level=0" run probe_nt_level0 40 $PY -m benchmarks.fp8_probe nt
 XLA_FLAGS="$BASE_FLAGS --xla_gpu_autotune_level=2" run probe_nt16_level2 40 $PY -m benchmarks.fp8_probe nt16

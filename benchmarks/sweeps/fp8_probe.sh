@@ -10,14 +10,7 @@ mkdir -p "$OUT"
 export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 nvidia-smi --query-gpu=name,memory.total --format=csv 2>&1 | tee "$OUT/machine.txt"
-run() {  # NAME LIMIT_S COMMAND...
-    local name=$1 limit=$2; shift 2
-    echo "== $name: $*"
-    local start=$SECONDS
-    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-    echo "(exit $?, $((SECONDS - start)) s)" >> "$OUT/$name.log"
-    grep -v "^{" "$OUT/$name.log" | tail -n 8
-}
+source "$(dirname "$0")/run_logged.sh"
 for form in bf16 nt nn tn qdq; do
     run "probe_$form" 40 $PY -m benchmarks.fp8_probe "$form"
 done

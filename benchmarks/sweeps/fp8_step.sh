@@ -8,14 +8,7 @@ OUT=${OUT:-runs/fp8_step}
 mkdir -p "$OUT"
 export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 PYTHONUNBUFFERED=1 XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_autotune_level=2"
 PY=${PY:-python3}
-run() {  # NAME LIMIT_S COMMAND...
-    local name=$1 limit=$2; shift 2
-    echo "== $name: $*"
-    local start=$SECONDS
-    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-    echo "(exit $?, $((SECONDS - start)) s)" >> "$OUT/$name.log"
-    grep -v "^{" "$OUT/$name.log" | tail -n 8
-}
+source "$(dirname "$0")/run_logged.sh"
 B5="--exp gpt3_xl --model.model-dims 4096 --model.hidden-dims 16384 --model.num-heads 32 --data.train.batch-size 8"
 run b5_fp8 200 $PY -m benchmarks.mfu $B5 --model.block.fp8 --steps 6 --warmup 2 --no-reference
 run matmul 100 $PY -m benchmarks.fp8_matmul --steps 10
