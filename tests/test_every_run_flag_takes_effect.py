@@ -175,6 +175,23 @@ def decode_observable(exp: ExperimentConfig) -> str:
     return digest(decoded(exp))
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _plots_as_names():
+    """Each tiny run draws its plots at every eval: half its time, and no part of what the walk
+    compares (the plots are drawn from metrics.jsonl, which it compares; tests/summaries checks
+    the drawing). Here a run writes the plot folder's name only."""
+    from pax_eqx.programs import train_loop
+
+    def names_only(job_dir):
+        (Path(job_dir) / "plots").mkdir(exist_ok=True)
+        (Path(job_dir) / "plots" / "drawn").touch()
+        return []
+
+    drawn, train_loop.write_plots = train_loop.write_plots, names_only
+    yield
+    train_loop.write_plots = drawn
+
+
 _TIMING_KEYS = {"tokens_per_s", "examples_per_s", "steps_per_s", "time", "elapsed_s"}
 _TIMED_LINE = re.compile(r"tok/s|tokens/s|wall|ETA|compil")
 
