@@ -20,7 +20,7 @@ from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.config import SEED_MAX, Config, ConfigError, check_range, config
 from pax_eqx.data import DataConfig
 from pax_eqx.learners import LearnerConfig
-from pax_eqx.models.decoding import SampleConfig
+from pax_eqx.models.decoding import SampleConfig, check_utf8
 from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.models.model import ModelConfig
 from pax_eqx.sharding.mesh import AXES, MeshConfig
@@ -146,6 +146,7 @@ class DecodeConfig(SampleConfig):
 
     def validate(self, modes: bool = True) -> None:
         """SampleConfig's checks, and the seed and sample count (see SampleConfig.validate for `modes`)."""
+        check_utf8(self.prompt)  # first: a prompt that is not text is the error to see
         super().validate(modes)
         check_range(self, "seed", ge=0, le=SEED_MAX, prefix="decode")
         check_range(self, "num_samples", gt=0, prefix="decode")

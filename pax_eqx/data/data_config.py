@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import grain
 
@@ -375,6 +375,27 @@ def target_length(data: DataConfig) -> int:
     if data.layout == "span_corruption":
         return data.target_seq_len or raw_length(data.span_corruption, data.seq_len)[1]
     return data.seq_len
+
+
+class ExampleSpec(NamedTuple):
+    """What one example of a source is, where the source fixes it: the input's shape, and how
+    many classes its labels take (None: any number; the synthetic images are all label 0)."""
+
+    input_shape: tuple[int, ...]
+    num_classes: int | None
+
+
+def example_spec(data: DataConfig) -> ExampleSpec | None:
+    """The examples' shape and classes where the config alone says them (the digits, 8x8 pixels
+    in 10 classes; synthetic images of `image_shape`), without reading any file; None elsewhere
+    (the files decide, and are checked when read)."""
+    if data.source == "digits":
+        return ExampleSpec((64,), 10)
+    if data.source == "digits_images":
+        return ExampleSpec((8, 8, 1), 10)
+    if data.source == "synthetic_images" and data.image_shape:
+        return ExampleSpec(tuple(data.image_shape), None)
+    return None
 
 
 def build_tokenizer(data: DataConfig, job_dir: str | os.PathLike | None = None) -> Tokenizer:

@@ -16,7 +16,7 @@ CLI shows the experiment's network's own fields (`--model.network.hidden-dims 64
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -63,6 +63,27 @@ class ClassificationModelConfig(ModelConfig):
             )
         check_range(self, "input_shape", gt=0, prefix="model")
         check_range(self, "label_smoothing_prob", ge=0, lt=1, prefix="model")
+
+    def check_data(self, data: Any) -> None:
+        """The examples must be `input_shape` and their labels fit `num_classes`, where the data
+        config says what they are (the digits). Otherwise a ResNet trains on 8x8 images declared
+        16x16, or labels 5-9 meet a 5-class softmax and train towards nothing (or NaN)."""
+        from pax_eqx.data.data_config import example_spec
+
+        spec = example_spec(data)
+        if spec is None:
+            return
+        if tuple(self.input_shape) != spec.input_shape:
+            raise ConfigError(
+                f"model.input_shape={tuple(self.input_shape)} but data.source={data.source!r} gives examples of "
+                f"shape {spec.input_shape}; set --model.input-shape {' '.join(map(str, spec.input_shape))}."
+            )
+        if spec.num_classes is not None and self.num_classes < spec.num_classes:
+            raise ConfigError(
+                f"model.num_classes={self.num_classes} but data.source={data.source!r} has {spec.num_classes} "
+                f"classes (labels 0..{spec.num_classes - 1}): labels >= {self.num_classes} would have no logit; "
+                f"set --model.num-classes {spec.num_classes}."
+            )
 
     def build(self, key: PRNGKeyArray) -> ClassificationModel:
         self.validate()

@@ -225,3 +225,16 @@ def _run(model, prompts, length, cfg, key, pad_id) -> list[list[int]]:
 def cut_at_eos(rows: list[list[int]], eos_id: int) -> list[list[int]]:
     """Each row up to (not including) its first `eos_id`."""
     return [row[: row.index(eos_id)] if eos_id in row else row for row in rows]
+
+
+def check_utf8(prompt: str) -> None:
+    """ConfigError for a prompt that is not text: bytes that are not UTF-8 reach Python's argv
+    as lone surrogates, which no tokenizer can encode (the run would fail at its final sample)."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raw = prompt.encode("utf-8", "surrogateescape")
+        raise ConfigError(
+            f"decode.prompt={raw!r} is not UTF-8 text (the bytes at {e.start}..{e.end - 1} are not); "
+            "give the prompt as UTF-8 text."
+        ) from None

@@ -302,3 +302,36 @@ def test_subprocess_job_dir_that_is_not_writable_exits_2(tmp_path):
         if root:
             subprocess.run(["chattr", "-i", str(parent)], check=True)
         parent.chmod(0o755)
+
+
+# --------------------------------------------------------------- new surfaces (Reliability III)
+
+
+def test_a_prompt_that_is_not_utf8_is_refused_before_the_run(tmp_path, capsys):
+    """Bytes that are not UTF-8 reach argv as lone surrogates: refused at start, not after a
+    whole run at the final sample (nor with a UnicodeEncodeError traceback from decode)."""
+    job = tmp_path / "j"
+    code, message = cli(train.main, args(job, "--decode.prompt", "RO\udcff\udcfeMEO"), capsys)
+    assert code == 2
+    assert_says(message, "decode.prompt=b'RO\\xff\\xfeMEO' is not UTF-8 text", "give the prompt as UTF-8 text")
+    assert not (job / "config.json").exists() and not (job / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(
+    "exp, flags, says",
+    [
+        ("digits_resnet", ["--model.num-classes", "5"], "model.num_classes=5 but data.source='digits_images' has 10"),
+        ("digits_mlp", ["--model.num-classes", "3"], "labels >= 3 would have no logit; set --model.num-classes 10"),
+        ("digits_resnet", ["--model.input-shape", "16", "16", "1"], "set --model.input-shape 8 8 1"),
+        ("digits_mlp", ["--model.input-shape", "32"], "gives examples of shape (64,)"),
+    ],
+)
+def test_a_classifier_that_does_not_fit_the_digits_is_refused(tmp_path, capsys, exp, flags, says):
+    """It trained on labels 5-9 without a word, stopped on a NaN blaming the learning rate, or
+    trained a 16x16 model on 8x8 images."""
+    job = tmp_path / "j"
+    mesh = ["--mesh.ici-mesh-shape", "1", "1", str(jax.device_count())]
+    code, message = cli(train.main, ["--exp", exp, "--job-log-dir", str(job), *mesh, *flags], capsys)
+    assert code == 2
+    assert_says(message, says)
+    assert not job.exists() or not any(job.iterdir())
