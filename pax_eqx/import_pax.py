@@ -151,12 +151,20 @@ def _imported_state(exp, programs, pax):
 
 
 def _refuse_checkpoints(ckpt, path) -> None:
+    """An import starts a job dir: refused where one has started (checkpoints, or a run's
+    config.json and metrics, even without a checkpoint), which it would turn into one dir of two
+    experiments."""
     from pax_eqx.programs.job_dir import JobDirError
 
     if ckpt.committed_steps():
         raise JobDirError(
             f"--job-log-dir {str(path)!r} already holds checkpoints (steps {ckpt.committed_steps()}); import into a "
             "new --job-log-dir."
+        )
+    used = [name for name in ("config.json", "metrics.jsonl") if (path / name).exists()]
+    if used:
+        raise JobDirError(
+            f"--job-log-dir {str(path)!r} already holds a run ({', '.join(used)}); import into a new --job-log-dir."
         )
 
 

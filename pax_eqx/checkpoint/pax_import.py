@@ -160,10 +160,37 @@ def _read_state(state: Path) -> dict[str, np.ndarray]:
     out = {}
     for name, spec in specs.items():
         try:
-            out[name] = np.asarray(ts.open(spec, open=True).result().read().result())
+            out[name] = _read_array(ts, spec)
+        except PaxImportError as e:
+            raise PaxImportError(f"{name!r} in {state}: {e}") from None
         except Exception as e:  # noqa: BLE001 -- a damaged array: say which, in one line
             raise PaxImportError(f"cannot read {name!r} in {state}: {type(e).__name__}: {e}") from None
     return out
+
+
+def _read_array(ts: Any, spec: dict) -> np.ndarray:
+    """One variable, refusing a chunk that is missing beside chunks that are there.
+
+    tensorstore may leave out a chunk that equals the fill value (zero) when it writes, so an
+    absent chunk can be zeros; but an interrupted copy leaves some of a variable's chunks behind,
+    which a plain read would turn into zeros without a word. A variable with no chunk at all is
+    read as its fill value (all zeros, as tensorstore writes one); one with some chunks but not
+    all is damaged."""
+    strict = ts.open({**spec, "fill_missing_data_reads": False}, open=True).result()
+    try:
+        return np.asarray(strict.read().result())
+    except ValueError as e:
+        if "NOT_FOUND" not in str(e):
+            raise
+        kvstore = ts.KvStore.open(spec["kvstore"]).result()
+        chunks = [k for k in kvstore.list().result() if not k.decode().rsplit("/", 1)[-1].startswith(".")]
+        if chunks:
+            missing = str(e).split("NOT_FOUND: ", 1)[-1]
+            raise PaxImportError(
+                f"{missing}, while {len(chunks)} other chunk(s) of it are there: the checkpoint is incomplete "
+                "(an interrupted copy?); copy it again, or import an earlier step"
+            ) from None
+        return np.asarray(ts.open(spec, open=True).result().read().result())
 
 
 # ---------------------------------------------------------------------------------- mapping

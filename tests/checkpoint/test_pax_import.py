@@ -168,6 +168,30 @@ def test_a_missing_checkpoint_is_a_user_error(tmp_path):
         read_checkpoint(tmp_path)
 
 
+def _zarr(path: Path, data: np.ndarray) -> None:
+    import tensorstore as ts
+
+    spec = {"driver": "zarr", "kvstore": {"driver": "file", "path": str(path)}}
+    meta = {"shape": list(data.shape), "chunks": [2, 2], "dtype": "<f4"}
+    ts.open({**spec, "metadata": meta}, create=True).result().write(data).result()
+
+
+def test_a_variable_missing_one_of_its_chunks_is_refused_not_read_as_zeros(tmp_path):
+    """An interrupted copy: three of four chunk files. A plain tensorstore read fills the fourth
+    with zeros; a variable with no chunk at all is zeros as tensorstore may write it."""
+    from pax_eqx.checkpoint.pax_import import PaxImportError, _read_state
+
+    _zarr(tmp_path / "w", np.arange(1, 17, dtype=np.float32).reshape(4, 4))
+    _zarr(tmp_path / "zeros", np.zeros((4, 4), np.float32))
+    for chunk in ("0.0", "0.1", "1.0", "1.1"):
+        (tmp_path / "zeros" / chunk).unlink(missing_ok=True)  # every chunk left out: the fill value
+    state = _read_state(tmp_path)
+    assert float(state["w"].sum()) == 136.0 and not state["zeros"].any()
+    (tmp_path / "w" / "1.0").unlink()
+    with pytest.raises(PaxImportError, match=r"'w' in .*1\.0.* is missing, while 3 other chunk\(s\) of it are there"):
+        _read_state(tmp_path)
+
+
 # ------------------------------------------------------------------------------ command line
 
 
@@ -268,3 +292,18 @@ def test_without_adam_moments_the_optimizer_starts_afresh_with_a_warning(tmp_pat
     assert sorted(os.listdir(out / "checkpoints")) == ["3"]
     with pytest.raises(JobDirError, match="already holds checkpoints"):
         import_pax.main(["--pax-checkpoint", str(tmp_path / "pax"), *_flags(out, spm_model)])
+
+
+def test_an_import_into_a_job_dir_that_holds_a_run_is_refused(tmp_path, spm_model):
+    """A run's config.json and metrics without a checkpoint: the import would have replaced the
+    config and kept the metrics, one job dir of two experiments."""
+    from pax_eqx import import_pax
+    from pax_eqx.programs.job_dir import JobDirError
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text('{"name": "another"}')
+    (out / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
+    with pytest.raises(JobDirError, match="already holds a run \\(config.json, metrics.jsonl\\)"):
+        import_pax.main(["--pax-checkpoint", str(FIXTURES / "layers"), *_flags(out, spm_model)])
+    assert (out / "config.json").read_text() == '{"name": "another"}'
