@@ -89,9 +89,28 @@ def prepare(job_dir: str | os.PathLike, *, create: bool = True) -> Path:
             raise JobDirError(message) from None
     if create and not os.access(path, os.W_OK | os.X_OK):
         raise JobDirError(f"--job-log-dir {str(path)!r} is not writable; fix its permissions or choose another path.")
+    _refuse_broken_checkpoints_dir(path)
     if create:
         _refuse_foreign(path)
     return path
+
+
+def _refuse_broken_checkpoints_dir(path: Path) -> None:
+    """DIR/checkpoints as a link to nothing, or holding a Paxml run's `checkpoint_<step>` dirs:
+    named here, not later as a directory that "exists" or checkpoints that cannot be read."""
+    checkpoints = path / "checkpoints"
+    if checkpoints.is_symlink() and not checkpoints.exists():
+        raise JobDirError(
+            f"{str(checkpoints)!r} is a link to {os.readlink(checkpoints)!r}, which does not exist; create that "
+            "directory or remove the link."
+        )
+    if checkpoints.is_dir():
+        pax = sorted(p.name for p in checkpoints.iterdir() if p.name.startswith("checkpoint_"))
+        if pax:
+            raise JobDirError(
+                f"--job-log-dir {str(path)!r} is a Paxml job dir ({checkpoints.name}/{pax[-1]}); import it into a new "
+                f"job dir first: python -m pax_eqx.import_pax --pax-checkpoint {path} --exp NAME --job-log-dir NEW_DIR."
+            )
 
 
 def _refuse_foreign(path: Path) -> None:

@@ -335,3 +335,24 @@ def test_a_classifier_that_does_not_fit_the_digits_is_refused(tmp_path, capsys, 
     assert code == 2
     assert_says(message, says)
     assert not job.exists() or not any(job.iterdir())
+
+
+def test_a_checkpoints_link_to_nothing_is_named(tmp_path, capsys):
+    job = tmp_path / "j"
+    job.mkdir()
+    (job / "checkpoints").symlink_to(tmp_path / "gone")
+    code, message = cli(train.main, args(job), capsys)
+    assert code == 2
+    assert_says(message, "checkpoints' is a link to", "gone', which does not exist; create that directory or remove")
+    assert not (job / "config.json").exists()
+
+
+def test_a_paxml_job_dir_points_to_import_pax(tmp_path, capsys):
+    """Pax's `checkpoints/checkpoint_00000003/`: not "unreadable ... move the directory aside"."""
+    job = tmp_path / "pax"
+    (job / "checkpoints" / "checkpoint_00000003" / "state").mkdir(parents=True)
+    for main in (train.main, eval_main.main):
+        code, message = cli(main, args(job), capsys)
+        assert code == 2
+        assert_says(message, "is a Paxml job dir (checkpoints/checkpoint_00000003)", "python -m pax_eqx.import_pax")
+    assert sorted(os.listdir(job)) == ["checkpoints"]
