@@ -94,8 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ckpt.close()
         if jax.process_index() == 0:
             write_config(path, exp.to_dict())
+    name = entry.experiment_named(argv)  # as given: a dotted path's short name is not registered
     print(
-        f"Imported step {pax.step} into {path}. Fine-tune with: python -m pax_eqx.train --exp {exp.name or 'NAME'} "
+        f"Imported step {pax.step} into {path}. Fine-tune with: python -m pax_eqx.train --exp {name} "
         f"--job-log-dir {path} [the same flags] --train.num-steps N (N > {pax.step}).",
         flush=True,
     )

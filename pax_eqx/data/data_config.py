@@ -217,6 +217,14 @@ class DataConfig(Config):
         self.eval.validate("eval")
         self._validate_images(files)
         self._validate_seq2seq()
+        if self.source in ("digits", "digits_images"):
+            available = digits.split_size("train", self.eval_fraction)
+            if self.train.batch_size > available:
+                raise ConfigError(
+                    f"data.train.batch_size={self.train.batch_size} but data.source={self.source!r} has {available} "
+                    f"training examples (with data.eval_fraction={self.eval_fraction}): every batch would repeat each "
+                    f"one ~{self.train.batch_size // available} times; use a batch size of at most {available}."
+                )
         if not files:
             return
         if self.source in ("text_files", "jsonl", "seq2seq_jsonl"):

@@ -30,6 +30,16 @@ def check_available() -> None:
         ) from None
 
 
+NUM_EXAMPLES = 1797
+"""scikit-learn's digits: 1,797 images, fixed."""
+
+
+def split_size(split: str, eval_fraction: float) -> int:
+    """How many of the digits `split` holds (as `digits_examples` splits them), without loading them."""
+    num_eval = max(1, round(NUM_EXAMPLES * eval_fraction))
+    return num_eval if split == "eval" else NUM_EXAMPLES - num_eval
+
+
 def digits_examples(split: str, eval_fraction: float) -> grain.MapDataset:
     """This split's examples (module docstring)."""
     check_available()

@@ -234,7 +234,10 @@ def test_import_then_fine_tune_through_the_command_line(tmp_path, spm_model, cap
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert import_pax.main(["--pax-checkpoint", str(FIXTURES / "layers"), *flags]) == 0
-    assert "Imported step 3" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "Imported step 3" in printed
+    # the fine-tuning hint names the experiment as given (a dotted path, not its short name)
+    assert "python -m pax_eqx.train --exp pax_experiment.tiny_pax_lm --job-log-dir" in printed
     # the learner matches: Adam's moments were imported
     assert not [w for w in caught if issubclass(w.category, import_pax.PaxImportWarning)], caught
     assert sorted(os.listdir(out / "checkpoints")) == ["3"]

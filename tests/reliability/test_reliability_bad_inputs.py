@@ -356,3 +356,16 @@ def test_a_paxml_job_dir_points_to_import_pax(tmp_path, capsys):
         assert code == 2
         assert_says(message, "is a Paxml job dir (checkpoints/checkpoint_00000003)", "python -m pax_eqx.import_pax")
     assert sorted(os.listdir(job)) == ["checkpoints"]
+
+
+def test_a_digits_batch_larger_than_the_training_split_is_refused(tmp_path, capsys):
+    """`--data.train.batch-size 100000` on 1,617 examples: accepted, each batch the split ~61
+    times over, and a SIGTERM then took minutes to save."""
+    job = tmp_path / "j"
+    mesh = ["--mesh.ici-mesh-shape", "1", "1", str(jax.device_count())]
+    argv = ["--exp", "digits_resnet", "--job-log-dir", str(job), *mesh, "--data.train.batch-size", "100000"]
+    code, message = cli(train.main, argv, capsys)
+    assert code == 2
+    assert_says(message, "data.train.batch_size=100000 but data.source='digits_images' has 1617 training examples",
+                "use a batch size of at most 1617")  # fmt: skip
+    assert not job.exists() or not any(job.iterdir())
