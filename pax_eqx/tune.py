@@ -16,6 +16,7 @@ docs/tuning.md has the details and the multi-machine form.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import warnings
@@ -253,7 +254,13 @@ def _prepare(study_dir: Path, cli) -> Path:
                 f"--study-dir {str(study_dir)!r} holds files that are not a study's ({', '.join(sorted(entries)[:3])}"
                 f"{', ...' if len(entries) > 3 else ''}); choose a new or empty directory."
             )
-    study_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        study_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        message = f"--study-dir {str(study_dir)!r} cannot be created ({e.strerror}); choose a writable path."
+        raise cli.fail(message) from None
+    if not os.access(study_dir, os.W_OK | os.X_OK):  # the study's database and the trials' job dirs go there
+        raise cli.fail(f"--study-dir {str(study_dir)!r} is not writable; fix its permissions or choose another path.")
     return study_dir
 
 

@@ -171,3 +171,18 @@ def test_a_study_started_with_another_setup_is_refused(tmp_path, capsys):
     assert info.value.code == 2
     assert "was started with another setup (args: ['--train.num-steps', '300'] -> ['--train.num-steps', '9'])" in err
     assert sorted(p.name for p in study.iterdir()) == ["study.db"]  # no trial was started
+
+
+def test_a_study_dir_that_cannot_be_created_is_one_line(tmp_path, capsys):
+    """It was a raw sqlalchemy / optuna traceback (an unwritable study dir, as root cannot be
+    tested here: root writes anywhere, so the path runs through a file instead)."""
+    from pax_eqx.command_line import entry
+
+    (tmp_path / "a_file").write_text("")
+    study = tmp_path / "a_file" / "study"
+    with pytest.raises(SystemExit) as info:
+        entry.run(lambda: tune.main(["--exp", "shakespeare_char", "--study-dir", str(study)]))
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err.count("error:") == 1 and "cannot be created (Not a directory); choose a writable path" in err
+    assert "Traceback" not in err
