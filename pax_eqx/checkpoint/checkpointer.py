@@ -66,11 +66,13 @@ from pax_eqx.checkpoint.errors import (
     CheckpointError,
     CheckpointFallbackWarning,
     CheckpointMismatchError,
+    CheckpointPermissionError,
     CheckpointSaveError,
     NonFiniteCheckpointError,
     NoReadableCheckpointError,
     listed,
     one_line,
+    permission_denied,
 )
 from pax_eqx.checkpoint.integrity import (
     build_manifest,
@@ -337,6 +339,12 @@ class Checkpointer:
                 raise
             except Exception as e:  # a damaged checkpoint can fail anywhere in orbax/tensorstore
                 error = e
+            if not all_hosts(not permission_denied(error)):  # not damage: nothing to set aside or skip
+                raise CheckpointPermissionError(
+                    f"checkpoint {self.directory / str(candidate)} cannot be read: "
+                    f"{one_line(error) if error else 'permission denied on another host'}. Fix the permissions of "
+                    f"{self.directory} (its files must be readable by this user) and rerun."
+                ) from error
             if all_hosts(error is None):
                 if unreadable:
                     self._set_aside(unreadable)

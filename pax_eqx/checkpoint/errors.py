@@ -34,6 +34,21 @@ class CheckpointCorruptError(CheckpointError):
     """A committed checkpoint could not be read back, or read back different bytes."""
 
 
+class CheckpointPermissionError(CheckpointError):
+    """A committed checkpoint's files could not be opened for their permissions: not damage, so
+    nothing is set aside or skipped; the user fixes the permissions."""
+
+
+def permission_denied(error: BaseException | None) -> bool:
+    """Whether `error` (or what it was raised from) is the OS refusing access: a PermissionError,
+    or tensorstore's PERMISSION_DENIED status inside a library's exception text."""
+    while error is not None:
+        if isinstance(error, PermissionError) or "PERMISSION_DENIED" in str(error) or "Permission denied" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 class NoReadableCheckpointError(CheckpointError):
     """No committed checkpoint in the directory could be restored."""
 

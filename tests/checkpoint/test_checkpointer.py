@@ -417,3 +417,26 @@ def test_a_real_write_failure_keeps_the_previous_checkpoint(tmp_path):
     step, state, _ = restore(tmp_path, width=256)
     assert step == 1
     assert_same(state, make_state(1, width=256))
+
+
+def test_a_checkpoint_unreadable_for_its_permissions_stops_the_restore_and_is_left_in_place(tmp_path, monkeypatch):
+    """EACCES is not damage: no fallback to an older step, nothing renamed aside, an error that
+    says to fix the permissions. (Tests run as root, whom permissions do not stop, so the read
+    fails as tensorstore reports it, by a stand-in for the restore of the newest step.)"""
+    from pax_eqx.checkpoint.errors import CheckpointPermissionError
+
+    saved(tmp_path, steps=(1, 2)).close()
+    ckpt = Checkpointer(tmp_path, CheckpointConfig())
+    read = ckpt._restore_step
+
+    def denied(step, *args):
+        if step == 2:
+            raise ValueError(f'PERMISSION_DENIED: error opening "{tmp_path}/2/state/d/x": Permission denied')
+        return read(step, *args)
+
+    monkeypatch.setattr(ckpt, "_restore_step", denied)
+    with pytest.raises(CheckpointPermissionError, match=r"checkpoint .*2 cannot be read: .*Fix the permissions"):
+        ckpt.restore(abstract(make_state(0)))
+    ckpt.close()
+    assert ckpt.committed_steps() == [1, 2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["1", "2"]
