@@ -145,8 +145,11 @@ def _check_config_everywhere(exp: ExperimentConfig, job_dir: Path) -> list[str]:
     resume stops all of them instead of leaving the others waiting in the first collective."""
     refusal, changed = None, []
     if jax.process_index() == 0:
+        # Without a committed checkpoint there is nothing to resume (a run stopped before its first
+        # save, by an out-of-memory error say): a changed config starts afresh instead of being refused.
+        resumable = bool(Checkpointer(job_dir / "checkpoints", read_only=True).committed_steps())
         try:
-            changed = check_config(job_dir, exp.to_dict(), exp.checkpoint.allow_config_change)
+            changed = check_config(job_dir, exp.to_dict(), exp.checkpoint.allow_config_change or not resumable)
         except JobDirError as e:
             refusal = e
     if any_host(refusal is not None) and refusal is None:
@@ -285,7 +288,8 @@ class _Run:
             record_command(self.job_dir, self.argv)
             self.log = log = tee_to_log(self.job_dir, log)
             if changed:
-                log("Config changes since the last run in this job dir:\n  " + "\n  ".join(changed))
+                afresh = " (no checkpoint to resume: this run starts afresh with them)" if self.step == 0 else ""
+                log(f"Config changes since the last run in this job dir{afresh}:\n  " + "\n  ".join(changed))
             for line in banner(
                 exp, self.rt.programs.abstract_state.params, self.rt.programs.mesh, self.job_dir, self.step
             ):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -369,3 +370,24 @@ def test_a_digits_batch_larger_than_the_training_split_is_refused(tmp_path, caps
     assert_says(message, "data.train.batch_size=100000 but data.source='digits_images' has 1617 training examples",
                 "use a batch size of at most 1617")  # fmt: skip
     assert not job.exists() or not any(job.iterdir())
+
+
+def test_a_job_dir_without_a_checkpoint_takes_a_changed_config(tmp_path, capsys):
+    """A run stopped before its first save (out of memory, say) leaves config.json and no
+    checkpoint: rerunning with the advised smaller batch is not a resume, so it is not refused."""
+    import json
+
+    job = copy_of_reference(tmp_path)
+    shutil.rmtree(job / "checkpoints")
+    saved = json.loads((job / "config.json").read_text())
+    with pytest.raises(SystemExit) as done:
+        entry.run(lambda: train.main(args(job, "--data.train.batch-size", "8", "--train.num-steps", "2")))
+    out = capsys.readouterr().out
+    assert done.value.code == 0, out
+    assert_says(out, "Config changes since the last run in this job dir (no checkpoint to resume: this run starts "
+                "afresh with them)", "data.train.batch_size: 4 -> 8", "Starting")  # fmt: skip
+    assert (
+        json.loads((job / "config.json").read_text())["data"]["train"]["batch_size"]
+        == 8
+        != saved["data"]["train"]["batch_size"]
+    )
