@@ -10,6 +10,7 @@ run's job dir and compare its config.json and checkpoints byte for byte before a
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -375,7 +376,6 @@ def test_a_digits_batch_larger_than_the_training_split_is_refused(tmp_path, caps
 def test_a_job_dir_without_a_checkpoint_takes_a_changed_config(tmp_path, capsys):
     """A run stopped before its first save (out of memory, say) leaves config.json and no
     checkpoint: rerunning with the advised smaller batch is not a resume, so it is not refused."""
-    import json
 
     job = copy_of_reference(tmp_path)
     shutil.rmtree(job / "checkpoints")
@@ -391,3 +391,17 @@ def test_a_job_dir_without_a_checkpoint_takes_a_changed_config(tmp_path, capsys)
         == 8
         != saved["data"]["train"]["batch_size"]
     )
+
+
+def test_a_job_dir_without_a_checkpoint_still_refuses_another_experiment(tmp_path, capsys):
+    """Nothing to resume, but the dir's config.json and metrics are another experiment's."""
+    job = copy_of_reference(tmp_path)
+    shutil.rmtree(job / "checkpoints")
+    config = job / "config.json"
+    saved = json.loads(config.read_text())
+    config.write_text(json.dumps({**saved, "name": "another_" + saved["name"]}, indent=2, sort_keys=True))
+    before = snapshot(job)
+    code, message = cli(train.main, args(job, "--data.train.batch-size", "8"), capsys)
+    assert code == 2
+    assert_says(message, "cannot resume", "it holds a run of a different experiment", "data.train.batch_size: 4 -> 8")
+    assert snapshot(job) == before
