@@ -160,9 +160,11 @@ def exclusive(path: Path, *, lock: bool = True) -> Iterator[None]:
         ) from None
     except OSError as e:
         if e.errno not in (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP):
+            with contextlib.suppress(OSError):
+                if file.exists() and file.stat().st_size == 0:  # an empty lock file a full disk let through
+                    file.unlink()
             raise JobDirError(
-                f"--job-log-dir {str(path)!r}: cannot create its lock file {LOCK_FILE} ({e.strerror}); fix the "
-                "directory's permissions or choose another path."
+                f"--job-log-dir {str(path)!r}: cannot create its lock file {LOCK_FILE} ({e.strerror}); {_fix_for(e)}."
             ) from None
         warnings.warn(
             f"the file system of --job-log-dir {str(path)!r} cannot lock files ({e.strerror}): a second trainer on "
@@ -178,11 +180,15 @@ def exclusive(path: Path, *, lock: bool = True) -> Iterator[None]:
         tmp = holder.with_name(f"{HOLDER_FILE}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(info) + "\n")
         os.replace(tmp, holder)
-    except OSError as e:
+    except OSError as e:  # a refused start leaves nothing behind: the holder's temporary file, the lock
+        with contextlib.suppress(OSError, NameError):
+            tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError, NameError):
+            if os.path.samestat(os.lstat(file), held):
+                file.unlink()
         trainer_lock.release()
         raise JobDirError(
-            f"--job-log-dir {str(path)!r}: cannot write {HOLDER_FILE} ({e.strerror}); fix the directory's "
-            "permissions or choose another path."
+            f"--job-log-dir {str(path)!r}: cannot write {HOLDER_FILE} ({e.strerror}); {_fix_for(e)}."
         ) from None
     try:
         yield
@@ -193,6 +199,17 @@ def exclusive(path: Path, *, lock: bool = True) -> Iterator[None]:
             if os.path.samestat(os.lstat(file), held):
                 file.unlink()
         trainer_lock.release()
+
+
+def _fix_for(error: OSError) -> str:
+    """What to do about a job dir the OS would not write into, by its reason."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "free space (or inodes: `df -i`) on its file system, or choose another path"
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "fix the directory's permissions, or choose another path"
+    if error.errno in (errno.EISDIR, errno.ENOTDIR, errno.EEXIST):
+        return "move aside what is in its place, or choose another path"
+    return "choose another path"
 
 
 def _holder(file: Path) -> str:

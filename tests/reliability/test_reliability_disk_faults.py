@@ -167,8 +167,8 @@ def test_a_job_dir_that_cannot_hold_the_lock_file_is_refused(tmp_path):
     done = run(job, *MORE)
     assert done.returncode == 2, done.stderr[-3000:]
     assert error_line(done.stderr) == (
-        f"error: --job-log-dir {str(job)!r}: cannot create its lock file train.lock (Is a directory); fix the "
-        "directory's permissions or choose another path."
+        f"error: --job-log-dir {str(job)!r}: cannot create its lock file train.lock (Is a directory); move aside "
+        "what is in its place, or choose another path."
     )
     assert snapshot(job) == before
 

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pax_eqx.programs.job_dir import exclusive
 
 HERE = Path(__file__).parent
@@ -50,3 +52,25 @@ def test_process_0_locks_for_every_host_and_a_refusal_stops_them_all(tmp_path):
     assert [r["error"] for r in held] == [None, None]
     assert held[0]["holder_pid"] == held[1]["holder_pid"] == held[0]["own_pid"]  # process 0 holds it
     assert list(job.iterdir()) == []  # released and removed
+
+
+def test_a_start_refused_for_a_full_disk_leaves_no_lock_behind(tmp_path, monkeypatch):
+    """The holder file cannot be written (ENOSPC: the disk or its inodes are full). It left
+    train.lock and train.lock.holder.<pid>.tmp behind, and advised fixing the permissions."""
+    import errno
+
+    from pax_eqx.programs.job_dir import JobDirError
+
+    write = Path.write_text
+
+    def full_disk(self, *args, **kwargs):
+        if self.name.startswith("train.lock.holder"):
+            self.touch()  # the name got an inode, its bytes no room
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    with pytest.raises(JobDirError, match=r"No space left on device\); free space \(or inodes"):
+        with exclusive(tmp_path):
+            pass
+    assert os.listdir(tmp_path) == []
