@@ -77,6 +77,7 @@ class JobDirLockWarning(UserWarning):
 def prepare(job_dir: str | os.PathLike, *, create: bool = True) -> Path:
     """Checks DIR is (or can become) a writable directory; names the problem otherwise."""
     path = Path(job_dir)
+    _refuse_unusable_name(path)
     if path.exists() and not path.is_dir():
         raise JobDirError(f"--job-log-dir {str(path)!r} is a file, not a directory; choose another path.")
     if not path.exists():
@@ -93,6 +94,47 @@ def prepare(job_dir: str | os.PathLike, *, create: bool = True) -> Path:
     if create:
         _refuse_foreign(path)
     return path
+
+
+def _refuse_unusable_name(path: Path) -> None:
+    """A path the run could create but never save into: bytes that are not UTF-8 (tensorstore
+    takes UTF-8 paths only: the first save would fail), a name longer than the file system
+    allows, or a path longer than it allows (with room for the checkpoint files below it)."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = text.encode("utf-8", "surrogateescape")
+        raise JobDirError(
+            f"--job-log-dir {raw!r} is not UTF-8 (checkpoints are written through tensorstore, which takes UTF-8 "
+            "paths only); choose a path of UTF-8 text."
+        ) from None
+    existing = next((p for p in [path.absolute(), *path.absolute().parents] if _exists(p)), Path("/"))
+    try:
+        name_max, path_max = os.pathconf(existing, "PC_NAME_MAX"), os.pathconf(existing, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return
+    long_name = next((part for part in path.parts if len(os.fsencode(part)) > name_max), None)
+    if long_name is not None:
+        raise JobDirError(
+            f"--job-log-dir {text!r}: the name {long_name[:40]!r}... is {len(os.fsencode(long_name))} bytes, over the "
+            f"file system's limit of {name_max}; choose a shorter name."
+        )
+    room = 200  # checkpoints/<step>/state/d/<hash>, the longest file a run writes below its job dir
+    if len(os.fsencode(str(path.absolute()))) + room > path_max:
+        raise JobDirError(
+            f"--job-log-dir is {len(os.fsencode(str(path.absolute())))} bytes long: with the checkpoint files below "
+            f"it (~{room} more) it passes the file system's limit of {path_max}; choose a shorter path."
+        )
+
+
+def _exists(path: Path) -> bool:
+    """Path.exists without the OSError a name too long for the file system raises."""
+    try:
+        os.stat(path)
+    except OSError:
+        return False
+    return True
 
 
 def _refuse_broken_checkpoints_dir(path: Path) -> None:

@@ -405,3 +405,21 @@ def test_a_job_dir_without_a_checkpoint_still_refuses_another_experiment(tmp_pat
     assert code == 2
     assert_says(message, "cannot resume", "it holds a run of a different experiment", "data.train.batch_size: 4 -> 8")
     assert snapshot(job) == before
+
+
+@pytest.mark.parametrize(
+    "name, says",
+    [
+        ("x" * 300, "bytes, over the file system's limit of"),
+        ("/".join(["d" * 200] * 20), "bytes long: with the checkpoint files below it"),
+        ("run\udcff", "is not UTF-8 (checkpoints are written through tensorstore"),
+    ],
+    ids=["a-name-too-long", "a-path-too-long", "not-utf8"],
+)
+def test_a_job_dir_path_the_run_could_never_save_into_is_refused(tmp_path, capsys, name, says):
+    """It was a raw OSError, or a run that trained and then could never save (a pybind cast
+    error), leaving config.json."""
+    code, message = cli(train.main, args(f"{tmp_path}/{name}"), capsys)
+    assert code == 2
+    assert_says(message, says)
+    assert os.listdir(tmp_path) == []
