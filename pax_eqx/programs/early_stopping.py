@@ -21,6 +21,7 @@ from typing import Any
 
 from pax_eqx.config import ConfigError
 from pax_eqx.experiment import EarlyStoppingConfig
+from pax_eqx.summaries.scalars import with_loss_alias
 
 STATE_KEY = "early_stopping"
 
@@ -42,11 +43,8 @@ class EarlyStopping:
         if not self.enabled:
             return ""
         name = self.cfg.metric
-        if name not in metrics:
-            raise ConfigError(
-                f"train.early_stopping.metric={name!r} is not among the eval metrics {sorted(metrics)}; name one of "
-                "them."
-            )
+        metrics = with_loss_alias(metrics)
+        self.check_metric(metrics)
         value = float(metrics[name])
         sign = 1.0 if self.cfg.mode == "min" else -1.0
         if self.best is None or (math.isfinite(value) and sign * (self.best - value) > self.cfg.min_delta):
@@ -63,6 +61,14 @@ class EarlyStopping:
                 f"{self.cfg.patience}; best {self.best:.6g} at step {self.best_step}, now {value:.6g})"
             )
         return self.stopped
+
+    def check_metric(self, names: Any) -> None:
+        """ConfigError unless the watched metric is one of `names` (the eval's metrics)."""
+        if self.enabled and self.cfg.metric not in names:
+            raise ConfigError(
+                f"train.early_stopping.metric={self.cfg.metric!r} is not among the eval metrics {sorted(names)}; name "
+                "one of them."
+            )
 
     def state(self) -> dict[str, Any]:
         """What the checkpoint keeps (JSON)."""

@@ -24,7 +24,7 @@ from pax_eqx.data import eval_num_batches
 from pax_eqx.metrics import HostAccumulator
 from pax_eqx.programs import eval_metrics
 from pax_eqx.programs.errors import DataPipelineError, raised_at
-from pax_eqx.summaries import mean_summaries, step_scalars
+from pax_eqx.summaries import mean_summaries, step_scalars, with_loss_alias
 
 
 def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = None) -> dict[str, float]:
@@ -82,3 +82,17 @@ def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = Non
     shown = "".join(f", {k} {result[k]:.4f}" for k in ("accuracy",) if k in result)
     log(f"eval: loss {result['total_loss']:.4f}{shown} over {count} batches")
     return result
+
+
+def reported_names(programs: Any, local: dict[str, np.ndarray], metrics: tuple[str, ...] = ()) -> set[str]:
+    """The names an eval run reports (what `evaluate` returns), known before any eval from the
+    eval step's abstract outputs on a host batch's shapes: `train.early_stopping.metric` is
+    checked against them at start, not at the first eval after checkpoints are written.
+    metrics: data.eval.metrics, the host-side scores an eval adds."""
+    hosts = jax.process_count()
+    batch = {k: jax.ShapeDtypeStruct((v.shape[0] * hosts,) + v.shape[1:], v.dtype) for k, v in local.items()}
+    abstract = jax.eval_shape(programs.task.eval_step, programs.abstract_state, batch)
+    outputs = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract)
+    names = set(step_scalars(outputs.metrics, mean_summaries([outputs.summaries] if outputs.summaries else [])))
+    names |= {"num_predictions", "num_batches"} | set(metrics) | ({"pplx"} if "log_pplx" in names else set())
+    return set(with_loss_alias(dict.fromkeys(names)))

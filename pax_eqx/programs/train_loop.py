@@ -51,7 +51,7 @@ from pax_eqx.learners import skipped_steps
 from pax_eqx.programs.decode_modes import check_decode
 from pax_eqx.programs.early_stopping import EarlyStopping
 from pax_eqx.programs.errors import DataPipelineError, NonFiniteLossError, RunError, raised_at
-from pax_eqx.programs.eval_loop import evaluate
+from pax_eqx.programs.eval_loop import evaluate, reported_names
 from pax_eqx.programs.init_from import init_from_checkpoints
 from pax_eqx.programs.input_positions import input_states, restore_inputs
 from pax_eqx.programs.job_dir import JobDirError, check_config, exclusive, write_config
@@ -476,7 +476,8 @@ def _loop_length(exp: ExperimentConfig, step: int) -> int:
 
 def _check_step_traces(rt: Runtime, train_input: Any) -> None:
     """Traces the train step abstractly on the first batch's shapes, so a batch without the
-    model's keys or a task loss the model does not report fails before anything is written.
+    model's keys, a task loss the model does not report or an early-stopping metric the eval
+    does not report fails before anything is written.
     The batch is read and the input put back where it was: the run still starts with it."""
     position = train_input.get_state()
     try:
@@ -486,6 +487,10 @@ def _check_step_traces(rt: Runtime, train_input: Any) -> None:
     finally:
         train_input.set_state(position)
     rt.programs.check_batch(first)
+    if rt.exp.train.early_stopping.metric:  # a misspelt metric: now, not at the first eval
+        EarlyStopping(rt.exp.train.early_stopping).check_metric(
+            reported_names(rt.programs, first, rt.exp.data.eval.metrics)
+        )
 
 
 # ------------------------------------------------------------------------------ failures

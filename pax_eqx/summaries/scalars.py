@@ -39,3 +39,11 @@ def mean_summaries(batches: list[Mapping[str, Any]]) -> dict[str, np.ndarray]:
     return {
         name: np.asarray(np.mean([np.asarray(b[name], np.float64) for b in batches], axis=0)) for name in batches[0]
     }
+
+
+def with_loss_alias(values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` with "loss" standing for "total_loss" where only the latter is there: the name the
+    console prints, which metrics.jsonl, early stopping and `tune --metric` all accept."""
+    if "loss" not in values and "total_loss" in values:
+        return {"loss": values["total_loss"], **values}
+    return dict(values)

@@ -43,6 +43,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, SupportsFloat
 
+from pax_eqx.summaries.scalars import with_loss_alias
+
 SPLITS = ("train", "eval", "eval_separate")
 METRICS_FILE = "metrics.jsonl"
 EVAL_RESULTS_FILE = "eval_results.jsonl"
@@ -139,8 +141,7 @@ class SummaryWriter:
             return
         step = int(step)
         values = {name: _as_float(split, step, name, v) for name, v in metrics.items()}
-        if "loss" not in values and "total_loss" in values:
-            values = {"loss": values["total_loss"], **values}
+        values = with_loss_alias(values)
         record = {"step": step, "split": split, **{k: _json_number(v) for k, v in values.items()}}
         now = time.time()
         record.update(time=round(now, 3), elapsed_s=round(now - self._opened, 3))  # not metrics: not on the board

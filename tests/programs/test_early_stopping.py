@@ -59,6 +59,31 @@ def test_a_metric_the_eval_does_not_report_is_named():
         es.update(10, {"log_pplx": 1.0})
 
 
+def test_loss_the_name_the_console_prints_watches_the_total_loss():
+    es = EarlyStopping(EarlyStoppingConfig(metric="loss", patience=1))
+    assert es.update(10, {"total_loss": 2.0}) == ""
+    assert "has not improved" in es.update(20, {"total_loss": 2.5})
+
+
+def test_a_misspelt_metric_is_refused_at_start_before_anything_is_written(tmp_path, capsys):
+    """It was refused at the first eval, after checkpoints were written: the eval's names are now
+    known from its abstract outputs on the first batch's shapes (eval_loop.reported_names)."""
+    from tiny import tiny_args
+
+    from pax_eqx import train
+    from pax_eqx.command_line import entry
+
+    job = tmp_path / "j"
+    argv = tiny_args(job, "--train.early-stopping.metric", "los", "--train.early-stopping.patience", "2")
+    with pytest.raises(SystemExit) as done:
+        entry.run(lambda: train.main(argv))
+    err = capsys.readouterr().err
+    assert done.value.code == 2, err
+    assert "train.early_stopping.metric='los' is not among the eval metrics [" in err
+    assert "'loss'" in err and "'log_pplx'" in err and "'pplx'" in err  # what the eval reports, aliases included
+    assert not (job / "config.json").exists() and not (job / "checkpoints").exists()
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
