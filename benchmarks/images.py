@@ -76,6 +76,13 @@ def with_image_size(exp: ExperimentConfig, image_size: int) -> ExperimentConfig:
     return exp.replace(model=exp.model.replace(input_shape=(image_size, image_size, channels)))
 
 
+def on_synthetic_images(exp: ExperimentConfig) -> ExperimentConfig:
+    """The experiment reading what this benchmark feeds it: synthetic images of the model's
+    input shape (its own source, the digits say, would be refused for another shape)."""
+    data = exp.data.replace(source="synthetic_images", image_shape=tuple(exp.model.input_shape), path="", eval_path="")
+    return exp.replace(data=data)
+
+
 def synthetic_images(batch: int, shape: tuple[int, ...], num_classes: int, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {
@@ -91,6 +98,7 @@ def synthetic_image_step(exp: ExperimentConfig) -> tuple[Any, Any, dict[str, jax
     from pax_eqx.programs.runtime import build_task
     from pax_eqx.sharding.mesh import build_mesh
 
+    exp = on_synthetic_images(exp)
     exp.validate(num_devices=jax.device_count())
     programs = Programs(build_task(exp), build_mesh(exp.mesh), exp.mesh.rules)
     state = programs.init_state(exp.train.seed)
