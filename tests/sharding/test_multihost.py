@@ -55,6 +55,7 @@ def test_a_resume_refused_by_process_0_stops_every_process(tmp_path):
         d.mkdir()
     saved = shakespeare_char().to_dict()
     saved["model"]["num_layers"] += 1  # a different model was trained in process 0's job dir
+    saved["name"] = "another_" + saved["name"]  # another experiment: refused even without a checkpoint
     (dirs[0] / "config.json").write_text(json.dumps(saved))
     results = run_two_processes(tmp_path, "multihost_config_worker.py", lambda i: [str(dirs[i])], timeout=120)
     errors = [r["error"] for r in results]
