@@ -134,9 +134,13 @@ class Programs:
     def check_batch(self, local: dict[str, np.ndarray]) -> None:
         """Traces (does not run or compile) the train step on this host batch's global shapes:
         the model's and the task's errors about the batch surface now, as ConfigErrors."""
+        jax.eval_shape(self.task.train_step, self.abstract_state, self.abstract_batch(local))
+
+    @staticmethod
+    def abstract_batch(local: dict[str, np.ndarray]) -> dict[str, jax.ShapeDtypeStruct]:
+        """The global batch's shapes and dtypes for this host's batch (every host's rows)."""
         hosts = jax.process_count()
-        batch = {k: jax.ShapeDtypeStruct((v.shape[0] * hosts,) + v.shape[1:], v.dtype) for k, v in local.items()}
-        jax.eval_shape(self.task.train_step, self.abstract_state, batch)
+        return {k: jax.ShapeDtypeStruct((v.shape[0] * hosts,) + v.shape[1:], v.dtype) for k, v in local.items()}
 
     def abstract_with_shardings(self) -> Any:
         """ShapeDtypeStructs with shardings: the target a checkpoint restores onto."""

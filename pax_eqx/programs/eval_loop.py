@@ -89,9 +89,7 @@ def reported_names(programs: Any, local: dict[str, np.ndarray], metrics: tuple[s
     eval step's abstract outputs on a host batch's shapes: `train.early_stopping.metric` is
     checked against them at start, not at the first eval after checkpoints are written.
     metrics: data.eval.metrics, the host-side scores an eval adds."""
-    hosts = jax.process_count()
-    batch = {k: jax.ShapeDtypeStruct((v.shape[0] * hosts,) + v.shape[1:], v.dtype) for k, v in local.items()}
-    abstract = jax.eval_shape(programs.task.eval_step, programs.abstract_state, batch)
+    abstract = jax.eval_shape(programs.task.eval_step, programs.abstract_state, programs.abstract_batch(local))
     outputs = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract)
     names = set(step_scalars(outputs.metrics, mean_summaries([outputs.summaries] if outputs.summaries else [])))
     names |= {"num_predictions", "num_batches"} | set(metrics) | ({"pplx"} if "log_pplx" in names else set())

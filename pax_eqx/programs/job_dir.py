@@ -273,12 +273,16 @@ def config_diff(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [f"{prefix[:-1]}: {old!r} -> {new!r}"]
 
 
-def check_config(path: Path, config: dict[str, Any], allow_change: bool, *, program: str = "resume") -> list[str]:
+def check_config(
+    path: Path, config: dict[str, Any], allow_change: bool, *, program: str = "resume", resumable: bool = True
+) -> list[str]:
     """Compares `config` with DIR/config.json (if any) without writing; returns the changed fields.
 
     Raises JobDirError listing the fields that change what a checkpoint means (the model, the
     data pipeline, the optimizer) unless `allow_change`. `program` says what was refused
-    ("resume", "eval", "decode").
+    ("resume", "eval", "decode"). `resumable=False` (no committed checkpoint: a run stopped
+    before its first save, by an out-of-memory error say) lets the same experiment's changes
+    start afresh; another experiment is still refused: one dir, one experiment.
     """
     file = path / "config.json"
     if not file.exists():
@@ -289,7 +293,8 @@ def check_config(path: Path, config: dict[str, Any], allow_change: bool, *, prog
         raise JobDirError(f"{file} is not valid JSON ({e}); restore it or use a new --job-log-dir.") from None
     changed = config_diff(_as_today(old), config)
     blocking = [c for c in changed if not c.startswith(_RESUMABLE)]
-    if blocking and not allow_change:
+    afresh = not resumable and isinstance(old, dict) and old.get("name") == config.get("name")
+    if blocking and not (allow_change or afresh):
         raise JobDirError(
             f"cannot {program} --job-log-dir {str(path)!r}: it holds a run of a different experiment; changed "
             "fields (saved -> given):\n  "

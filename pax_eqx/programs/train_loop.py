@@ -29,7 +29,6 @@ scratch) without error, so a refused or failed start never changes what the job 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import signal
@@ -146,14 +145,9 @@ def _check_config_everywhere(exp: ExperimentConfig, job_dir: Path) -> list[str]:
     resume stops all of them instead of leaving the others waiting in the first collective."""
     refusal, changed = None, []
     if jax.process_index() == 0:
-        # Without a committed checkpoint there is nothing to resume (a run of this experiment stopped
-        # before its first save, by an out-of-memory error say): its changed config starts afresh
-        # instead of being refused. Another experiment is still refused: one dir, one experiment.
-        afresh = not Checkpointer(job_dir / "checkpoints", read_only=True).committed_steps() and _saved_name(
-            job_dir
-        ) in (None, exp.name)
+        resumable = bool(Checkpointer(job_dir / "checkpoints", read_only=True).committed_steps())
         try:
-            changed = check_config(job_dir, exp.to_dict(), exp.checkpoint.allow_config_change or afresh)
+            changed = check_config(job_dir, exp.to_dict(), exp.checkpoint.allow_config_change, resumable=resumable)
         except JobDirError as e:
             refusal = e
     if any_host(refusal is not None) and refusal is None:
@@ -164,14 +158,6 @@ def _check_config_everywhere(exp: ExperimentConfig, job_dir: Path) -> list[str]:
     if refusal is not None:
         raise refusal
     return changed
-
-
-def _saved_name(job_dir: Path) -> str | None:
-    """The experiment name DIR/config.json records (None: no file, or none readable)."""
-    try:
-        return json.loads((job_dir / "config.json").read_text()).get("name")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def _train(exp: ExperimentConfig, job_dir: Path, log, stop: _StopFlag, argv: list[str] | None) -> TrainResult:
