@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     initialize()
     exp.validate(num_devices=jax.device_count())
-    _refuse_checkpoints(Checkpointer(Path(job_dir) / "checkpoints", read_only=True), Path(job_dir))
+    _refuse_used_job_dir(Checkpointer(Path(job_dir) / "checkpoints", read_only=True), Path(job_dir))
     pax = read_checkpoint(ns.pax_checkpoint)  # a missing or unreadable checkpoint: before OUT is touched
     print(f"Read the Paxml checkpoint {describe(pax)}.", flush=True)
     programs = Programs(build_task(exp), build_mesh(exp.mesh), exp.mesh.rules)
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with exclusive(path, lock=jax.process_index() == 0):
         ckpt = Checkpointer(path / "checkpoints", exp.checkpoint)
         try:
-            _refuse_checkpoints(ckpt, path)  # again, under the lock: a trainer may have started meanwhile
+            _refuse_used_job_dir(ckpt, path)  # again, under the lock: a trainer may have started meanwhile
             ckpt.save(pax.step, state, None, force=True)
             ckpt.wait_until_finished()
         finally:
@@ -151,7 +151,7 @@ def _imported_state(exp, programs, pax):
     )
 
 
-def _refuse_checkpoints(ckpt, path) -> None:
+def _refuse_used_job_dir(ckpt, path) -> None:
     """An import starts a job dir: refused where one has started (checkpoints, or a run's
     config.json and metrics, even without a checkpoint), which it would turn into one dir of two
     experiments."""
