@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 # A large negative logit rather than -inf: a fully masked row (a padding query) then gives a
-# uniform distribution instead of NaN, and its output is ignored by the loss weights.
+# uniform distribution instead of NaN, as Praxis' does.
 _MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)
 
 Implementation = Literal["auto", "xla", "cudnn"]
@@ -76,6 +76,76 @@ def masked_max(logits: Float[Array, "batch heads q k"], mask: Bool[Array, "#batc
     return jnp.max(logits)
 
 
+def rows_with_a_key(mask: Bool[Array, "#batch 1 #q k"]) -> Bool[Array, "#batch 1 #q 1"]:
+    """False for a query row whose keys are all masked (a padded query under Praxis' masks, a
+    left-padded query at position 0): its softmax is uniform whatever its logits are."""
+    return jnp.any(mask, axis=-1, keepdims=True)
+
+
+@jax.custom_vjp
+def _no_gradient_through_dead_rows(
+    logits: Float[Array, "batch heads q k"], live: Bool[Array, "#batch 1 #q 1"]
+) -> Float[Array, "batch heads q k"]:
+    """The identity, whose backward zeroes the cotangent of rows without a key.
+
+    Praxis replaces masked logits with a large negative number, so a fully masked row's softmax
+    (uniform) depends on nothing and passes no gradient to its queries, keys or biases. Adding the
+    mask (what `xla_attention` does, see there) gives the same forward, but the add passes the
+    uniform softmax's gradient on. This stops it, keeping only `live` ([batch, 1, q, 1]) for the
+    backward, where a select would keep its condition broadcast to [batch, heads, q, k].
+    """
+    return logits
+
+
+def _dead_rows_fwd(logits, live):
+    return logits, live
+
+
+def _dead_rows_bwd(live, g):
+    return g * live.astype(g.dtype), None
+
+
+_no_gradient_through_dead_rows.defvjp(_dead_rows_fwd, _dead_rows_bwd)
+
+
+@jax.custom_vjp
+def _uniform_where_dead(
+    out: Float[Array, "batch q heads dim"],
+    uniform: Float[Array, "batch 1 heads dim"],
+    live: Bool[Array, "#batch #q 1 1"],
+) -> Float[Array, "batch q heads dim"]:
+    """`out` at rows with a key, `uniform` (the values' mean: a uniform softmax) at the others; the
+    backward sends a dead row's cotangent to `uniform` only, keeping just `live` (a select would
+    keep its condition broadcast to `out`'s shape)."""
+    return jnp.where(live, out, uniform)
+
+
+def _uniform_where_dead_fwd(out, uniform, live):
+    return _uniform_where_dead(out, uniform, live), live
+
+
+def _uniform_where_dead_bwd(live, g):
+    keep = live.astype(g.dtype)
+    return g * keep, jnp.sum(g * (1 - keep), axis=1, keepdims=True), None
+
+
+_uniform_where_dead.defvjp(_uniform_where_dead_fwd, _uniform_where_dead_bwd)
+
+
+def fill_rows_without_a_key(
+    out: Float[Array, "batch q heads dim"], v: Float[Array, "batch k kv_heads dim"], mask: Bool[Array, "#batch 1 #q k"]
+) -> Float[Array, "batch q heads dim"]:
+    """A kernel's output with Praxis' rows without a key put back around it: the mean of the
+    values (the uniform softmax `xla_attention` gives there), and no gradient from those rows into
+    the kernel, hence none to their queries and keys. For a kernel that cannot be changed (cuDNN),
+    whatever it computes for such a row (its own masked softmax, maybe NaN) is discarded."""
+    b, t, n, h = out.shape
+    group = n // v.shape[2]
+    uniform = jnp.repeat(jnp.mean(v.astype(jnp.float32), axis=1), group, axis=1)[:, None].astype(out.dtype)
+    live = rows_with_a_key(mask)[:, 0, :, :, None]
+    return _uniform_where_dead(out, uniform, live)
+
+
 def xla_attention(
     q: Float[Array, "batch q heads dim"],
     k: Float[Array, "batch k kv_heads dim"],
@@ -98,10 +168,12 @@ def xla_attention(
     if bias is not None:
         logits = logits + bias.astype(jnp.float32)
     if mask is not None:
+        logits = _no_gradient_through_dead_rows(logits, rows_with_a_key(mask))
         # An additive bias of the mask's own (broadcastable) shape rather than a select: the
         # backward of an add needs no residual, while a select's keeps the mask broadcast to
-        # [batch, heads, q, k] (stacked over layers in a scanned stack). Same numbers: a logit
-        # plus _MASKED rounds to _MASKED, and + 0.0 changes nothing.
+        # [batch, heads, q, k] (stacked over layers in a scanned stack). Same numbers as Praxis'
+        # replacement: a logit plus _MASKED rounds to _MASKED, and + 0.0 changes nothing; the
+        # gradients of rows without a key are Praxis' (zero) by the line above.
         logits = logits + jnp.where(mask, 0.0, _MASKED).astype(jnp.float32)
     probs = jax.nn.softmax(logits, axis=-1)
     if dropout_keep is not None:
@@ -145,12 +217,16 @@ def cudnn_attention(
     scale: float,
     causal_only: bool,
     bias: Array | None = None,
+    implementation: Literal["cudnn", "xla"] = "cudnn",
 ) -> Float[Array, "batch q heads dim"]:
     """cuDNN flash attention; a plain causal mask is passed as `is_causal` (no mask tensor).
     cuDNN takes a mask or bias only with its query and key lengths whole (a [B, 1, 1, K]
-    padding mask fails its layout check), so both are broadcast to [., ., q, k] first."""
+    padding mask fails its layout check), so both are broadcast to [., ., q, k] first. Rows
+    whose keys are all masked are Praxis' (`fill_rows_without_a_key`), outside the kernel.
+    implementation="xla": the same call through JAX's XLA reference of it (what the tests
+    without a GPU run)."""
     full = lambda a: None if a is None else jnp.broadcast_to(a, (*a.shape[:2], q.shape[1], k.shape[1]))
-    return jax.nn.dot_product_attention(
+    out = jax.nn.dot_product_attention(
         q,
         k,
         v,
@@ -158,5 +234,6 @@ def cudnn_attention(
         mask=None if causal_only else full(mask),
         scale=scale,
         is_causal=causal_only,
-        implementation="cudnn",
+        implementation=implementation,
     )
+    return out if causal_only or mask is None else fill_rows_without_a_key(out, v, mask)

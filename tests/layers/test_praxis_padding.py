@@ -70,26 +70,57 @@ def test_praxis_forms_give_praxis_logits_at_every_position(form):
 ATTENTION = np.load(Path(__file__).resolve().parent / "praxis_padding" / "attention.npz")
 
 
-@pytest.mark.parametrize(
-    "case, causal, segments",
-    [("causal", True, False), ("causal_segments", True, True), ("segments", False, True), ("keys", False, False)],
-)
-def test_praxis_mask_mode_gives_praxis_attention_and_probabilities(case, causal, segments):
-    """Praxis' DotProductAttention given the mask its (unfolded) stack builds from paddings, causal
-    and segment masks (merge_masks: padded query rows masked where a [T, T] mask meets padding):
-    `with_probs` in mask_mode='praxis' returns its (encoded before `post`, atten_probs)."""
+CASES = [("causal", True, False), ("causal_segments", True, True), ("segments", False, True), ("keys", False, False)]
+
+
+def _praxis_attention(causal: bool):
+    """pax_eqx's Attention in mask_mode='praxis' holding attention.npz's weights and biases."""
     from pax_eqx.layers import AttentionConfig
 
     a = ATTENTION
     d, n, h = a["w_q"].shape
-    att = AttentionConfig(causal=causal, mask_mode="praxis", implementation="xla").build(
+    att = AttentionConfig(causal=causal, mask_mode="praxis", implementation="xla", use_bias=True).build(
         jax.random.PRNGKey(0), input_dims=d, num_heads=n, dim_per_head=h
     )
     w = {k: jnp.asarray(a[f"w_{k}"]) for k in "qkvo"}
-    att = eqx.tree_at(lambda m: (m.w_q, m.w_k, m.w_v, m.w_o), att, (w["q"], w["k"], w["v"], w["o"].transpose(1, 2, 0)))
-    segment_ids = jnp.asarray(a["segment_ids"]) if segments else None
-    y, probs, _ = att.with_probs(
-        jnp.asarray(a["x"]), Context(), paddings=jnp.asarray(a["paddings"]), segment_ids=segment_ids
+    b = {k: jnp.asarray(a[f"b_{k}"]) for k in "qkvo"}
+    return eqx.tree_at(
+        lambda m: (m.w_q, m.w_k, m.w_v, m.w_o, m.b_q, m.b_k, m.b_v, m.b_o),
+        att,
+        (w["q"], w["k"], w["v"], w["o"].transpose(1, 2, 0), b["q"], b["k"], b["v"], b["o"]),
     )
-    np.testing.assert_allclose(probs, a[f"{case}/probs"], rtol=0, atol=1e-6)
-    np.testing.assert_allclose(y, a[f"{case}/encoded"], rtol=0, atol=1e-5)
+
+
+def _with_probs(att, x, segments: bool):
+    a = ATTENTION
+    segment_ids = jnp.asarray(a["segment_ids"]) if segments else None
+    return att.with_probs(x, Context(), paddings=jnp.asarray(a["paddings"]), segment_ids=segment_ids)
+
+
+@pytest.mark.parametrize("case, causal, segments", CASES)
+def test_praxis_mask_mode_gives_praxis_attention_and_probabilities(case, causal, segments):
+    """Praxis' DotProductAttention given the mask its (unfolded) stack builds from paddings, causal
+    and segment masks (merge_masks: padded query rows masked where a [T, T] mask meets padding):
+    `with_probs` in mask_mode='praxis' returns its (encoded before `post`, atten_probs)."""
+    y, probs, _ = _with_probs(_praxis_attention(causal), jnp.asarray(ATTENTION["x"]), segments)
+    np.testing.assert_allclose(probs, ATTENTION[f"{case}/probs"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(y, ATTENTION[f"{case}/encoded"], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("case, causal, segments", CASES)
+def test_praxis_mask_mode_gives_praxis_gradients_with_fully_masked_rows(case, causal, segments):
+    """The gradients of <encoded, cotangent>, a random cotangent at every position, padded rows
+    (whose keys are all masked) included, to the input and every weight and bias: Praxis'. Its
+    fully masked rows have a uniform softmax that passes nothing to their queries and keys."""
+    a = ATTENTION
+
+    def objective(att_and_x):
+        y, _, _ = _with_probs(*att_and_x, segments)
+        return jnp.sum(y * a[f"{case}/cotangent"])
+
+    grad_att, grad_x = eqx.filter_grad(objective)((_praxis_attention(causal), jnp.asarray(a["x"])))
+    np.testing.assert_allclose(grad_x, a[f"{case}/grad_x"], rtol=0, atol=1e-5)
+    for k in "qkvo":
+        w = getattr(grad_att, f"w_{k}")
+        np.testing.assert_allclose(w.transpose(2, 0, 1) if k == "o" else w, a[f"{case}/grad_w_{k}"], rtol=0, atol=1e-5)
+        np.testing.assert_allclose(getattr(grad_att, f"b_{k}"), a[f"{case}/grad_b_{k}"], rtol=0, atol=1e-5)
