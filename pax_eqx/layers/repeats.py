@@ -73,6 +73,9 @@ class StackedTransformerConfig(Config):
     fold_padding_with_segment_mask: the layers' self-attention sees padding as a segment of its
       own rather than as masked keys (Praxis' StackedTransformer attribute, which its
       TransformerLm sets; see layers.transformers).
+
+    `block.residual_droppath_prob` is the top of the stack's stochastic-depth schedule
+    (`droppath_schedule`).
     """
 
     num_layers: int
@@ -117,6 +120,12 @@ class StackedTransformerConfig(Config):
             raise ConfigError(
                 f"StackedTransformerConfig.unroll must be in [1, num_layers={self.num_layers}], got {self.unroll}."
             )
+        if self.num_layers == 1 and self.block.residual_droppath_prob > 0:
+            raise ConfigError(
+                f"StackedTransformerConfig.block.residual_droppath_prob={self.block.residual_droppath_prob} has no "
+                "effect with num_layers=1: layer i of L drops with probability p * i / L, so the only layer never "
+                "does; set it to 0 or use more layers."
+            )
         check_range(self, ("moe_layer_interval",), ge=1)
         check_range(self, "moe_hidden_dims", ge=0, note="0 = hidden_dims")
         if self.moe is None and (self.moe_layer_interval != 1 or self.moe_hidden_dims):
@@ -133,6 +142,12 @@ class StackedTransformerConfig(Config):
             )
 
         if self.pipeline.enabled:
+            if self.block.residual_droppath_prob > 0:
+                raise ConfigError(
+                    f"StackedTransformerConfig.block.residual_droppath_prob={self.block.residual_droppath_prob} is not "
+                    "supported with pipeline (its stages do not carry the per-layer schedule); set it to 0 or turn "
+                    "the pipeline off."
+                )
             if not self.repeat:
                 raise ConfigError(
                     "StackedTransformerConfig.pipeline needs repeat=True: the stages are slices of the stacked "
@@ -152,6 +167,12 @@ class StackedTransformerConfig(Config):
                     f"stage scans (num_layers={self.num_layers} / (pipeline.num_stages={self.pipeline.num_stages} x "
                     f"circular_repeat={self.pipeline.circular_repeat})); lower unroll."
                 )
+
+    def droppath_schedule(self) -> tuple[float, ...]:
+        """Each layer's drop-path probability: block.residual_droppath_prob * i / num_layers for
+        layer i, Praxis' StackedTransformer schedule (deeper layers are dropped more often)."""
+        p = self.block.residual_droppath_prob
+        return tuple(p * i / self.num_layers for i in range(self.num_layers))
 
     @property
     def block_size(self) -> int:
@@ -183,17 +204,19 @@ class StackedTransformer(eqx.Module):
 
     layers: tuple[Transformer, ...]
     remat_policy: str = eqx.field(static=True)
+    droppath_schedule: tuple[float, ...] = eqx.field(static=True)
 
     def __init__(self, cfg: StackedTransformerConfig, *, key: PRNGKeyArray):
         keys = jax.random.split(key, cfg.num_layers)
         self.layers = tuple(cfg.build_layer(k, cfg.is_moe_layer(i)) for i, k in enumerate(keys))
         self.remat_policy = cfg.remat_policy
+        self.droppath_schedule = cfg.droppath_schedule()
 
     def __call__(self, x: Float[Array, "batch time embed"], ctx: Context, **kwargs) -> tuple[Array, Context]:
         """Every layer in turn; `kwargs` (segment_ids, segment_pos, paddings, bias, memory,
         memory_paddings) go to each as Transformer.__call__'s."""
         for i, layer in enumerate(self.layers):
-            fn = lambda layer, x, ctx: layer(x, ctx, **kwargs)
+            fn = lambda layer, x, ctx, p=self.droppath_schedule[i]: layer(x, ctx, droppath_prob=p, **kwargs)
             if self.remat_policy != "none":
                 fn = eqx.filter_checkpoint(fn, policy=REMAT_POLICIES[self.remat_policy])
             x, ctx = fn(layer, x, ctx.push(f"x_layers_{i}"))

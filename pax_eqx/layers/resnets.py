@@ -48,6 +48,7 @@ from pax_eqx.layers.batch_norm import BatchNorm, BatchNormConfig
 from pax_eqx.layers.convolutions import Conv2D, Conv2DConfig
 from pax_eqx.layers.initializers import gaussian
 from pax_eqx.layers.poolings import Pooling, PoolingConfig, global_average_pool
+from pax_eqx.layers.stochastics import drop_path
 
 BOTTLENECK_EXPANSION = 4
 """A bottleneck block's output channels over its inner width (ResNet-50: 256 = 4 x 64)."""
@@ -100,6 +101,10 @@ class ResNetBlockConfig(Config):
       shortcut (Goyal et al. 2017, "ImageNet in 1 hour"); helps large-batch training.
     activation: after each inner BN and after the residual sum (ReLU in the paper).
     batch_norm_decay / batch_norm_epsilon: every BatchNorm's (Praxis' ResNet uses decay 0.9).
+    residual_droppath_prob: stochastic depth (Praxis' ResNetBlock field): in training each
+      example's residual branch (the body, before the sum) is dropped with this probability and
+      otherwise divided by its survival probability (`stochastics.drop_path`); the same in every
+      block, as Praxis' ResNet gives its blocks one template.
     """
 
     bottleneck: bool = False
@@ -108,6 +113,7 @@ class ResNetBlockConfig(Config):
     activation: ActivationConfig = ActivationConfig(name="relu")
     batch_norm_decay: float = 0.9
     batch_norm_epsilon: float = 1e-3
+    residual_droppath_prob: float = 0.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -122,6 +128,7 @@ class ResNetBlockConfig(Config):
             )
         check_range(self, "batch_norm_decay", ge=0, le=1)
         check_range(self, "batch_norm_epsilon", ge=0)
+        check_range(self, "residual_droppath_prob", ge=0, lt=1)
 
     def batch_norm(self, dims: int, scale_init: float = 1.0) -> BatchNormConfig:
         return BatchNormConfig(
@@ -150,6 +157,7 @@ class ResNetBlock(eqx.Module):
     body: tuple[ConvBN, ...]
     shortcut: ConvBN | None
     activation: Activation
+    residual_droppath_prob: float = eqx.field(static=True)
 
     def __init__(
         self, cfg: ResNetBlockConfig, *, key: PRNGKeyArray, input_channels: int, output_channels: int, stride: int
@@ -186,6 +194,7 @@ class ResNetBlock(eqx.Module):
                 stride=stride, batch_norm=cfg.batch_norm(output_channels), activation=None,
             )  # fmt: skip
         self.activation = act.build()
+        self.residual_droppath_prob = cfg.residual_droppath_prob
 
     def __call__(
         self, x: Float[Array, "batch height width in_channels"], ctx: Context
@@ -193,6 +202,7 @@ class ResNetBlock(eqx.Module):
         y = x
         for name, layer in zip(_BODY_NAMES[len(self.body)], self.body):
             y, ctx = call(layer, y, ctx, name)
+        y, ctx = drop_path(y, 1.0 - self.residual_droppath_prob, ctx)
         residual = x
         if self.shortcut is not None:
             residual, ctx = call(self.shortcut, x, ctx, "shortcut")

@@ -50,7 +50,8 @@ if TYPE_CHECKING:  # the config builds this stack (layers.repeats imports this m
 
 def _needs_key(block: TransformerConfig, moe: MoEFeedForwardConfig | None = None) -> bool:
     moe_random = moe is not None and (moe.jitter_eps > 0 or moe.second_expert_policy == "sampling")
-    return moe_random or max(block.residual_dropout_prob, block.relu_dropout_prob, block.attention.dropout_prob) > 0
+    probs = block.residual_dropout_prob, block.relu_dropout_prob, block.attention.dropout_prob
+    return moe_random or max(*probs, block.residual_droppath_prob) > 0
 
 
 class StackedTransformerRepeated(eqx.Module):
@@ -64,6 +65,7 @@ class StackedTransformerRepeated(eqx.Module):
     unroll: int = eqx.field(static=True)
     needs_key: bool = eqx.field(static=True)
     pipeline: PipelineConfig = eqx.field(static=True)
+    droppath_schedule: tuple[float, ...] = eqx.field(static=True)  # all 0.0: no stochastic depth
     # The logical-axis walker (pax_eqx.sharding.logical) prepends "layers" below this field.
     stacked_field = "layers"
 
@@ -84,6 +86,7 @@ class StackedTransformerRepeated(eqx.Module):
         self.unroll = cfg.unroll
         self.needs_key = _needs_key(cfg.block, cfg.moe)
         self.pipeline = cfg.pipeline
+        self.droppath_schedule = cfg.droppath_schedule()
 
     @property
     def block(self) -> tuple:
@@ -107,12 +110,15 @@ class StackedTransformerRepeated(eqx.Module):
             x, summaries, aux = self._pipelined(params, static, x, key, state, ctx, kwargs)
         else:
             keys = None if key is None else jax.random.split(key, self.num_blocks)
+            droppath = None  # or each layer's probability, [blocks, layers of a block]
+            if any(self.droppath_schedule):
+                droppath = jnp.asarray(self.droppath_schedule, jnp.float32).reshape(self.num_blocks, -1)
             body = self._body(static, ctx, kwargs)
             # Inside a rolled scan XLA cannot CSE the recomputation into the forward, so jax's
             # CSE barriers would only block fusion (measurably slower on GPU); a fully unrolled
             # scan has no loop to protect it, so there they stay.
             body = remat(body, self.remat_policy, prevent_cse=self.unroll >= self.num_blocks)
-            x, (state, summaries, aux) = jax.lax.scan(body, x, (params, keys, state), unroll=self.unroll)
+            x, (state, summaries, aux) = jax.lax.scan(body, x, (params, keys, state, droppath), unroll=self.unroll)
             aux = {name: jnp.sum(value) for name, value in aux.items()}
             if state is not None:
                 ctx = ctx._replace(state=copy_state(ctx.state).update(state))
@@ -126,28 +132,30 @@ class StackedTransformerRepeated(eqx.Module):
         return x, ctx.pop()
 
     def _body(self, static: typing.Any, outer: Context, kwargs: dict) -> typing.Callable:
-        """The scan body over blocks: (h, (block params, key, state)) -> (h, (state, summaries,
-        aux losses)), each layer run in a fresh Context of `outer`'s mode and dtype."""
+        """The scan body over blocks: (h, (block params, key, state, drop-path probabilities or
+        None)) -> (h, (state, summaries, aux losses)), each layer run in a fresh Context of
+        `outer`'s mode and dtype."""
         k = len(self.block)
 
-        def run(layer, h, key, layer_state):
+        def run(layer, h, key, layer_state, droppath):
             inner = Context(
                 key=key, state=layer_state, mode=outer.mode, dtype=outer.dtype,
                 summary_verbosity=outer.summary_verbosity,
             )  # fmt: skip
-            h, inner = layer(h, inner, **kwargs)
+            h, inner = layer(h, inner, droppath_prob=droppath, **kwargs)
             return h, inner
 
         def body(h, xs):
-            layer_params, key, layer_state = xs
+            layer_params, key, layer_state, droppath = xs
+            droppath = (0.0,) * k if droppath is None else tuple(droppath[j] for j in range(k))
             layers = eqx.combine(layer_params, static)
             if k == 1:
-                h, inner = run(layers, h, key, layer_state)
+                h, inner = run(layers, h, key, layer_state, droppath[0])
                 return h, (inner.state, inner.summaries, inner.aux_losses)
             sub_keys = (None,) * k if key is None else tuple(jax.random.split(key, k))
             summaries, aux = {}, {}
-            for layer, sub_key in zip(layers, sub_keys, strict=True):
-                h, inner = run(layer, h, sub_key, layer_state)
+            for layer, sub_key, layer_droppath in zip(layers, sub_keys, droppath, strict=True):
+                h, inner = run(layer, h, sub_key, layer_state, layer_droppath)
                 layer_state = inner.state
                 for name, value in inner.summaries.items():
                     summaries.setdefault(name, []).append(value)
@@ -177,7 +185,7 @@ class StackedTransformerRepeated(eqx.Module):
             n = jax.tree.leaves(stage_params)[0].shape[0]
             keys = None if stage_key is None else jax.random.split(stage_key, n)
             body = remat(self._body(static, ctx, stage_inputs), layer_policy, prevent_cse=False)
-            h, (_, summaries, aux) = jax.lax.scan(body, h, (stage_params, keys, None), unroll=self.unroll)
+            h, (_, summaries, aux) = jax.lax.scan(body, h, (stage_params, keys, None, None), unroll=self.unroll)
             return h, summaries, {name: jnp.sum(value) for name, value in aux.items()}
 
         return run_pipeline(remat(stage, stage_policy, prevent_cse=False), params, x, per_example, key, self.pipeline)

@@ -1,6 +1,6 @@
-"""Dropout and StochasticResidual (praxis.layers.stochastics).
+"""Dropout, drop-path and StochasticResidual (praxis.layers.stochastics).
 
-Both draw randomness only in TRAIN mode and only when their rate is non-zero, so EVAL and
+All draw randomness only in TRAIN mode and only when their rate is non-zero, so EVAL and
 DECODE need no key and a zero-rate layer costs nothing.
 """
 
@@ -42,6 +42,23 @@ class Dropout(eqx.Module):
         return jnp.where(keep, x / (1.0 - self.rate), jnp.zeros_like(x)), ctx
 
 
+def drop_path(
+    residual: Float[Array, "batch ..."], survival_prob: float | Float[Array, ""], ctx: Context
+) -> tuple[Float[Array, "batch ..."], Context]:
+    """Stochastic depth: each example's whole `residual` kept with probability `survival_prob`
+    and divided by it, else zeroed (Praxis' StochasticResidual._drop_connect), so its expectation
+    is the residual itself and eval needs no rescaling. TRAIN mode only; identity otherwise.
+
+    survival_prob may be traced (a scanned stack's per-layer schedule); a Python 1.0 draws nothing.
+    """
+    if not ctx.is_training or (isinstance(survival_prob, float) and survival_prob == 1.0):
+        return residual, ctx
+    key, ctx = ctx.next_key()
+    shape = (residual.shape[0],) + (1,) * (residual.ndim - 1)
+    keep = jax.random.bernoulli(key, survival_prob, shape)
+    return residual * (keep / survival_prob).astype(residual.dtype), ctx
+
+
 @config
 class StochasticResidualConfig(Config):
     """y = x + residual_weight * residual, the residual dropped per example with prob 1 - survival_prob."""
@@ -67,9 +84,5 @@ class StochasticResidual(eqx.Module):
     def __call__(
         self, x: Float[Array, "batch ..."], residual: Float[Array, "batch ..."], ctx: Context
     ) -> tuple[Float[Array, "batch ..."], Context]:
-        if self.survival_prob == 1.0 or not ctx.is_training:
-            return x + self.residual_weight * residual, ctx
-        key, ctx = ctx.next_key()
-        shape = (x.shape[0],) + (1,) * (x.ndim - 1)
-        keep = jax.random.bernoulli(key, self.survival_prob, shape).astype(x.dtype)
-        return x + self.residual_weight * residual * keep / self.survival_prob, ctx
+        residual, ctx = drop_path(residual, self.survival_prob, ctx)
+        return x + self.residual_weight * residual, ctx

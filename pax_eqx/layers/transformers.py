@@ -60,7 +60,7 @@ from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.linears import Bias, BiasConfig, FeedForward, FeedForwardConfig, Linear, LinearConfig
 from pax_eqx.layers.moe import MoEFeedForward, MoEFeedForwardConfig
 from pax_eqx.layers.normalizations import LayerNormConfig, NormConfig
-from pax_eqx.layers.stochastics import Dropout, DropoutConfig
+from pax_eqx.layers.stochastics import Dropout, DropoutConfig, drop_path
 
 NormPolicy = Literal["pre", "post", "primer_hybrid"]
 
@@ -79,6 +79,11 @@ class TransformerConfig(Config):
     ff_has_bias: biases in the feed-forward projections.
     residual_dropout_prob / relu_dropout_prob: dropout on each sub-block's output / on the
       feed-forward hidden activations (Praxis' names).
+    residual_droppath_prob: stochastic depth (Praxis' name): in training each example's whole
+      sub-block output (attention, cross-attention, feed-forward) is dropped with this
+      probability and otherwise divided by its survival probability, after the residual dropout
+      (`stochastics.drop_path`). In a stack, layer i of L uses residual_droppath_prob * i / L,
+      Praxis' StackedTransformer schedule (the first layer never drops, the deepest nearly this).
     ff_paddings: zero the dense feed-forward's hidden activations (before the relu dropout) and
       its output (before any post norm and the residual dropout) at padded positions, as Praxis'
       TransformerFeedForward does with the paddings it is given; the outputs at real positions
@@ -95,6 +100,7 @@ class TransformerConfig(Config):
     ff_has_bias: bool = True
     residual_dropout_prob: float = 0.0
     relu_dropout_prob: float = 0.0
+    residual_droppath_prob: float = 0.0
     ff_paddings: bool = False
     fp8: bool = False
 
@@ -107,7 +113,7 @@ class TransformerConfig(Config):
             raise ConfigError(
                 f"TransformerConfig.norm_policy={self.norm_policy!r} is not one of {typing.get_args(NormPolicy)}."
             )
-        check_range(self, ("residual_dropout_prob", "relu_dropout_prob"), ge=0, lt=1)
+        check_range(self, ("residual_dropout_prob", "relu_dropout_prob", "residual_droppath_prob"), ge=0, lt=1)
 
     def build(
         self,
@@ -199,6 +205,7 @@ class Transformer(eqx.Module):
     norm_policy: str = eqx.field(static=True)
     ff_paddings: bool = eqx.field(static=True)
     fold_padding_with_segment_mask: bool = eqx.field(static=True)
+    residual_droppath_prob: float = eqx.field(static=True)
 
     def __init__(
         self,
@@ -231,6 +238,7 @@ class Transformer(eqx.Module):
         self.relu_dropout = DropoutConfig(rate=cfg.relu_dropout_prob).build()
         self.norm_policy = cfg.norm_policy
         self.ff_paddings = cfg.ff_paddings
+        self.residual_droppath_prob = cfg.residual_droppath_prob
         self.fold_padding_with_segment_mask = fold_padding_with_segment_mask
 
     def __call__(
@@ -244,6 +252,7 @@ class Transformer(eqx.Module):
         bias: Float[Array, "#batch #heads time time"] | None = None,
         memory: Float[Array, "batch memory embed"] | None = None,
         memory_paddings: Float[Array, "batch memory"] | None = None,
+        droppath_prob: float | Float[Array, ""] | None = None,
     ) -> tuple[Float[Array, "batch time embed"], Context]:
         """The layer over whole sequences `x`.
 
@@ -253,8 +262,13 @@ class Transformer(eqx.Module):
         memory: what cross-attention attends to (the encoder's output), required by a layer
         built with cross_attention and refused by one without; memory_paddings: 1.0 at its padded
         positions. Side outputs are named under "attention" and "cross_attention".
+        droppath_prob: this call's stochastic depth (a stack's schedule, maybe traced); None:
+        the layer's own residual_droppath_prob.
         """
         self._check_memory(memory is not None, "memory")
+        if droppath_prob is None:
+            droppath_prob = self.residual_droppath_prob
+        survival = 1.0 - droppath_prob
         attention_segments, attention_paddings = segment_ids, paddings
         if self.fold_padding_with_segment_mask and paddings is not None:
             # Praxis' TransformerLm: segment ids 1 - paddings when none are given; paddings unused.
@@ -272,15 +286,16 @@ class Transformer(eqx.Module):
             cross = lambda h, ctx: self.cross_attention.cross(h, memory, ctx, memory_paddings=memory_paddings)
             return call(cross, h, ctx, "cross_attention")
 
-        x, ctx = self._residual(x, ctx, attend, self.attention_norm, self.attention_post_norm)
+        x, ctx = self._residual(x, ctx, attend, self.attention_norm, self.attention_post_norm, survival)
         if self.cross_attention is not None:
-            x, ctx = self._residual(x, ctx, cross_attend, self.cross_attention_norm, self.cross_attention_post_norm)
+            norms = self.cross_attention_norm, self.cross_attention_post_norm
+            x, ctx = self._residual(x, ctx, cross_attend, *norms, survival)
         feed_forward = self._feed_forward
         if self.ff_paddings and paddings is not None:
             feed_forward = lambda h, ctx: self._feed_forward(h, ctx, paddings)
         if self.moe is not None:
             feed_forward = lambda h, ctx: call(self.moe, h, ctx, "moe", paddings=paddings)
-        x, ctx = self._residual(x, ctx, feed_forward, self.ff_norm, self.ff_post_norm)
+        x, ctx = self._residual(x, ctx, feed_forward, self.ff_norm, self.ff_post_norm, survival)
         if ctx.records(LAYER_STATISTICS_VERBOSITY):
             rms = jnp.sqrt(jnp.mean(jnp.square(x.astype(jnp.float32))))
             ctx = ctx.add_summary("activation_rms", rms, LAYER_STATISTICS_VERBOSITY)
@@ -346,10 +361,17 @@ class Transformer(eqx.Module):
         h = h if self.ff_out_bias is None else self.ff_out_bias(h)
         return (h if keep is None else h * keep.astype(h.dtype)), ctx
 
-    def _residual(self, x, carry, sublayer, norm, post_norm):
+    def _residual(self, x, carry, sublayer, norm, post_norm, survival: float | Array = 1.0):
         """Wraps `sublayer` in the norm policy. `carry` is the Context (training/eval) or the
-        KV cache (decoding); residual dropout applies only to the former."""
-        dropout = self.residual_dropout if isinstance(carry, Context) else lambda h, c: (h, c)
+        KV cache (decoding); residual dropout and drop-path (kept with probability `survival`)
+        apply only to the former."""
+
+        def dropout(h, carry):
+            if not isinstance(carry, Context):
+                return h, carry
+            h, carry = self.residual_dropout(h, carry)
+            return drop_path(h, survival, carry)
+
         if self.norm_policy == "post":
             h, carry = sublayer(x, carry)
             h, carry = dropout(h, carry)

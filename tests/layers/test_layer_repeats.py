@@ -310,3 +310,40 @@ def test_list_stack_names_side_outputs_per_layer():
         np.testing.assert_allclose(ctx.summaries[f"x_layers_{i}/h_mean"], means[i], rtol=1e-5)
         np.testing.assert_allclose(ctx.aux_losses[f"x_layers_{i}/h_sq"], squares[i], rtol=1e-5)
         assert int(ctx.get_var(lst.layers[i].calls)) == 1
+
+
+@pytest.mark.parametrize("repeat", [False, True])
+def test_stochastic_depth_follows_praxis_stack_schedule(repeat, monkeypatch):
+    """block.residual_droppath_prob p: layer i of L keeps each sub-block's output with
+    probability 1 - p * i / L (Praxis' StackedTransformer), in the list and the scanned stack
+    alike (where it is a traced per-layer input); eval is the stack without drop-path."""
+    from pax_eqx.layers import transformers
+
+    seen = []
+    original = transformers.drop_path
+
+    def spy(h, survival, ctx):
+        jax.debug.callback(lambda s: seen.append(float(s)), jnp.asarray(survival, jnp.float32), ordered=True)
+        return original(h, survival, ctx)
+
+    monkeypatch.setattr(transformers, "drop_path", spy)
+    block = TransformerConfig(residual_droppath_prob=0.4)
+    cfg = StackedTransformerConfig(num_layers=4, model_dims=8, hidden_dims=16, num_heads=2, block=block, repeat=repeat)
+    stack = cfg.build(key(0))
+    x = random_normal((3, 5, 8), 1)
+    stack(x, Context(key=key(1)))
+    jax.effects_barrier()
+    assert seen == pytest.approx([1 - 0.4 * i / 4 for i in range(4) for _ in ("attention", "feed-forward")])
+
+    plain = cfg.replace(block=block.replace(residual_droppath_prob=0.0)).build(key(0))
+    eval_ctx = Context(mode=Mode.EVAL)
+    np.testing.assert_array_equal(stack(x, eval_ctx)[0], plain(x, eval_ctx)[0])
+
+
+def test_stochastic_depth_refusals_name_the_field():
+    with pytest.raises(ConfigError, match="residual_droppath_prob"):
+        TransformerConfig(residual_droppath_prob=1.0)
+    with pytest.raises(ConfigError, match="num_layers=1"):
+        StackedTransformerConfig(
+            num_layers=1, model_dims=8, hidden_dims=16, num_heads=2, block=TransformerConfig(residual_droppath_prob=0.1)
+        )

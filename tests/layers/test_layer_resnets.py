@@ -186,3 +186,33 @@ def test_presets_and_overrides():
 def test_config_errors_name_the_field_and_the_value(make, match):
     with pytest.raises(ConfigError, match=match):
         make()
+
+
+def test_stochastic_depth_drops_each_examples_residual_branch_in_training_only():
+    """Praxis' ResNetBlock residual_droppath_prob: act(body(x) / survival + shortcut(x)) for a
+    kept example, act(shortcut(x)) for a dropped one; eval is act(body(x) + shortcut(x))."""
+    p = 0.5
+    cfg = ResNetBlockConfig(residual_droppath_prob=p)
+    block, state = _build(lambda k: cfg.build(k, input_channels=4, output_channels=8, stride=2))
+    x = random_normal((64, 4, 4, 4), seed=3)
+
+    def body_and_shortcut(x, mode):
+        ctx = Context(state=state, mode=mode)
+        y = x
+        for layer in block.body:
+            y, ctx = layer(y, ctx)
+        s, _ = block.shortcut(x, ctx)
+        return y, s
+
+    y, _ = jax.jit(lambda x: block(x, Context(state=state, mode=Mode.TRAIN, key=key(5))))(x)
+    body, shortcut = jax.jit(lambda x: body_and_shortcut(x, Mode.TRAIN))(x)
+    kept, dropped = jax.nn.relu(body / (1 - p) + shortcut), jax.nn.relu(shortcut)
+    is_kept = np.all(np.isclose(y, kept, atol=1e-5), axis=(1, 2, 3))
+    is_dropped = np.all(np.isclose(y, dropped, atol=1e-5), axis=(1, 2, 3))
+    assert np.all(is_kept ^ is_dropped) and 0 < is_kept.sum() < 64
+
+    y_eval, _ = jit(_forward)(block, x, state, Mode.EVAL)  # no key needed
+    body, shortcut = jax.jit(lambda x: body_and_shortcut(x, Mode.EVAL))(x)
+    np.testing.assert_allclose(y_eval, jax.nn.relu(body + shortcut), atol=1e-5)
+    with pytest.raises(ConfigError, match="residual_droppath_prob"):
+        ResNetBlockConfig(residual_droppath_prob=1.0)

@@ -4,9 +4,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from layer_reference import key
+from layer_reference import key, random_normal
 
 from pax_eqx.layers import Context, DropoutConfig, Mode, StochasticResidualConfig, apply
+from pax_eqx.layers.stochastics import drop_path
 
 
 def test_dropout_statistics_and_scaling():
@@ -103,3 +104,29 @@ def test_stochastic_residual_survival_one_needs_no_key():
     np.testing.assert_allclose(apply(layer, jnp.ones((2, 2)), jnp.ones((2, 2))), np.full((2, 2), 3.0))
     with pytest.raises(ValueError, match="survival_prob"):
         StochasticResidualConfig(survival_prob=0.0).build()
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_drop_path_keeps_the_expectation_and_drops_whole_examples(traced):
+    """Stochastic depth: E[drop_path(r)] = r (kept rows are r / survival), with a Python or a
+    traced survival probability (a scanned stack's schedule)."""
+    survival, n = 0.6, 4000
+    r = jnp.ones((n, 3, 2))
+
+    def run(r, key_):
+        p = jnp.float32(survival) if traced else survival
+        return drop_path(r, p, Context(key=key_))[0]
+
+    y = np.asarray(jax.jit(run)(r, key(3)))
+    kept = y[:, 0, 0] != 0.0
+    np.testing.assert_allclose(y, np.where(kept[:, None, None], 1 / survival, 0.0) * np.ones((n, 3, 2)), rtol=1e-6)
+    assert abs(kept.mean() - survival) < 5 * np.sqrt(survival * (1 - survival) / n)
+    assert abs(y.mean() - 1.0) < 5 * np.sqrt((1 - survival) / survival / n)  # the expectation is r
+
+
+@pytest.mark.parametrize("mode", [Mode.EVAL, Mode.DECODE])
+def test_drop_path_is_deterministic_outside_training_and_needs_no_key(mode):
+    r = random_normal((5, 4), 1)
+    y, ctx = drop_path(r, 0.3, Context(mode=mode))
+    np.testing.assert_array_equal(y, r)
+    assert ctx.key is None
