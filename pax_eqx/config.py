@@ -315,12 +315,17 @@ def _subclasses(cls: type) -> list[type]:
 
 def _concrete_config(tp: type, value: dict[str, Any]) -> type:
     """The class a JSON object of a polymorphic field (`model: ModelConfig`) was written from:
-    `tp` itself or the (imported) subclass whose fields are exactly the object's keys. Where
-    several have those fields (a user's subclass that adds methods, not fields), the one the
-    others derive from: the JSON holds nothing that tells them apart."""
+    `tp` itself or the (imported) subclass with all of the object's keys and the fewest fields
+    besides (a config written before a field was added lacks that key, which then takes its
+    default). Where several fit equally (a user's subclass that adds methods, not fields), the
+    one the others derive from: the JSON holds nothing that tells them apart."""
     if set(value) <= set(field_names(tp)):
         return tp
-    matches = [sub for sub in _subclasses(tp) if dataclasses.is_dataclass(sub) and set(field_names(sub)) == set(value)]
+    fits = [sub for sub in _subclasses(tp) if dataclasses.is_dataclass(sub) and set(value) <= set(field_names(sub))]
+    if not fits:
+        return tp
+    fewest = min(len(field_names(sub)) for sub in fits)
+    matches = [sub for sub in fits if len(field_names(sub)) == fewest]
     roots = [m for m in matches if all(issubclass(other, m) for other in matches)]
     return roots[0] if roots else tp
 

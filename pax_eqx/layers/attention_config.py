@@ -21,6 +21,7 @@ from pax_eqx.config import Config, ConfigError, check_range, config
 from pax_eqx.layers import attention_kernels as kernels
 from pax_eqx.layers.attentions import Attention
 from pax_eqx.layers.initializers import WeightInit
+from pax_eqx.layers.relative_position_bias import RelativePositionBiasConfig
 
 _DEFAULT_ROTARY_MAX_TIMESCALE = 10_000.0
 
@@ -93,6 +94,7 @@ class AttentionConfig(Config):
         init: WeightInit = WeightInit(),
         use_rotary: bool = False,
         fp8: bool = False,
+        relative_bias: RelativePositionBiasConfig | None = None,
     ) -> Attention:
         """The layer for a model of width `input_dims`.
 
@@ -101,6 +103,9 @@ class AttentionConfig(Config):
         init: the projections' init. use_rotary: rotary position embedding on q and k.
         fp8: the projections' matmuls in fp8 with delayed scaling (`layers.fp8`); the owner's choice
         (TransformerConfig.fp8), as for its feed-forward.
+        relative_bias: a relative position bias of the layer's own on its self-attention logits
+        (Praxis' DotProductAttention.relative_bias_tpl; a language model's
+        position_embedding='relative_bias'), causal (one direction) when the layer is.
         """
         head_dim = dim_per_head or input_dims // max(num_heads, 1)
         kv_heads = num_kv_heads or num_heads
@@ -127,5 +132,5 @@ class AttentionConfig(Config):
             )
         return Attention(
             self, key=key, input_dims=input_dims, num_heads=num_heads, head_dim=head_dim, num_kv_heads=kv_heads,
-            init=init, use_rotary=use_rotary, fp8=fp8,
+            init=init, use_rotary=use_rotary, fp8=fp8, relative_bias=relative_bias,
         )  # fmt: skip

@@ -49,12 +49,14 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 from pax_eqx.layers import attention_kernels as kernels
 from pax_eqx.layers.base import LAYER_STATISTICS_VERBOSITY, Context
 from pax_eqx.layers.fp8 import Fp8Scales
-from pax_eqx.layers.initializers import WeightInit
+from pax_eqx.layers.initializers import WeightInit, gaussian
 from pax_eqx.layers.linears import dense
 from pax_eqx.layers.position_embeddings import apply_rotary
+from pax_eqx.layers.relative_position_bias import RelativePositionBias
 
 if TYPE_CHECKING:  # the config builds this layer (layers.attention_config imports this module)
     from pax_eqx.layers.attention_config import AttentionConfig
+    from pax_eqx.layers.relative_position_bias import RelativePositionBiasConfig
 
 
 class KVCache(eqx.Module):
@@ -98,6 +100,7 @@ class Attention(eqx.Module):
     b_o: Float[Array, " embed"] | None
     per_dim_scale: Float[Array, " head_dim"] | None
     fp8: dict[str, Fp8Scales] | None  # per projection ("qkv" or "q", "k", "v"; "o"); None: not fp8
+    relative_bias: RelativePositionBias | None  # this layer's own (Praxis' relative_bias_tpl); None: none
     num_heads: int = eqx.field(static=True)
     num_kv_heads: int = eqx.field(static=True)
     head_dim: int = eqx.field(static=True)
@@ -120,9 +123,11 @@ class Attention(eqx.Module):
         init: WeightInit,
         use_rotary: bool,
         fp8: bool = False,
+        relative_bias: RelativePositionBiasConfig | None = None,
     ):
         """Made by `AttentionConfig.build`, which checks the sizes. fp8: the projections' matmuls
-        in fp8 (`layers.fp8`)."""
+        in fp8 (`layers.fp8`). relative_bias: a relative position bias table of this layer's own,
+        initialised as Praxis' RelativeBias (Gaussian, stddev (heads x buckets)^-1/2)."""
         d, n, kv, h = input_dims, num_heads, num_kv_heads, head_dim
         kq, kk, kv_, ko = jax.random.split(key, 4)
         # Praxis initialises per-head weights with fan_in = embed, fan_out = heads * head_dim.
@@ -139,6 +144,12 @@ class Attention(eqx.Module):
         self.per_dim_scale = jnp.zeros((h,), jnp.float32) if cfg.per_dim_scale else None
         projections = ("qkv", "o") if cfg.combine_qkv else ("q", "k", "v", "o")
         self.fp8 = {name: Fp8Scales() for name in projections} if fp8 else None
+        self.relative_bias = None
+        if relative_bias is not None:
+            stddev = (n * relative_bias.num_buckets) ** -0.5
+            self.relative_bias = relative_bias.build(
+                jax.random.fold_in(key, 1), num_heads=n, bidirectional=not cfg.causal, init=gaussian(stddev)
+            )  # a key of its own: the projections' init is the same with or without it
         self.num_heads, self.num_kv_heads, self.head_dim = n, kv, h
         self.causal = cfg.causal
         self.rotary_max_timescale = cfg.rotary_max_timescale if use_rotary else None
@@ -271,8 +282,20 @@ class Attention(eqx.Module):
         the probability dropout, as Praxis returns them. Always the XLA kernel."""
         return self._self_attention(x, ctx, segment_ids, segment_pos, paddings, bias, with_probs=True)
 
+    def _with_relative_bias(self, bias: Array | None, q_start: Array | int, q_len: int, k_len: int) -> Array | None:
+        """`bias` plus this layer's relative position bias of queries at [q_start, q_start + q_len)
+        against keys at [0, k_len), [1, heads, q, k]. Token indices stand for positions (Praxis'
+        use_length_as_position): within a document, packed or left-padded, their differences are
+        the positions' differences, and attention across documents is masked anyway."""
+        if self.relative_bias is None:
+            return bias
+        queries = (q_start + jnp.arange(q_len, dtype=jnp.int32))[None]
+        relative = self.relative_bias(queries, jnp.arange(k_len, dtype=jnp.int32)[None])
+        return relative if bias is None else bias + relative
+
     def _self_attention(self, x, ctx, segment_ids, segment_pos, paddings, bias, *, with_probs: bool):
         b, t, _ = x.shape
+        bias = self._with_relative_bias(bias, 0, t, t)
         positions = segment_pos if segment_pos is not None else jnp.broadcast_to(jnp.arange(t), (b, t))
         q, k, v = self.project_qkv(x, positions)
         key_valid = None if paddings is None else paddings < 0.5
@@ -410,6 +433,7 @@ class Attention(eqx.Module):
         tokens' positions against the slots'), as `bias` in `__call__`.
         """
         q, k, v = self.project_qkv(x, positions)
+        bias = self._with_relative_bias(bias, start, x.shape[1], cache.k.shape[1])
         zero = jnp.zeros((), jnp.int32)
         k_all = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), (zero, start, zero, zero))
         v_all = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), (zero, start, zero, zero))

@@ -42,6 +42,7 @@ from pax_eqx.layers.base import Context
 from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.moe import MoEFeedForwardConfig
 from pax_eqx.layers.pipeline import PipelineConfig
+from pax_eqx.layers.relative_position_bias import RelativePositionBiasConfig
 from pax_eqx.layers.remat import REMAT_POLICIES, RematPolicy
 from pax_eqx.layers.scanned_stack import StackedTransformerRepeated, require_cross_attention
 from pax_eqx.layers.transformers import Transformer, TransformerConfig
@@ -57,6 +58,9 @@ class StackedTransformerConfig(Config):
     model_dims / hidden_dims / num_heads: each layer's width, feed-forward width and query heads.
     dim_per_head: 0 = model_dims // num_heads. num_kv_heads: 0 = num_heads (see AttentionConfig.build).
     use_rotary: rotary position embedding in every attention layer.
+    relative_bias: every layer's self-attention gets a relative position bias table of its own
+      (Praxis' relative_bias_tpl, a decoder-only LM's position_embedding='relative_bias'); None:
+      none (T5 shares one per stack, passed as `bias` instead).
     cross_attention: every layer also attends to a `memory` (an encoder-decoder's decoder).
     init: every projection's weight init.
     repeat: stack weights on a leading `layers` axis and scan (True) or keep a list (False).
@@ -85,6 +89,7 @@ class StackedTransformerConfig(Config):
     dim_per_head: int = 0
     num_kv_heads: int = 0
     use_rotary: bool = False
+    relative_bias: RelativePositionBiasConfig | None = None
     cross_attention: bool = False
     init: WeightInit = WeightInit()
     block: TransformerConfig = TransformerConfig()
@@ -194,7 +199,7 @@ class StackedTransformerConfig(Config):
             key, model_dims=self.model_dims, hidden_dims=hidden, num_heads=self.num_heads,
             dim_per_head=self.dim_per_head, num_kv_heads=self.num_kv_heads, init=self.init,
             use_rotary=self.use_rotary, cross_attention=self.cross_attention, moe=self.moe if moe else None,
-            fold_padding_with_segment_mask=self.fold_padding_with_segment_mask,
+            fold_padding_with_segment_mask=self.fold_padding_with_segment_mask, relative_bias=self.relative_bias,
         )  # fmt: skip
 
 

@@ -60,6 +60,7 @@ from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.linears import Bias, BiasConfig, FeedForward, FeedForwardConfig, Linear, LinearConfig
 from pax_eqx.layers.moe import MoEFeedForward, MoEFeedForwardConfig
 from pax_eqx.layers.normalizations import LayerNormConfig, NormConfig
+from pax_eqx.layers.relative_position_bias import RelativePositionBiasConfig
 from pax_eqx.layers.stochastics import Dropout, DropoutConfig, drop_path
 
 NormPolicy = Literal["pre", "post", "primer_hybrid"]
@@ -129,6 +130,7 @@ class TransformerConfig(Config):
         cross_attention: bool = False,
         moe: MoEFeedForwardConfig | None = None,
         fold_padding_with_segment_mask: bool = False,
+        relative_bias: RelativePositionBiasConfig | None = None,
     ) -> Transformer:
         """The layer at width `model_dims`, feed-forward width `hidden_dims`; the attention's
         arguments (num_heads, dim_per_head, num_kv_heads, use_rotary) are AttentionConfig.build's,
@@ -144,6 +146,9 @@ class TransformerConfig(Config):
 
         fold_padding_with_segment_mask: self-attention sees padding as a segment of its own,
         not as masked keys (Praxis' TransformerLm; see the module doc).
+
+        relative_bias: self-attention gets a relative position bias table of its own (Praxis'
+        relative_bias_tpl); cross-attention never does.
         """
         if model_dims <= 0 or hidden_dims <= 0 or num_heads <= 0:
             raise ConfigError(
@@ -154,7 +159,7 @@ class TransformerConfig(Config):
         k_att, k_in, k_out, *k_cross = jax.random.split(key, 4 if cross_attention else 3)
         attention = self.attention.build(
             k_att, input_dims=model_dims, num_heads=num_heads, dim_per_head=dim_per_head,
-            num_kv_heads=num_kv_heads, init=init, use_rotary=use_rotary, fp8=self.fp8,
+            num_kv_heads=num_kv_heads, init=init, use_rotary=use_rotary, fp8=self.fp8, relative_bias=relative_bias,
         )  # fmt: skip
         cross = None
         if cross_attention:

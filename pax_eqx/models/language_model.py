@@ -40,6 +40,7 @@ from pax_eqx.layers.moe import MoEFeedForwardConfig
 from pax_eqx.layers.normalizations import LayerNormConfig, NormConfig
 from pax_eqx.layers.pipeline import PipelineConfig
 from pax_eqx.layers.position_embeddings import TrainablePositionalEmbeddingConfig, sinusoidal_position_embedding
+from pax_eqx.layers.relative_position_bias import RelativePositionBiasConfig
 from pax_eqx.layers.remat import RematPolicy
 from pax_eqx.layers.repeats import StackedTransformerConfig
 from pax_eqx.layers.transformers import TransformerConfig
@@ -48,7 +49,7 @@ from pax_eqx.models.model import Batch, Model, ModelConfig, StepPlan, StepShape
 from pax_eqx.models.stack_checks import check_moe_fields, check_stack_fields
 from pax_eqx.models.token_data import check_token_data
 
-PositionEmbedding = Literal["trainable", "sinusoidal", "rotary", "none"]
+PositionEmbedding = Literal["trainable", "sinusoidal", "rotary", "relative_bias", "none"]
 
 
 @config
@@ -63,7 +64,10 @@ class LanguageModelConfig(ModelConfig):
     num_heads: attention query heads (Pax's NUM_HEADS).
     dim_per_head: each head's width; 0 = model_dims // num_heads. num_kv_heads: key/value heads
       (grouped-query attention); 0 = num_heads.
-    position_embedding: "trainable" (GPT), "sinusoidal", "rotary" (in attention) or "none".
+    position_embedding: "trainable" (GPT), "sinusoidal", "rotary" (in attention), "relative_bias"
+      (each layer's attention logits get a learned bias per head and bucket of key - query
+      distance, Praxis' DotProductAttention.relative_bias_tpl with T5's causal bucketing) or "none".
+    relative_bias: the buckets of position_embedding="relative_bias" (only with it).
     separate_embedding: False ties input embedding and softmax (Pax's SharedEmbeddingSoftmax).
     repeat: True scans one stacked layer over num_layers (fast compile); False lists the layers.
     remat_policy: what the backward recomputes instead of storing ("none", "full", or a named
@@ -102,6 +106,7 @@ class LanguageModelConfig(ModelConfig):
     dim_per_head: int = 0
     num_kv_heads: int = 0
     position_embedding: PositionEmbedding = "trainable"
+    relative_bias: RelativePositionBiasConfig = RelativePositionBiasConfig()
     separate_embedding: bool = False
     repeat: bool = True
     remat_policy: RematPolicy = "none"
@@ -131,6 +136,7 @@ class LanguageModelConfig(ModelConfig):
             num_layers=self.num_layers, model_dims=self.model_dims, hidden_dims=self.hidden_dims,
             num_heads=self.num_heads, dim_per_head=self.dim_per_head, num_kv_heads=self.num_kv_heads,
             use_rotary=self.position_embedding == "rotary", init=self.init, block=self.block, repeat=self.repeat,
+            relative_bias=self.relative_bias if self.position_embedding == "relative_bias" else None,
             remat_policy=self.remat_policy, unroll=self.unroll,
             moe=self.moe if self.moe_layer_interval else None, moe_layer_interval=max(self.moe_layer_interval, 1),
             moe_hidden_dims=self.moe_hidden_dims, pipeline=self.pipeline,
@@ -152,6 +158,12 @@ class LanguageModelConfig(ModelConfig):
         check_range(self, "label_smoothing_prob", ge=0, lt=1, prefix="model")
         check_stack_fields(self, num_layers=self.num_layers)
         check_moe_fields(self, num_layers=self.num_layers)
+        if self.position_embedding != "relative_bias" and self.relative_bias != RelativePositionBiasConfig():
+            raise ConfigError(
+                f"model.relative_bias is set but model.position_embedding={self.position_embedding!r}; it applies "
+                "only with position_embedding='relative_bias'. Remove the model.relative_bias flags or set "
+                "--model.position-embedding relative_bias."
+            )
         if self.pipeline.enabled:
             if not self.repeat:
                 raise ConfigError(

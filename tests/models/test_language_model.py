@@ -17,8 +17,10 @@ def tiny(**kw) -> LanguageModelConfig:
 
 
 @pytest.mark.parametrize("repeat", [True, False])
-@pytest.mark.parametrize("position", ["trainable", "sinusoidal", "rotary"])
-@pytest.mark.parametrize("kv_heads", [0, 1, 2])
+@pytest.mark.parametrize(
+    "position, kv_heads",
+    [(p, kv) for p in ("trainable", "sinusoidal", "rotary") for kv in (0, 1, 2)] + [("relative_bias", 2)],
+)
 def test_extend_step_matches_full_forward(repeat, position, kv_heads):
     model = tiny(repeat=repeat, position_embedding=position, num_kv_heads=kv_heads).build(jax.random.key(0))
     ids = jax.random.randint(jax.random.key(1), (2, 9), 0, 13)
@@ -32,6 +34,40 @@ def test_extend_step_matches_full_forward(repeat, position, kv_heads):
         logits, cache = model.extend_step(ids[:, t : t + 1], cache, jnp.int32(t), positions[:, t : t + 1], valid)
         steps.append(logits)
     np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, atol=2e-5, rtol=1e-5)
+
+
+def test_relative_bias_is_each_layers_own_table_of_causal_buckets():
+    """position_embedding='relative_bias': each layer's attention adds table[bucket(k - q)] to its
+    logits (T5's causal bucketing, Praxis' per-layer RelativeBias): the layer equals the same
+    layer without a table given that bias explicitly."""
+    from pax_eqx.layers.relative_position_bias import relative_position_bucket
+
+    model = tiny(repeat=False, position_embedding="relative_bias").build(jax.random.key(0))
+    tables = [layer.attention.relative_bias.embedding for layer in model.stack.layers]
+    assert tables[0].shape == (32, 4) and not np.array_equal(tables[0], tables[1])
+    attention = model.stack.layers[1].attention
+    t = 7
+    relative = jnp.arange(t)[None, :] - jnp.arange(t)[:, None]
+    buckets = relative_position_bucket(relative, bidirectional=False, num_buckets=32, max_distance=128)
+    bias = jnp.transpose(tables[1][buckets], (2, 0, 1))[None]  # [1, heads, q, k]
+    x = jax.random.normal(jax.random.key(2), (2, t, 16))
+    plain = eqx.tree_at(lambda a: a.relative_bias, attention, None, is_leaf=lambda v: v is None)
+    ctx = Context(mode=Mode.EVAL)
+    np.testing.assert_allclose(attention(x, ctx)[0], plain(x, ctx, bias=bias)[0], atol=1e-6)
+
+
+def test_relative_bias_in_packed_rows_is_each_documents_own():
+    """Index differences stand for position differences (Praxis' use_length_as_position): a row
+    packing two documents gives each the logits it has alone."""
+    model = tiny(position_embedding="relative_bias").build(jax.random.key(0))
+    ids = jax.random.randint(jax.random.key(1), (1, 9), 0, 13)
+    segment_ids = jnp.asarray([[1, 1, 1, 1, 2, 2, 2, 2, 2]])
+    segment_pos = jnp.asarray([[0, 1, 2, 3, 0, 1, 2, 3, 4]])
+    ctx = Context(mode=Mode.EVAL)
+    packed, _ = model(ids, ctx, segment_ids=segment_ids, segment_pos=segment_pos)
+    first, _ = model(ids[:, :4], ctx)
+    second, _ = model(ids[:, 4:], ctx)
+    np.testing.assert_allclose(packed, jnp.concatenate([first, second], axis=1), atol=2e-5)
 
 
 def test_compute_loss_matches_formula():
