@@ -2,6 +2,10 @@
 [--temperature 0.8 --top-k 40 --top-p 0.95 --seed 0 --num-samples 1]`: print samples;
 `[--beam-size 4 --length-norm-alpha 0.8]`: print beam search's n-best list instead.
 
+A model that decodes examples (a classifier) prints each of the first `--num-samples` eval
+examples' prediction, or those of the files `--inputs a.png b.png` names, and writes them to
+DIR/decode/step_<step>.jsonl (programs.example_decoding).
+
 The experiment is the one DIR/config.json saved (every flag the run was trained with); `--exp`
 is needed only for a job dir without one.
 
@@ -18,11 +22,12 @@ from pax_eqx.command_line import cli, entry
 DESCRIPTION = (
     "Sample text (or beam-search an n-best list) from the newest checkpoint of a job dir, with the experiment "
     "and flags its config.json saved. --prompt, --max-new-tokens, --temperature, --top-k, --top-p, --seed, "
-    "--num-samples, --eos-id, --beam-size and --length-norm-alpha are short for the --decode.* fields below."
+    "--num-samples, --eos-id, --beam-size, --length-norm-alpha and --inputs are short for the --decode.* fields "
+    "below. A classifier prints (and writes to DIR/decode/) each eval example's or input file's predicted class."
 )
 _SHORT = (
     "prompt", "max-new-tokens", "temperature", "top-k", "top-p", "seed", "num-samples", "eos-id", "beam-size",
-    "length-norm-alpha",
+    "length-norm-alpha", "inputs",
 )  # fmt: skip
 
 
@@ -49,6 +54,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pax_eqx.programs.sampling import print_samples
     from pax_eqx.programs.seq2seq_decoding import decodes_examples
 
+    if exp.model.decodes_examples:
+        from pax_eqx.programs.example_decoding import print_decoded
+
+        rt, state, step = restore_for_inference(exp, job_dir, "decode from")
+        source = f"{len(exp.decode.inputs)} files" if exp.decode.inputs else "the eval split"
+        print(f"Decoding {source} with the checkpoint at step {step}:")
+        print_decoded(rt, state, exp.decode, step)
+        return 0
     # Before anything is restored.
     check_decode(exp.decode, given=given_decode_fields(argv), examples=decodes_examples(exp))
     rt, state, step = restore_for_inference(exp, job_dir, "decode from", prompt=exp.decode.prompt)

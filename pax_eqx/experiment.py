@@ -11,6 +11,7 @@ eval table, sequence length vs model -- so bad combinations fail before anything
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Literal
 
@@ -136,13 +137,16 @@ class DecodeConfig(SampleConfig):
     prompt: text to continue (a sequence-to-sequence model: its input, sentinels written
       <extra_id_N>; empty = the first eval examples).
     seed: the sampling seed.
-    num_samples: continuations to print (a sequence-to-sequence model without a prompt: eval
-      examples to decode).
+    num_samples: continuations to print (a sequence-to-sequence model without a prompt, a
+      classifier without inputs: eval examples to decode).
+    inputs: files to decode instead of eval examples, for a model that decodes examples (a
+      classifier: images, or .npy arrays of its input shape); () = the eval split.
     """
 
     prompt: str = "ROMEO:"
     seed: int = 0
     num_samples: int = 1
+    inputs: tuple[str, ...] = ()
 
     def validate(self, modes: bool = True) -> None:
         """SampleConfig's checks, and the seed and sample count (see SampleConfig.validate for `modes`)."""
@@ -199,11 +203,20 @@ class ExperimentConfig(Config):
     profile: ProfileConfig = ProfileConfig()
 
     def inert_fields(self) -> dict[str, str]:
-        """Decoding options of a model that does not decode (a classifier)."""
-        if type(self.model).decodes:
-            return {}
-        why = f"the model ({type(self.model).__name__}) does not decode"
-        return {"decode": why, "train.decode_interval_steps": why, "train.sample_at_end": why}
+        """Decoding options the model's kind of decoding does not read: a language model reads
+        no `decode.inputs`; a model that decodes examples (a classifier) reads only
+        `decode.num_samples` and `decode.inputs`, and nothing samples during or after training."""
+        model = type(self.model)
+        if model.decodes:
+            why = f"the model ({model.__name__}) continues a prompt; decode.inputs are files for a classifier"
+            return {"decode.inputs": why}
+        why = f"the model ({model.__name__}) does not sample text"
+        inert = {"train.decode_interval_steps": why, "train.sample_at_end": why}
+        if not model.decodes_examples:
+            return {**inert, "decode": f"the model ({model.__name__}) does not decode"}
+        reads = ("num_samples", "inputs")
+        why = f"the model ({model.__name__}) decodes examples to records; it reads only decode.num_samples and inputs"
+        return {**inert, **{f"decode.{f.name}": why for f in dataclasses.fields(self.decode) if f.name not in reads}}
 
     def validate(self, num_devices: int | None = None, data_files: bool = True, num_hosts: int | None = None) -> None:
         """Every constraint that can be checked before the run starts; ConfigError names the

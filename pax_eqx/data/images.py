@@ -373,3 +373,50 @@ def image_input(
     if split == "train":
         batches = augment.augment_batches(batches, augment_cfg, cfg.input_random_seed, shard.index)
     return Input(batches, cfg, split=split, shard=shard, num_batches_per_epoch=per_epoch)
+
+
+def example_from_file(
+    path: str, input_shape: tuple[int, ...], normalization: augment.AugmentConfig
+) -> dict[str, np.ndarray]:
+    """One example's `inputs` read from a file the way the data sources would give it: an image
+    (.png/.jpg/.jpeg, decoded by Pillow to the channels of `input_shape` = (H, W, C), uint8
+    scaled to 0..1) or a `.npy` array of exactly `input_shape`; then the data's normalisation
+    (`normalization.mean` / `std`, data.augment), as the eval split gets it. MissingFileError /
+    ConfigError name the file and what it should be."""
+    file = Path(path)
+    if not file.is_file():
+        raise MissingFileError(f"decode.inputs: {path!r} is not a file; pass existing image or .npy files.")
+    shape = tuple(input_shape)
+    if file.suffix.lower() == ".npy":
+        try:
+            pixels = np.load(file, allow_pickle=False).astype(np.float32)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"decode.inputs: {path!r} is not a readable .npy array ({e}).") from None
+        if pixels.shape != shape:
+            raise ConfigError(
+                f"decode.inputs: {path!r} holds an array of shape {pixels.shape}, but the model takes {shape}; "
+                "save each example as one array of the model's input_shape."
+            )
+    else:
+        if len(shape) != 3 or shape[-1] not in (1, 3):
+            raise ConfigError(
+                f"decode.inputs: {path!r} is an image, but the model takes inputs of shape {shape}, not images "
+                "(height, width, 1 or 3 channels); pass .npy arrays of that shape instead."
+            )
+        from PIL import Image, UnidentifiedImageError
+
+        try:
+            with Image.open(file) as img:
+                pixels = np.asarray(img.convert("L" if shape[-1] == 1 else "RGB"))
+        except (OSError, UnidentifiedImageError) as e:
+            raise ConfigError(f"decode.inputs: {path!r} is not a readable image ({e}).") from None
+        pixels = (pixels[..., None] if pixels.ndim == 2 else pixels).astype(np.float32) / 255.0
+        if pixels.shape != shape:
+            raise ConfigError(
+                f"decode.inputs: {path!r} is {pixels.shape[1]}x{pixels.shape[0]} (width x height), but the model "
+                f"takes {shape[1]}x{shape[0]} images; resize it first."
+            )
+    example = {"inputs": pixels}
+    if normalization.normalizes:
+        return augment.Normalize(normalization.mean, normalization.std).map(example)
+    return example

@@ -10,7 +10,9 @@ that class's count (its recall; the weights are the per-class counts).
 
 The network is a template (`network`) whose input size the model decides (`input_shape`); the
 CLI shows the experiment's network's own fields (`--model.network.hidden-dims 64 64`).
-`predict(batch)` gives the classes and their probabilities.
+`predict(batch)` gives the classes and their probabilities; `decode_examples(batch)` (Praxis'
+ClassificationModel.decode, what `python -m pax_eqx.decode` prints) each example's predicted
+class, its probability and, when the batch has labels, the label.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class ClassificationModelConfig(ModelConfig):
     head_init: the softmax projection's init.
     """
 
+    decodes_examples: ClassVar[bool] = True
+
     input_shape: tuple[int, ...] = ()
     num_classes: int = 0
     network: MLPConfig | ResNetConfig | ViTConfig = MLPConfig()
@@ -84,6 +88,13 @@ class ClassificationModelConfig(ModelConfig):
                 f"classes (labels 0..{spec.num_classes - 1}): labels >= {self.num_classes} would have no logit; "
                 f"set --model.num-classes {spec.num_classes}."
             )
+
+    def example_from_file(self, path: str, data: Any) -> dict[str, Any]:
+        """An image (for an image-shaped model) or a `.npy` array of input_shape, normalised as
+        the data's eval split is (data.images.example_from_file)."""
+        from pax_eqx.data.images import example_from_file
+
+        return example_from_file(path, tuple(self.input_shape), data.augment)
 
     def build(self, key: PRNGKeyArray) -> ClassificationModel:
         self.validate()
@@ -170,3 +181,15 @@ class ClassificationModel(Model):
         logits, _ = self.compute_predictions(batch, ctx)
         probabilities = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
         return jnp.argmax(probabilities, axis=-1), probabilities
+
+    def decode_examples(self, batch: Batch, ctx: Context) -> dict[str, Array]:
+        """predicted [batch] (the most likely class), probability [batch] (its softmax
+        probability) and, when `batch` has labels, label [batch]."""
+        predicted, probabilities = self.predict(batch, ctx)
+        out = {
+            "predicted": predicted.astype(jnp.int32),
+            "probability": jnp.take_along_axis(probabilities, predicted[:, None], axis=-1)[:, 0],
+        }
+        if "labels" in batch:
+            out["label"] = jnp.asarray(batch["labels"], jnp.int32)
+        return out

@@ -21,7 +21,9 @@
   `IncrementalDecoder` (`incremental_decoder`, pax_eqx.models.incremental) for its prompts;
   sampling and beam search are written once against that protocol. `decodes_inputs` marks a
   model that maps inputs to outputs (an encoder-decoder: with no prompt, decode reads eval
-  examples).
+  examples). `decodes_examples` marks a model whose decode is one batch in, one record per
+  example out (Pax's `decode` + `process_decode_out`: a classifier's predicted class): it
+  answers `decode_examples(batch)`, and the decode program prints and writes the records.
 
 The programs (train, eval, decode, the dry run) ask a model's config what they need instead of
 testing its class: which data it takes (`check_data`), what its throughput counts
@@ -74,6 +76,13 @@ class Model(eqx.Module):
         run. Models whose config `decodes` implement it."""
         raise ConfigError(f"{type(self).__name__} does not decode: it has no incremental_decoder.")
 
+    def decode_examples(self, batch: Batch, ctx: Context) -> dict[str, Array]:
+        """Pax's decode of a batch (`ctx` in eval mode, with the model's state): arrays with a
+        leading batch axis, one record per example (the decode program writes row i of each as
+        a JSON record). Models whose config `decodes_examples` implement it; `batch` may lack
+        the labels (files to decode)."""
+        raise ConfigError(f"{type(self).__name__} does not decode examples: it has no decode_examples.")
+
     def continue_prompts(self, prompts: list[list[int]], cfg: Any, key: PRNGKeyArray, pad_id: int) -> list[list[int]]:
         """Sampled continuations of `prompts` (token ids, each cut before `cfg.eos_id`; `cfg` a
         SampleConfig): one pass of `incremental_decoder`. A model may do more (the language model
@@ -125,6 +134,8 @@ class ModelConfig(Config):
     decodes: ClassVar[bool] = False
     """True when the built model can decode (`Model.incremental_decoder`)."""
     decodes_inputs: ClassVar[bool] = False
+    # True: decode maps each example to a record (Model.decode_examples), e.g. a classifier.
+    decodes_examples: ClassVar[bool] = False
     """True when decoding maps inputs to outputs (an encoder-decoder): with no prompt, the
     decode program reads eval examples' inputs and shows their targets."""
 
@@ -152,5 +163,14 @@ class ModelConfig(Config):
         return StepPlan(activation_note=f"not estimated for a {type(self).__name__}; leave headroom for them")
 
     @abc.abstractmethod
+    def example_from_file(self, path: str, data: Any) -> dict[str, Any]:
+        """One example (numpy arrays, no batch axis, no labels) read from a file the user names
+        for decoding (`decode.inputs`), as `data` would give it. Models whose config
+        `decodes_examples` and that take files implement it."""
+        raise ConfigError(
+            f"decode.inputs: the model ({type(self).__name__}) does not read examples from files; "
+            "decode the eval split instead (drop --decode.inputs)."
+        )
+
     def build(self, key: PRNGKeyArray) -> Model:
         """The model, with freshly initialised parameters."""

@@ -239,6 +239,13 @@ class Task:
         fwd = self.forward(self.inference_params(state), state.nt_state, batch, None, Mode.EVAL)
         return StepOutputs(fwd.metrics, fwd.summaries, fwd.per_example)
 
+    def decode_examples(self, state: TrainState, batch: dict) -> dict[str, Array]:
+        """The model's `decode_examples` of `batch` with what the eval step uses: the inference
+        parameters, the non-trainable state (moving statistics) and the activation dtype."""
+        model = self.model(self.inference_params(state))
+        ctx = Context(state=state.nt_state, mode=Mode.EVAL, dtype=self.dtype)
+        return model.decode_examples(batch, ctx)
+
     def _gradients(self, params, frozen, nt_state, batch: dict, key):
         """Gradients w.r.t. `params` (the trainable part); `frozen` (or None) completes the model."""
         n = self.learner_cfg.num_microbatches

@@ -307,3 +307,33 @@ def test_bad_augment_fields():
         digits_train(mean=(0.5,), std=(0.0,)).validate()
     with pytest.raises(ConfigError, match="data.augment.crop_padding=8 is not smaller than the images' 8x8"):
         digits_train(crop_padding=8).validate()
+
+
+def test_example_from_file_reads_an_image_or_an_array_as_the_sources_would(tmp_path):
+    """decode.inputs: a PNG decoded to the model's channels and scaled to 0..1, then the data's
+    normalisation; a .npy array of the input shape as it is; wrong sizes and non-images named."""
+    from PIL import Image
+
+    from pax_eqx.data.images import example_from_file
+
+    pixels = np.arange(12, dtype=np.uint8).reshape(3, 4) * 20
+    Image.fromarray(pixels).save(tmp_path / "gray.png")
+    got = example_from_file(str(tmp_path / "gray.png"), (3, 4, 1), AugmentConfig())["inputs"]
+    np.testing.assert_allclose(got, pixels[..., None] / 255.0, rtol=1e-6)
+    normalized = example_from_file(str(tmp_path / "gray.png"), (3, 4, 1), AugmentConfig(mean=(0.5,), std=(0.25,)))
+    np.testing.assert_allclose(normalized["inputs"], (pixels[..., None] / 255.0 - 0.5) / 0.25, rtol=1e-5)
+    rgb = example_from_file(str(tmp_path / "gray.png"), (3, 4, 3), AugmentConfig())["inputs"]
+    assert rgb.shape == (3, 4, 3)
+    np.save(tmp_path / "x.npy", np.ones((64,), np.float32))
+    assert example_from_file(str(tmp_path / "x.npy"), (64,), AugmentConfig())["inputs"].shape == (64,)
+    with pytest.raises(ConfigError, match=r"4x3 \(width x height\), but the model takes 8x8"):
+        example_from_file(str(tmp_path / "gray.png"), (8, 8, 1), AugmentConfig())
+    with pytest.raises(ConfigError, match=r"shape \(64,\), but the model takes \(8, 8, 1\)"):
+        example_from_file(str(tmp_path / "x.npy"), (8, 8, 1), AugmentConfig())
+    with pytest.raises(ConfigError, match="not images"):
+        example_from_file(str(tmp_path / "gray.png"), (64,), AugmentConfig())
+    (tmp_path / "text.png").write_text("not a picture")
+    with pytest.raises(ConfigError, match="text.png.*not a readable image"):
+        example_from_file(str(tmp_path / "text.png"), (3, 4, 1), AugmentConfig())
+    with pytest.raises(ConfigError, match="missing.png.*not a file"):
+        example_from_file(str(tmp_path / "missing.png"), (3, 4, 1), AugmentConfig())

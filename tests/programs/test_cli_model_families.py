@@ -17,6 +17,7 @@ from tiny import tiny_args
 
 from pax_eqx import eval as eval_main
 from pax_eqx import train
+from pax_eqx.command_line.cli import CliError
 from pax_eqx.config import ConfigError
 from pax_eqx.summaries.writer import TIMING_KEYS
 
@@ -54,6 +55,38 @@ def test_a_classifier_trains_resumes_and_evaluates_through_the_same_cli(tmp_path
     assert eval_main.main(["--job-log-dir", str(job)]) == 0  # the experiment and its flags from config.json
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert abs(result["accuracy"] - evals[-1]["accuracy"]) < 1e-6
+    _classifier_decode(job, evals[-1]["accuracy"], capsys)
+
+
+def _classifier_decode(job, accuracy, capsys):
+    """`pax_eqx.decode` on the classifier: each eval example's predicted class, its probability and
+    label, printed and written to DIR/decode/step_40.jsonl; over the whole held-out split the
+    share predicted right is the eval's accuracy. A `.npy` file of one of those examples decodes
+    as that example; sampling flags are refused."""
+    from pax_eqx import decode as decode_main
+    from pax_eqx.data.digits import digits_examples
+
+    assert decode_main.main(["--job-log-dir", str(job), "--num-samples", "180"]) == 0
+    out = capsys.readouterr().out
+    assert "example 0: predicted " in out and "records: " in out
+    records = [json.loads(line) for line in (job / "decode" / "step_40.jsonl").read_text().splitlines()]
+    assert len(records) == 180 and list(records[0]) == ["example", "predicted", "probability", "label"]
+    held_out = digits_examples("eval", 0.1)
+    assert [r["label"] for r in records] == [int(held_out[i]["labels"]) for i in range(180)]
+    assert abs(np.mean([r["predicted"] == r["label"] for r in records]) - accuracy) < 1e-6
+    assert all(0.1 <= r["probability"] <= 1.0 for r in records)  # the most likely of 10 classes
+
+    np.save(job / "seven.npy", held_out[3]["inputs"])
+    assert decode_main.main(["--job-log-dir", str(job), "--inputs", str(job / "seven.npy")]) == 0
+    (record,) = [json.loads(line) for line in (job / "decode" / "step_40.jsonl").read_text().splitlines()]
+    assert record["file"] == str(job / "seven.npy") and "label" not in record
+    assert record["predicted"] == records[3]["predicted"]
+    assert abs(record["probability"] - records[3]["probability"]) < 1e-6
+    with pytest.raises(CliError):
+        decode_main.main(["--job-log-dir", str(job), "--temperature", "0.5"])
+    assert "--decode.temperature has no effect" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="seven.png"):
+        decode_main.main(["--job-log-dir", str(job), "--inputs", str(job / "seven.png")])
 
 
 def test_layer_summaries_reach_tensorboard_and_metrics_jsonl(tmp_path):
