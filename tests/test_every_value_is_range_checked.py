@@ -48,6 +48,7 @@ ALLOWED: dict[str, dict[float, str]] = {
     "TrainConfig.seed": {0: "any uint32 seeds jax.random.key"},
     "TrainConfig.decode_interval_steps": {0: "0 = no decoding during training"},
     "DecodeConfig.seed": {0: "any uint32 seeds jax.random.key"},
+    "AdafactorConfig.beta1": {0: "0 = no momentum (Praxis' beta1=0)"},
     "SampleConfig.temperature": {0: "0 = greedy (argmax)"},
     "SampleConfig.top_k": {0: "0 = no top-k filter"},
     "SampleConfig.eos_id": {-1: "-1 = the tokenizer's eos", 0: "token 0 is a token id"},

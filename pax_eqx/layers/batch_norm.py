@@ -25,6 +25,9 @@ class BatchNormConfig(Config):
     scale_init: the initial scale. The scale is applied as `(1 + gamma)` (Praxis), so gamma
       starts at `scale_init - 1`; 0.0 makes the layer output `beta` at first, which a ResNet
       block's last BatchNorm uses so that the block starts as its shortcut (Goyal et al. 2017).
+    set_padded_output_to_zero: with `paddings`, output 0 at the padded positions (Praxis' default,
+      whose gradients then pass nothing there); off, they are normalised like the others (the
+      statistics exclude them either way).
     """
 
     dims: int
@@ -32,6 +35,7 @@ class BatchNormConfig(Config):
     epsilon: float = 1e-3
     use_moving_avg_in_training: bool = False
     scale_init: float = 1.0
+    set_padded_output_to_zero: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -54,6 +58,7 @@ class BatchNorm(eqx.Module):
     decay: float = eqx.field(static=True)
     epsilon: float = eqx.field(static=True)
     use_moving_avg_in_training: bool = eqx.field(static=True)
+    set_padded_output_to_zero: bool = eqx.field(static=True, default=False)
 
     def __init__(self, cfg: BatchNormConfig):
         self.beta = jnp.zeros((cfg.dims,), jnp.float32)
@@ -64,6 +69,7 @@ class BatchNorm(eqx.Module):
         self.decay = cfg.decay
         self.epsilon = cfg.epsilon
         self.use_moving_avg_in_training = cfg.use_moving_avg_in_training
+        self.set_padded_output_to_zero = cfg.set_padded_output_to_zero
 
     def __call__(
         self,
@@ -71,7 +77,8 @@ class BatchNorm(eqx.Module):
         ctx: Context,
         paddings: Float[Array, "*batch"] | None = None,
     ) -> tuple[Float[Array, "*batch dims"], Context]:
-        """`paddings` (1 = padded) excludes positions from the batch statistics."""
+        """`paddings` (1 = padded) excludes positions from the batch statistics (and with
+        `set_padded_output_to_zero` zeroes their outputs)."""
         xf = x.astype(jnp.float32)
         moving_mean, moving_var = ctx.get_var(self.moving_mean), ctx.get_var(self.moving_variance)
         if ctx.is_training:
@@ -88,6 +95,8 @@ class BatchNorm(eqx.Module):
         else:
             mean, var = moving_mean, moving_var
         y = (xf - mean) * jax.lax.rsqrt(var + self.epsilon) * (1.0 + self.gamma) + self.beta
+        if self.set_padded_output_to_zero and paddings is not None:
+            y = y * (1.0 - paddings.astype(jnp.float32))[..., None]
         return y.astype(x.dtype), ctx
 
     def param_axes(self) -> dict[str, tuple[str | None, ...]]:

@@ -45,6 +45,7 @@ from pax_eqx.layers.pipeline import PipelineConfig
 from pax_eqx.layers.relative_position_bias import RelativePositionBiasConfig
 from pax_eqx.layers.remat import REMAT_POLICIES, RematPolicy
 from pax_eqx.layers.scanned_stack import StackedTransformerRepeated, require_cross_attention
+from pax_eqx.layers.shared_stack import SharedLayerStack
 from pax_eqx.layers.transformers import Transformer, TransformerConfig
 
 
@@ -64,6 +65,9 @@ class StackedTransformerConfig(Config):
     cross_attention: every layer also attends to a `memory` (an encoder-decoder's decoder).
     init: every projection's weight init.
     repeat: stack weights on a leading `layers` axis and scan (True) or keep a list (False).
+    share_layers: one layer's weights for every layer (ALBERT's cross-layer sharing,
+      layers.shared_stack): stored, optimised, sharded and counted once, its gradient summed
+      over the layers; repeat then says scan (True) or Python loop (False).
     remat_policy: "none" (keep all activations) or a jax.checkpoint policy name.
     unroll: scan iterations per loop step (1 = rolled; num_layers = fully unrolled); repeat=True
       only. An iteration is one layer, or one block of moe_layer_interval layers with MoE.
@@ -94,6 +98,7 @@ class StackedTransformerConfig(Config):
     init: WeightInit = WeightInit()
     block: TransformerConfig = TransformerConfig()
     repeat: bool = True
+    share_layers: bool = False
     remat_policy: RematPolicy = "none"
     unroll: int = 1
     moe: MoEFeedForwardConfig | None = None
@@ -130,6 +135,15 @@ class StackedTransformerConfig(Config):
                 f"StackedTransformerConfig.block.residual_droppath_prob={self.block.residual_droppath_prob} has no "
                 "effect with num_layers=1: layer i of L drops with probability p * i / L, so the only layer never "
                 "does; set it to 0 or use more layers."
+            )
+        if self.share_layers and (self.moe is not None or self.pipeline.enabled):
+            what = (
+                "moe (its blocks are distinct layers)"
+                if self.moe is not None
+                else "pipeline (its stages are distinct layers)"
+            )
+            raise ConfigError(
+                f"StackedTransformerConfig.share_layers=True cannot be combined with {what}; turn one of them off."
             )
         check_range(self, ("moe_layer_interval",), ge=1)
         check_range(self, "moe_hidden_dims", ge=0, note="0 = hidden_dims")
@@ -188,7 +202,9 @@ class StackedTransformerConfig(Config):
         """Whether layer i has the MoE feed-forward (i % moe_layer_interval == 0)."""
         return self.moe is not None and i % self.moe_layer_interval == 0
 
-    def build(self, key: PRNGKeyArray) -> StackedTransformer | StackedTransformerRepeated:
+    def build(self, key: PRNGKeyArray) -> StackedTransformer | StackedTransformerRepeated | SharedLayerStack:
+        if self.share_layers:
+            return SharedLayerStack(self, key=key)
         cls = StackedTransformerRepeated if self.repeat else StackedTransformer
         return cls(self, key=key)
 

@@ -73,9 +73,13 @@ class ConvBN(eqx.Module):
         activation: ActivationConfig | None,
     ):
         fan_out = kernel * kernel * output_channels
+        # Praxis' ConvBNAct padding (tf_equivalent_padding=False), also torchvision's: (k - 1) // 2
+        # before, whatever the stride. TensorFlow's "SAME" pads a stride-2 conv of an even image
+        # one pixel less before, which shifts every strided block and ResNet-50's 7x7 stem.
+        pad = ((kernel - 1) // 2, kernel // 2)
         self.conv = Conv2DConfig(
             input_channels=input_channels, output_channels=output_channels, kernel_size=(kernel, kernel),
-            strides=(stride, stride), padding="SAME", init=gaussian(math.sqrt(2.0 / fan_out)),
+            strides=(stride, stride), padding=(pad, pad), init=gaussian(math.sqrt(2.0 / fan_out)),
         ).build(key)  # fmt: skip
         self.norm = batch_norm.build()
         self.activation = None if activation is None else activation.build()

@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # the config builds this stack (layers.repeats imports this m
     from pax_eqx.layers.repeats import StackedTransformerConfig
 
 
-def _needs_key(block: TransformerConfig, moe: MoEFeedForwardConfig | None = None) -> bool:
+def draws_randomness(block: TransformerConfig, moe: MoEFeedForwardConfig | None = None) -> bool:
     moe_random = moe is not None and (moe.jitter_eps > 0 or moe.second_expert_policy == "sampling")
     probs = block.residual_dropout_prob, block.relu_dropout_prob, block.attention.dropout_prob
     return moe_random or max(*probs, block.residual_droppath_prob) > 0
@@ -84,7 +84,7 @@ class StackedTransformerRepeated(eqx.Module):
         self.num_layers = cfg.num_layers
         self.remat_policy = cfg.remat_policy
         self.unroll = cfg.unroll
-        self.needs_key = _needs_key(cfg.block, cfg.moe)
+        self.needs_key = draws_randomness(cfg.block, cfg.moe)
         self.pipeline = cfg.pipeline
         self.droppath_schedule = cfg.droppath_schedule()
 
@@ -136,14 +136,7 @@ class StackedTransformerRepeated(eqx.Module):
         None)) -> (h, (state, summaries, aux losses)), each layer run in a fresh Context of
         `outer`'s mode and dtype."""
         k = len(self.block)
-
-        def run(layer, h, key, layer_state, droppath):
-            inner = Context(
-                key=key, state=layer_state, mode=outer.mode, dtype=outer.dtype,
-                summary_verbosity=outer.summary_verbosity,
-            )  # fmt: skip
-            h, inner = layer(h, inner, droppath_prob=droppath, **kwargs)
-            return h, inner
+        run = lambda layer, h, key, state, droppath: run_layer(layer, h, outer, key, state, droppath, kwargs)
 
         def body(h, xs):
             layer_params, key, layer_state, droppath = xs
@@ -258,6 +251,23 @@ class StackedTransformerRepeated(eqx.Module):
         """The batch rows `rows` of a cache in this stack's layout (batch on axis 1, under the
         layers axis): self-attention caches and memory keys/values alike."""
         return jax.tree.map(lambda a: jnp.take(a, rows, axis=1), cache)
+
+
+def run_layer(
+    layer: Transformer,
+    h: Float[Array, "batch time embed"],
+    outer: Context,
+    key: PRNGKeyArray | None,
+    state: typing.Any,
+    droppath: float | Array,
+    kwargs: dict,
+) -> tuple[Float[Array, "batch time embed"], Context]:
+    """One layer of a scanned stack in a fresh Context of `outer`'s mode, dtype and verbosity
+    (its key, state, drop-path probability its own): what a scan body runs per layer."""
+    inner = Context(
+        key=key, state=state, mode=outer.mode, dtype=outer.dtype, summary_verbosity=outer.summary_verbosity
+    )  # fmt: skip
+    return layer(h, inner, droppath_prob=droppath, **kwargs)
 
 
 def require_cross_attention(layer: Transformer) -> None:

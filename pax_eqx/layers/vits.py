@@ -15,7 +15,9 @@ Layout (Dosovitskiy et al. 2020, as Praxis):
   in (row, column, channel) order to p*p*C values (`patchify`: [B, (H/p)(W/p), p*p*C]), then a
   linear projection with bias to `model_dims` (a p x p, stride-p convolution written as a
   matmul); with `pooling="cls"` a learned class token is prepended; then a learned position
-  embedding is added (one row per token, class token included).
+  embedding is added (one row per token, class token included). With
+  `cls_position_embedding=False` the table has a row per patch only and is added before the class
+  token is prepended, as Praxis' VitEntryLayers does.
 - the existing transformer stack (`StackedTransformerConfig`) with `block` as the layer template;
   a ViT attends to every patch, so the block's attention must be non-causal.
 - exit: a final norm, then pooling: the class token's output ("cls") or the mean over the
@@ -73,6 +75,9 @@ class ViTConfig(Config):
     model_dims / hidden_dims / num_heads / num_layers: the stack's width, feed-forward width,
       heads and depth (ViT-B/16: 768 / 3072 / 12 / 12).
     pooling: "cls" (a learned class token's output) or "mean" (the mean over the patches).
+    cls_position_embedding: with "cls", whether the class token gets a row of the position table
+      (Dosovitskiy et al.); False adds the table to the patches only, then prepends the token
+      (Praxis' VitEntryLayers with prepend_cls_tokens=1).
     block: the transformer layer template (norms, activation, dropout, attention options); its
       attention must be non-causal (`block.attention.causal=False`).
     init: the patch projection's and every transformer projection's init.
@@ -87,6 +92,7 @@ class ViTConfig(Config):
     num_heads: int = 12
     hidden_dims: int = 3072
     pooling: Pooling = "cls"
+    cls_position_embedding: bool = True
     block: TransformerConfig = TransformerConfig(
         attention=AttentionConfig(causal=False), activation=ActivationConfig(name="gelu")
     )
@@ -104,6 +110,11 @@ class ViTConfig(Config):
         require_positive(self, ("patch_size", "model_dims", "num_layers", "num_heads", "hidden_dims"))
         if self.pooling not in typing.get_args(Pooling):
             raise ConfigError(f"ViTConfig.pooling={self.pooling!r} is not one of {typing.get_args(Pooling)}.")
+        if not self.cls_position_embedding and self.pooling != "cls":
+            raise ConfigError(
+                f"ViTConfig.cls_position_embedding=False with pooling={self.pooling!r}: there is no class token "
+                "to leave out of the position table; use pooling='cls' or leave cls_position_embedding=True."
+            )
         if self.model_dims % self.num_heads:
             raise ConfigError(
                 f"ViTConfig.model_dims={self.model_dims} must be divisible by num_heads={self.num_heads} "
@@ -161,12 +172,13 @@ class ViT(eqx.Module):
     patch_size: int = eqx.field(static=True)
     pooling: str = eqx.field(static=True)
     output_dims: int = eqx.field(static=True)
+    cls_position_embedding: bool = eqx.field(static=True, default=True)
 
     def __init__(self, cfg: ViTConfig, *, key: PRNGKeyArray, image_shape: tuple[int, int, int]):
         k_patch, k_pos, k_stack = jax.random.split(key, 3)
         h, w, c = image_shape
         p = cfg.patch_size
-        num_tokens = (h // p) * (w // p) + (cfg.pooling == "cls")
+        num_tokens = (h // p) * (w // p) + (cfg.pooling == "cls" and cfg.cls_position_embedding)
         self.patch_embedding = LinearConfig(
             input_dims=p * p * c, output_dims=cfg.model_dims, init=cfg.init, axes=(None, "embed")
         ).build(k_patch)
@@ -180,6 +192,7 @@ class ViT(eqx.Module):
         self.patch_size = p
         self.pooling = cfg.pooling
         self.output_dims = cfg.output_dims
+        self.cls_position_embedding = cfg.cls_position_embedding
 
     def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {"cls_token": ("embed",)}
@@ -189,11 +202,16 @@ class ViT(eqx.Module):
     ) -> tuple[Float[Array, "batch features"], Context]:
         """Images (NHWC) -> pooled features [batch, output_dims], in the images' dtype."""
         tokens = self.patch_bias(self.patch_embedding(patchify(x, self.patch_size)))  # [B, N, D]
-        if self.cls_token is not None:
-            cls = jnp.broadcast_to(self.cls_token.astype(tokens.dtype), (tokens.shape[0], 1, tokens.shape[-1]))
-            tokens = jnp.concatenate([cls, tokens], axis=1)
+        if self.cls_token is not None and self.cls_position_embedding:
+            tokens = self._prepend_cls(tokens)
         tokens = tokens + self.position_embedding.first(tokens.shape[1]).astype(tokens.dtype)
+        if self.cls_token is not None and not self.cls_position_embedding:
+            tokens = self._prepend_cls(tokens)  # Praxis' order: the class token has no position
         y, ctx = call(self.transformer, tokens, ctx, "transformer")
         y = self.final_norm(y)
         pooled = y[:, 0] if self.pooling == "cls" else jnp.mean(y, axis=1)
         return pooled, ctx
+
+    def _prepend_cls(self, tokens: Float[Array, "batch n embed"]) -> Float[Array, "batch n+1 embed"]:
+        cls = jnp.broadcast_to(self.cls_token.astype(tokens.dtype), (tokens.shape[0], 1, tokens.shape[-1]))
+        return jnp.concatenate([cls, tokens], axis=1)

@@ -13,11 +13,12 @@ keeps b1, b2, eps and eps_root; any other switch starts at the new optimizer's d
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import optax
 
 from pax_eqx.config import ConfigError, Variant, check_range, config
+from pax_eqx.learners import factored_rms
 
 
 @config
@@ -119,16 +120,62 @@ class SgdConfig(_Optimizer):
 
 @config
 class AdafactorConfig(_Optimizer):
-    """Adafactor with optax's defaults: factored second moments of parameters with both dimensions
-    >= 128, decay 0.8, update clipping at RMS 1, relative step size."""
+    """Adafactor: factored second moments, update clipping at RMS 1. The defaults are
+    optax.adafactor's (T5X's): pow decay 0.8, relative step size, no momentum, factoring the two
+    largest dimensions when both are >= 128.
+
+    decay_method, decay_rate: the second moments' decay at 0-based step t: "pow":
+        1 - (t + 1)^-decay_rate (optax's decay_rate; Praxis' decay_method="pow", decay_pow);
+        "adam": decay_rate (1 - decay_rate^t) / (1 - decay_rate^(t + 1)), Adam's beta2 with its
+        bias correction folded in (Praxis' decay_method="adam", decay_adam).
+    beta1: the momentum's decay (Praxis' beta1, optax's momentum; 0 = no momentum): an
+        exponential moving average, without bias correction, of the updates, in float32. It
+        averages the updates before the learning rate multiplies them, so it equals Praxis' and
+        optax's (which average lr * update) under a constant rate only; Praxis' default
+        quantized_dtype="int8" stores it as int8, this as Praxis' quantized_dtype="float32".
+    multiply_by_parameter_scale: multiply each tensor's update by its parameter's RMS (at least
+        1e-3): Adafactor's relative step size (optax's default; Praxis' ShardedAdafactor's is False).
+    factored_dims: the dimensions a >= 2-D parameter's second moment is factored over: "largest"
+        (its two largest, when both are >= 128, else a full second moment: optax, T5X, Praxis'
+        sort_factored_second_moment_dims=True) or "last" (its last two, whatever their size:
+        Praxis' ShardedAdafactor default, `factored_rms.scale_by_last_dims_factored_rms`).
+
+    Pax's LM recipe (paxml model_params.set_default_adafactor: decay_method="adam",
+    decay_adam=0.99, beta1=0.9, weight_decay=wd) is AdafactorConfig(decay_method="adam",
+    decay_rate=0.99, beta1=0.9, multiply_by_parameter_scale=False, factored_dims="last") with
+    the learner's weight_decay=wd, weight_decay_mask="all" (tests/praxis/test_praxis_optimizers.py).
+    """
 
     kind: ClassVar[str] = "adafactor"
+    decay_method: Literal["pow", "adam"] = "pow"
+    decay_rate: float = 0.8
+    beta1: float = 0.0
+    multiply_by_parameter_scale: bool = True
+    factored_dims: Literal["largest", "last"] = "largest"
+
+    def validate(self) -> None:
+        for name, choices in (("decay_method", ("pow", "adam")), ("factored_dims", ("largest", "last"))):
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"learner.optimizer.{name}={getattr(self, name)!r} is not one of {choices}.")
+        if self.decay_method == "pow":
+            check_range(self, "decay_rate", gt=0, le=1, prefix="learner.optimizer", note="the pow decay's exponent")
+        else:
+            check_range(self, "decay_rate", gt=0, lt=1, prefix="learner.optimizer", note="Adam's beta2")
+        check_range(self, "beta1", ge=0, lt=1, prefix="learner.optimizer", note="0 = no momentum")
 
     def direction(self) -> optax.GradientTransformation:
         # optax.adafactor's pieces, in its order, less its learning rate and sign flip.
-        return optax.chain(
-            optax.scale_by_factored_rms(), optax.clip_by_block_rms(1.0), optax.scale_by_param_block_rms()
-        )
+        decay = {} if self.decay_method == "pow" else {"decay_rate_fn": factored_rms.decay_rate_adam}
+        if self.factored_dims == "largest":
+            rms = optax.scale_by_factored_rms(decay_rate=self.decay_rate, **decay)
+        else:
+            rms = factored_rms.scale_by_last_dims_factored_rms(decay_rate=self.decay_rate, **decay)
+        parts = [rms, optax.clip_by_block_rms(1.0)]
+        if self.multiply_by_parameter_scale:
+            parts.append(optax.scale_by_param_block_rms())
+        if self.beta1 > 0:
+            parts.append(optax.ema(self.beta1, debias=False))
+        return optax.chain(*parts)
 
 
 OptimizerConfig = AdamWConfig | AdamConfig | SgdConfig | LionConfig | AdafactorConfig

@@ -23,6 +23,21 @@ this module did first). Normalised scores are not monotone in length, so finishe
 could fill the pool mid-way and stop the search: on a weak span-corruption model that beam
 scored below greedy on every example. The loop is `max_new_tokens` steps of a `lax.scan`, one
 jitted program over a batch of examples.
+
+`style="praxis"` is Praxis' `beam_search.beam_search` instead (BeamSearchHParams defaults:
+tokens_per_beam = K, early_exit=False, min_decode_steps=0), for matching a Pax decode:
+
+- every step, each alive hypothesis's EOS continuation is offered to the finished set, whether or
+  not it ranks among the K best candidates, and the alive beam is refilled from non-EOS tokens
+  only, by Praxis' two-stage top-k: each hypothesis's K most probable tokens, an EOS among them
+  penalised by -1e9, then the K best of the K x K (so K hypotheses stay alive throughout);
+- the length penalty is Praxis' `decoder_utils.length_norm`, ((5 + length) / 5) ** alpha, not
+  GNMT's ((5 + length) / 6) ** alpha (same ranking; scores differ by the factor (6/5) ** alpha);
+- hypotheses still alive after max_new_tokens are not returned (Praxis keeps only ended ones);
+  slots no ended hypothesis reached have score -inf (Praxis: its -1e9 placeholders).
+
+It needs an eos_id in [0, vocab) and beam_size <= vocab. tests/praxis/test_praxis_beam_search.py
+checks it against Praxis 1.4's own n-best ids and scores.
 """
 
 from __future__ import annotations
@@ -39,6 +54,9 @@ from pax_eqx.config import ConfigError
 from pax_eqx.models.decoding import SampleConfig
 from pax_eqx.models.incremental import IncrementalDecoder, LanguageModelDecoder
 from pax_eqx.models.language_model import LanguageModel
+
+BEAM_STYLES = ("pax_eqx", "praxis")
+_PRAXIS_PENALTY = 1e9  # Praxis' two_stage_topk subtracts this from EOS candidates
 
 
 class BeamResult(NamedTuple):
@@ -57,12 +75,13 @@ class BeamResult(NamedTuple):
 
 
 def length_normalize(
-    log_probs: Float[Array, "*shape"], lengths: Int[Array, "*shape"], alpha: float
+    log_probs: Float[Array, "*shape"], lengths: Int[Array, "*shape"], alpha: float, base: float = 6.0
 ) -> Float[Array, "*shape"]:
     """GNMT's length penalty (Wu et al. 2016, Pax's BeamSearchHParams.length_norm_alpha):
-    log_probs / ((5 + lengths) / 6) ** alpha. A longer hypothesis has summed more negative
-    terms; dividing by a growing penalty stops the search from preferring short ones."""
-    return log_probs / ((5.0 + lengths.astype(jnp.float32)) / 6.0) ** alpha
+    log_probs / ((5 + lengths) / base) ** alpha, base 6 (GNMT; Praxis' decoder_utils.length_norm
+    uses 5). A longer hypothesis has summed more negative terms; dividing by a growing penalty
+    stops the search from preferring short ones."""
+    return log_probs / ((lengths.astype(jnp.float32) + 5.0) / base) ** alpha
 
 
 def beam_search(
@@ -73,23 +92,41 @@ def beam_search(
     eos_id: int,
     pad_id: int = 0,
     length_norm_alpha: float = 0.8,
+    style: str = "pax_eqx",
 ) -> BeamResult:
     """The `beam_size` best continuations of every row of `decoder` (see the module
-    docstring); eos_id -1 never finishes a hypothesis early. One jitted program."""
+    docstring); eos_id -1 never finishes a hypothesis early. One jitted program.
+
+    style: "pax_eqx" (this module's search) or "praxis" (Praxis' beam_search, see the module
+    docstring; needs eos_id >= 0)."""
     if beam_size < 1 or max_new_tokens < 1 or length_norm_alpha < 0:
         raise ConfigError(
             f"beam_search needs beam_size >= 1, max_new_tokens >= 1 and length_norm_alpha >= 0; got "
             f"{beam_size}, {max_new_tokens} and {length_norm_alpha}."
         )
-    return _beam_search(decoder, beam_size, max_new_tokens, eos_id, pad_id, float(length_norm_alpha))
+    if style not in BEAM_STYLES:
+        raise ConfigError(f"beam_search style={style!r} is not one of {BEAM_STYLES}.")
+    if style == "praxis" and eos_id < 0:
+        raise ConfigError(
+            f"beam_search style='praxis' needs an eos_id >= 0 (Praxis offers every hypothesis's EOS "
+            f"continuation to the finished set), got {eos_id}; pass the EOS id or use style='pax_eqx'."
+        )
+    return _beam_search(decoder, beam_size, max_new_tokens, eos_id, pad_id, float(length_norm_alpha), style)
 
 
 @eqx.filter_jit
 def _beam_search(
-    decoder: IncrementalDecoder, k: int, max_new_tokens: int, eos_id: int, pad_id: int, alpha: float
+    decoder: IncrementalDecoder, k: int, max_new_tokens: int, eos_id: int, pad_id: int, alpha: float, style: str
 ) -> BeamResult:
     logits, carry = decoder.start()
     b, v = logits.shape
+    praxis = style == "praxis"
+    if praxis and not (eos_id < v and k <= v):
+        raise ConfigError(
+            f"beam_search style='praxis' needs eos_id < vocab and beam_size <= vocab (its per-hypothesis "
+            f"top-k); got eos_id={eos_id}, beam_size={k}, vocab={v}."
+        )
+    base = 5.0 if praxis else 6.0
     carry = decoder.select(carry, jnp.repeat(jnp.arange(b), k))  # row i -> beams i*K .. i*K+K-1
     logits = jnp.repeat(logits, k, axis=0)
     none = jnp.full((b, k), -jnp.inf, jnp.float32)
@@ -100,22 +137,35 @@ def _beam_search(
     def step(state, t):
         logits, carry, (alive_lp, alive_tokens), finished = state
         step_lp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1).reshape(b, k, v)
-        cand = (alive_lp[..., None] + step_lp).reshape(b, k * v)
-        top_lp, best = jax.lax.top_k(cand, k)  # by log-prob: every alive hypothesis has length t
-        parent, token = best // v, (best % v).astype(jnp.int32)
-        tokens = jax.vmap(lambda rows, p: rows[p])(alive_tokens, parent).at[:, :, t].set(token)
-        ends = token == eos_id
         lengths = jnp.full((b, k), t + 1, jnp.int32)
-        finished = finished.merge(jnp.where(ends, top_lp, -jnp.inf), lengths, tokens, alpha)
-        alive_lp = jnp.where(ends, -jnp.inf, top_lp)  # a hypothesis that ended leaves the beam
+        if praxis:
+            # Every alive hypothesis's EOS continuation is a finished candidate; the beam is
+            # refilled by the two-stage top-k, EOS penalised (Praxis' two_stage_topk).
+            eos_lp = alive_lp + step_lp[:, :, eos_id]
+            finished = finished.merge(eos_lp, lengths, alive_tokens.at[:, :, t].set(eos_id), alpha, base)
+            first_lp, first_token = jax.lax.top_k(step_lp, k)  # [b, k, k]
+            cand = alive_lp[..., None] + first_lp - _PRAXIS_PENALTY * (first_token == eos_id)
+            top_lp, best = jax.lax.top_k(cand.reshape(b, k * k), k)
+            parent = best // k
+            token = jnp.take_along_axis(first_token.reshape(b, k * k), best, axis=1).astype(jnp.int32)
+            tokens = jax.vmap(lambda rows, p: rows[p])(alive_tokens, parent).at[:, :, t].set(token)
+            alive_lp = top_lp
+        else:
+            cand = (alive_lp[..., None] + step_lp).reshape(b, k * v)
+            top_lp, best = jax.lax.top_k(cand, k)  # by log-prob: every alive hypothesis has length t
+            parent, token = best // v, (best % v).astype(jnp.int32)
+            tokens = jax.vmap(lambda rows, p: rows[p])(alive_tokens, parent).at[:, :, t].set(token)
+            ends = token == eos_id
+            finished = finished.merge(jnp.where(ends, top_lp, -jnp.inf), lengths, tokens, alpha, base)
+            alive_lp = jnp.where(ends, -jnp.inf, top_lp)  # a hypothesis that ended leaves the beam
         carry = decoder.select(carry, (jnp.arange(b)[:, None] * k + parent).reshape(-1))
         logits, carry = decoder.extend(token.reshape(-1), carry, t)
         return (logits, carry, (alive_lp, tokens), finished), None
 
     state, _ = jax.lax.scan(step, (logits, carry, alive, finished), jnp.arange(max_new_tokens, dtype=jnp.int32))
     _, _, (alive_lp, alive_tokens), finished = state
-    # Hypotheses still alive after max_new_tokens end there, without EOS.
-    finished = finished.merge(alive_lp, jnp.full((b, k), max_new_tokens, jnp.int32), alive_tokens, alpha)
+    if not praxis:  # hypotheses still alive after max_new_tokens end there, without EOS
+        finished = finished.merge(alive_lp, jnp.full((b, k), max_new_tokens, jnp.int32), alive_tokens, alpha, base)
     return BeamResult(finished.tokens, finished.scores, finished.log_probs, finished.lengths)
 
 
@@ -127,9 +177,9 @@ class _Finished(NamedTuple):
     lengths: Int[Array, "batch beam"]
     tokens: Int[Array, "batch beam new"]
 
-    def merge(self, log_probs, lengths, tokens, alpha: float) -> _Finished:
+    def merge(self, log_probs, lengths, tokens, alpha: float, base: float) -> _Finished:
         """These K plus new candidates (log-prob -inf = not a candidate), the K best kept."""
-        scores = jnp.where(jnp.isfinite(log_probs), length_normalize(log_probs, lengths, alpha), -jnp.inf)
+        scores = jnp.where(jnp.isfinite(log_probs), length_normalize(log_probs, lengths, alpha, base), -jnp.inf)
         both = [jnp.concatenate(pair, axis=1) for pair in zip(self, (scores, log_probs, lengths, tokens))]
         _, keep = jax.lax.top_k(both[0], self.scores.shape[1])
         return _Finished(*(jax.vmap(lambda rows, i: rows[i])(x, keep) for x in both))

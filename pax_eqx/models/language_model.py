@@ -20,6 +20,7 @@ a layer and gets its dimensions from here.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar, Literal
 
 import equinox as eqx
@@ -70,6 +71,8 @@ class LanguageModelConfig(ModelConfig):
     relative_bias: the buckets of position_embedding="relative_bias" (only with it).
     separate_embedding: False ties input embedding and softmax (Pax's SharedEmbeddingSoftmax).
     repeat: True scans one stacked layer over num_layers (fast compile); False lists the layers.
+    share_layers: every layer is one layer's weights (ALBERT's cross-layer sharing,
+      layers.shared_stack): num_layers applications, stored and counted once.
     remat_policy: what the backward recomputes instead of storing ("none", "full", or a named
       policy of layers.remat).
     unroll: layers per scan step of a repeated stack (num_layers = unrolled fully).
@@ -109,6 +112,7 @@ class LanguageModelConfig(ModelConfig):
     relative_bias: RelativePositionBiasConfig = RelativePositionBiasConfig()
     separate_embedding: bool = False
     repeat: bool = True
+    share_layers: bool = False
     remat_policy: RematPolicy = "none"
     unroll: int = 1
     block: TransformerConfig = TransformerConfig()
@@ -137,6 +141,7 @@ class LanguageModelConfig(ModelConfig):
             num_heads=self.num_heads, dim_per_head=self.dim_per_head, num_kv_heads=self.num_kv_heads,
             use_rotary=self.position_embedding == "rotary", init=self.init, block=self.block, repeat=self.repeat,
             relative_bias=self.relative_bias if self.position_embedding == "relative_bias" else None,
+            share_layers=self.share_layers,
             remat_policy=self.remat_policy, unroll=self.unroll,
             moe=self.moe if self.moe_layer_interval else None, moe_layer_interval=max(self.moe_layer_interval, 1),
             moe_hidden_dims=self.moe_hidden_dims, pipeline=self.pipeline,
@@ -158,10 +163,22 @@ class LanguageModelConfig(ModelConfig):
         check_range(self, "label_smoothing_prob", ge=0, lt=1, prefix="model")
         check_stack_fields(self, num_layers=self.num_layers)
         check_moe_fields(self, num_layers=self.num_layers)
-        if self.position_embedding != "relative_bias" and self.relative_bias != RelativePositionBiasConfig():
+        if self.share_layers and (self.moe_layer_interval or self.pipeline.enabled):
+            other = "model.moe_layer_interval" if self.moe_layer_interval else "model.pipeline.num_stages"
             raise ConfigError(
-                f"model.relative_bias is set but model.position_embedding={self.position_embedding!r}; it applies "
-                "only with position_embedding='relative_bias'. Remove the model.relative_bias flags or set "
+                f"model.share_layers=True with {other}: MoE blocks and pipeline stages are distinct layers, "
+                f"which one shared layer cannot be; drop --model.share-layers or set {other} back to its default."
+            )
+        if self.position_embedding != "relative_bias" and self.relative_bias != RelativePositionBiasConfig():
+            default = RelativePositionBiasConfig()
+            changed = ", ".join(
+                f"model.relative_bias.{f.name}={getattr(self.relative_bias, f.name)!r}"
+                for f in dataclasses.fields(default)
+                if getattr(self.relative_bias, f.name) != getattr(default, f.name)
+            )
+            raise ConfigError(
+                f"{changed} has no effect with model.position_embedding={self.position_embedding!r}: the relative "
+                "bias applies only with position_embedding='relative_bias'. Remove the flag or set "
                 "--model.position-embedding relative_bias."
             )
         if self.pipeline.enabled:

@@ -68,6 +68,8 @@ class SequenceModelConfig(ModelConfig):
     separate_embedding: False = one table for the encoder and decoder inputs and the softmax;
       True = the inputs share one table, the softmax has its own (T5 1.1).
     repeat / remat_policy / unroll: how each stack is applied (see layers.repeats).
+    share_layers: each stack is one layer's weights applied num_*_layers times (ALBERT's
+      cross-layer sharing, layers.shared_stack); the encoder and decoder keep their own layer.
     block: the layer template of both stacks. Whether attention is causal is the model's
       decision (the encoder is bidirectional, the decoder causal), so `block.attention.causal`
       stays at its default.
@@ -92,6 +94,7 @@ class SequenceModelConfig(ModelConfig):
     relative_bias: RelativePositionBiasConfig = RelativePositionBiasConfig()
     separate_embedding: bool = True
     repeat: bool = True
+    share_layers: bool = False
     remat_policy: RematPolicy = "none"
     unroll: int = 1
     block: TransformerConfig = TransformerConfig()
@@ -134,6 +137,7 @@ class SequenceModelConfig(ModelConfig):
             dim_per_head=self.dim_per_head, num_kv_heads=self.num_kv_heads,
             use_rotary=self.position_embedding == "rotary", init=self.init, block=block, repeat=self.repeat,
             remat_policy=self.remat_policy, unroll=self.unroll, cross_attention=decoder,
+            share_layers=self.share_layers,
         )  # fmt: skip
 
     def check_data(self, data: Any) -> None:

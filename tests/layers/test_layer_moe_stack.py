@@ -21,7 +21,7 @@ from pax_eqx.layers import (
     TransformerConfig,
     apply,
 )
-from pax_eqx.layers.scanned_stack import _needs_key
+from pax_eqx.layers.scanned_stack import draws_randomness
 
 B, T, D, L, E = 2, 6, 8, 4, 4
 
@@ -132,10 +132,10 @@ def test_interval_must_divide_num_layers_and_needs_moe():
         StackedTransformerConfig(num_layers=4, model_dims=D, hidden_dims=16, num_heads=2, moe_layer_interval=2)
 
 
-def test_needs_key_when_routing_is_random():
+def testdraws_randomness_when_routing_is_random():
     block = TransformerConfig()
-    assert not _needs_key(block, MoEFeedForwardConfig())
-    assert _needs_key(block, MoEFeedForwardConfig(jitter_eps=0.01))
-    assert _needs_key(block, MoEFeedForwardConfig(second_expert_policy="sampling"))
+    assert not draws_randomness(block, MoEFeedForwardConfig())
+    assert draws_randomness(block, MoEFeedForwardConfig(jitter_eps=0.01))
+    assert draws_randomness(block, MoEFeedForwardConfig(second_expert_policy="sampling"))
     rep = eqx.filter_eval_shape(_cfg(2, True, jitter_eps=0.01).build, jax.random.key(0))
     assert rep.needs_key and isinstance(rep.layers[0].moe, MoEFeedForward) and rep.layers[1].moe is None

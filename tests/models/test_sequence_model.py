@@ -64,12 +64,17 @@ def test_compute_loss_matches_the_formula():
     assert float(metrics["avg_xent"].weight) == w.sum()
 
 
-@pytest.mark.parametrize("repeat", [True, False])
-@pytest.mark.parametrize("position", ["relative_bias", "trainable", "rotary"])
-def test_incremental_decoding_equals_the_teacher_forced_forward(repeat, position):
+@pytest.mark.parametrize(
+    "repeat, position, share",
+    [(r, p, False) for r in (True, False) for p in ("relative_bias", "trainable", "rotary")]
+    + [(True, "relative_bias", True), (False, "trainable", True)],
+)
+def test_incremental_decoding_equals_the_teacher_forced_forward(repeat, position, share):
     """The decoder fed target_ids one token at a time (encoder once, cross-attention keys/values
-    projected once, a self-attention cache) gives the logits of the whole forward pass."""
-    model = tiny(repeat=repeat, position_embedding=position, num_kv_heads=2).build(jax.random.key(1))
+    projected once, a self-attention cache) gives the logits of the whole forward pass; also
+    with each stack one shared layer (share_layers: a cache per application)."""
+    model = tiny(repeat=repeat, position_embedding=position, num_kv_heads=2, share_layers=share)
+    model = model.build(jax.random.key(1))
     batch = random_batch(seed=1)
     full, _ = model(batch, EVAL)
     t = batch["targets"].shape[1]
