@@ -56,6 +56,13 @@ from pax_eqx.models.incremental import IncrementalDecoder, LanguageModelDecoder
 from pax_eqx.models.language_model import LanguageModel
 
 BEAM_STYLES = ("pax_eqx", "praxis")
+
+
+def length_penalty_base(style: str) -> float:
+    """The base of a style's length penalty ((5 + length) / base) ** alpha: GNMT's 6, Praxis' 5."""
+    return 5.0 if style == "praxis" else 6.0
+
+
 _PRAXIS_PENALTY = 1e9  # Praxis' two_stage_topk subtracts this from EOS candidates
 
 
@@ -126,7 +133,7 @@ def _beam_search(
             f"beam_search style='praxis' needs eos_id < vocab and beam_size <= vocab (its per-hypothesis "
             f"top-k); got eos_id={eos_id}, beam_size={k}, vocab={v}."
         )
-    base = 5.0 if praxis else 6.0
+    base = length_penalty_base(style)
     carry = decoder.select(carry, jnp.repeat(jnp.arange(b), k))  # row i -> beams i*K .. i*K+K-1
     logits = jnp.repeat(logits, k, axis=0)
     none = jnp.full((b, k), -jnp.inf, jnp.float32)
@@ -201,7 +208,7 @@ def beam_search_lm(
     decoder = LanguageModelDecoder.from_prompts(model, prompts, cfg.max_new_tokens, pad_id)
     result = beam_search(
         decoder, beam_size=cfg.beam_size, max_new_tokens=cfg.max_new_tokens, eos_id=cfg.eos_id, pad_id=pad_id,
-        length_norm_alpha=cfg.length_norm_alpha,
+        length_norm_alpha=cfg.length_norm_alpha, style=cfg.beam_style,
     )  # fmt: skip
     return nbest_lists(result, cfg.eos_id)
 

@@ -11,6 +11,8 @@ in a batch), sliding a window past `max_seq_len`. Beam search (`beam_size > 1`) 
 
 from __future__ import annotations
 
+from typing import Literal
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -37,6 +39,9 @@ class SampleConfig(Config):
     length_norm_alpha: beam search ranks hypotheses by log-prob / ((5 + length) / 6) ** alpha
       (GNMT's length penalty, Pax's BeamSearchHParams.length_norm_alpha); 0 = raw log-prob,
       larger favours longer hypotheses.
+    beam_style: "pax_eqx" (this search) or "praxis" (Praxis' beam_search: every hypothesis's EOS
+      continuation offered each step, the penalty's base 5, only ended hypotheses returned;
+      models.beam_search).
     """
 
     max_new_tokens: int = 200
@@ -46,6 +51,7 @@ class SampleConfig(Config):
     eos_id: int = -1
     beam_size: int = 1
     length_norm_alpha: float = 0.8
+    beam_style: Literal["pax_eqx", "praxis"] = "pax_eqx"
 
     def inert_fields(self) -> dict[str, str]:
         """What the decoding mode does not read: sampling options under beam search or greedy
@@ -53,7 +59,8 @@ class SampleConfig(Config):
         if self.beam_size > 1:
             why = f"decode.beam_size={self.beam_size} runs beam search, which does not sample"
             return {"temperature": why, "top_k": why, "top_p": why}
-        inert = {"length_norm_alpha": "decode.beam_size=1 samples and ranks nothing"}
+        why = "decode.beam_size=1 samples and ranks nothing"
+        inert = {"length_norm_alpha": why, "beam_style": why}
         if self.temperature == 0:
             why = "decode.temperature=0 decodes greedily (argmax), which does not sample"
             inert.update(top_k=why, top_p=why)
@@ -76,6 +83,8 @@ class SampleConfig(Config):
             self, "length_norm_alpha", ge=0, prefix="decode", note="0 = rank by raw log-prob",
             fix="Pass e.g. --decode.length-norm-alpha 0.8.",
         )  # fmt: skip
+        if self.beam_style not in ("pax_eqx", "praxis"):
+            raise ConfigError(f"decode.beam_style={self.beam_style!r} is not one of ('pax_eqx', 'praxis').")
         if not modes:
             return
         default = SampleConfig()
@@ -87,6 +96,11 @@ class SampleConfig(Config):
                         "beam search keeps the best hypotheses by the model's log-probs, it does not sample; "
                         f"leave decode.{name} at {getattr(default, name)} or set decode.beam_size=1."
                     )
+        elif self.beam_style != default.beam_style:
+            raise ConfigError(
+                f"decode.beam_style={self.beam_style!r} has no effect with decode.beam_size=1 (sampling runs no "
+                f"beam); set decode.beam_size > 1 or leave beam_style at {default.beam_style!r}."
+            )
         elif self.length_norm_alpha != default.length_norm_alpha:
             raise ConfigError(
                 f"decode.length_norm_alpha={self.length_norm_alpha} has no effect with decode.beam_size=1 "

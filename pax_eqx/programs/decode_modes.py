@@ -20,7 +20,7 @@ def given_decode_fields(argv: list[str]) -> set[str]:
 
 # The decode.* fields only one mode reads: sampling (beam_size 1) or beam search (> 1).
 SAMPLING_ONLY = ("temperature", "top_k", "top_p", "seed", "num_samples")
-BEAM_ONLY = ("length_norm_alpha",)
+BEAM_ONLY = ("length_norm_alpha", "beam_style")
 
 
 def unused_fields(decode_cfg: Any, examples: bool = False) -> tuple[str, ...]:

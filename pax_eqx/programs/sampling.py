@@ -14,7 +14,7 @@ from typing import Any
 import jax
 
 from pax_eqx.config import ConfigError
-from pax_eqx.models.beam_search import beam_search, nbest_lists
+from pax_eqx.models.beam_search import beam_search, length_penalty_base, nbest_lists
 from pax_eqx.programs.decode_modes import check_decode, for_mode
 from pax_eqx.programs.seq2seq_decoding import print_seq2seq
 
@@ -56,7 +56,7 @@ def beam_text(rt: Any, state: Any, decode_cfg: Any) -> list[tuple[str, float]]:
     decoder = model.incremental_decoder([prompt], cfg.max_new_tokens, tokenizer.pad_id, tokenizer.bos_id)
     result = beam_search(
         decoder, beam_size=cfg.beam_size, max_new_tokens=cfg.max_new_tokens, eos_id=cfg.eos_id,
-        pad_id=tokenizer.pad_id, length_norm_alpha=cfg.length_norm_alpha,
+        pad_id=tokenizer.pad_id, length_norm_alpha=cfg.length_norm_alpha, style=cfg.beam_style,
     )  # fmt: skip
     return [(decode_cfg.prompt + tokenizer.decode(ids), score) for ids, score in nbest_lists(result, cfg.eos_id)[0]]
 
@@ -71,7 +71,7 @@ def print_samples(rt: Any, state: Any, decode_cfg: Any, log: Callable = print) -
         nbest = beam_text(rt, state, decode_cfg)
         log(
             f"--- beam search: {len(nbest)} best of beam_size {decode_cfg.beam_size} (score: log-prob / "
-            f"((5 + length) / 6) ** {decode_cfg.length_norm_alpha}) ---"
+            f"((5 + length) / {length_penalty_base(decode_cfg.beam_style):g}) ** {decode_cfg.length_norm_alpha}) ---"
         )
         for rank, (text, score) in enumerate(nbest, 1):
             log(f"--- {rank} (score {score:.4f}) ---")

@@ -24,7 +24,7 @@ import numpy as np
 from pax_eqx.config import ConfigError
 from pax_eqx.data import build_input
 from pax_eqx.data.span_corruption import decode_with_sentinels, encode_with_sentinels
-from pax_eqx.models.beam_search import beam_search, length_normalize
+from pax_eqx.models.beam_search import beam_search, length_normalize, length_penalty_base
 from pax_eqx.models.decoding import sample
 from pax_eqx.programs.decode_modes import for_mode
 
@@ -64,7 +64,8 @@ def first_mode(decode_cfg: Any) -> Any:
     """The settings of the first output line: greedy beside a beam, else the sampling settings."""
     temperature = 0.0 if decode_cfg.beam_size > 1 else decode_cfg.temperature
     defaults = type(decode_cfg)()
-    return decode_cfg.replace(beam_size=1, length_norm_alpha=defaults.length_norm_alpha, temperature=temperature)
+    beam_only = {name: getattr(defaults, name) for name in ("length_norm_alpha", "beam_style")}
+    return decode_cfg.replace(beam_size=1, temperature=temperature, **beam_only)
 
 
 def decode_rows(
@@ -76,12 +77,16 @@ def decode_rows(
     tokens, log_probs = np.asarray(tokens), np.asarray(log_probs)
     ended = tokens == decode_cfg.eos_id
     lengths = np.where(ended.any(1), ended.argmax(1) + 1, tokens.shape[1])
-    scores = np.asarray(length_normalize(jnp.asarray(log_probs), jnp.asarray(lengths), decode_cfg.length_norm_alpha))
+    base = length_penalty_base(decode_cfg.beam_style)  # greedy and beam scores on one scale
+    scores = np.asarray(
+        length_normalize(jnp.asarray(log_probs), jnp.asarray(lengths), decode_cfg.length_norm_alpha, base)
+    )
     beams = None
     if decode_cfg.beam_size > 1:
         beams = beam_search(
             decoder, beam_size=decode_cfg.beam_size, max_new_tokens=decode_cfg.max_new_tokens,
             eos_id=decode_cfg.eos_id, pad_id=pad_id, length_norm_alpha=decode_cfg.length_norm_alpha,
+            style=decode_cfg.beam_style,
         )  # fmt: skip
     return tokens, scores, beams
 
@@ -115,5 +120,6 @@ def print_seq2seq(rt: Any, state: Any, decode_cfg: Any, log: Callable = print) -
     summary = f"mean score over {len(rows)} input(s): {first} {scores.mean():.4f}"
     if beams is not None:
         summary += f", beam {float(np.asarray(beams.scores)[:, 0].mean()):.4f}"
-    log(summary + f" (log-prob / ((5 + length) / 6) ** {decode_cfg.length_norm_alpha})")
+    base = length_penalty_base(decode_cfg.beam_style)
+    log(summary + f" (log-prob / ((5 + length) / {base:g}) ** {decode_cfg.length_norm_alpha})")
     return best

@@ -289,3 +289,23 @@ def test_decode_cli_prints_the_beam_n_best_list(tmp_path, capsys):
             decode.main(args + flags)
         said = str(refused.value) if isinstance(refused.value, ConfigError) else capsys.readouterr().err
         assert message in said, said
+
+
+def test_decode_beam_style_reaches_the_search_and_is_refused_without_a_beam():
+    """decode.beam_style='praxis' runs Praxis' search (beam_search_lm = beam_search(style=...)),
+    which returns only ended hypotheses; with beam_size 1 the field is refused, naming it."""
+    model = random_lm()
+    decoder = LanguageModelDecoder.from_prompts(model, PROMPTS[:3], 6, pad_id=0)
+    eos = 5
+    cfg = SampleConfig(max_new_tokens=6, eos_id=eos, beam_size=3, beam_style="praxis")
+    direct = beam_search(decoder, beam_size=3, max_new_tokens=6, eos_id=eos, pad_id=0, style="praxis")
+    got = beam_search_lm(model, PROMPTS[:3], cfg, pad_id=0)
+    for row, nbest in enumerate(got):
+        scores = np.asarray(direct.scores[row])
+        np.testing.assert_allclose([s for _, s in nbest], scores[np.isfinite(scores)], rtol=1e-6)
+    ended = np.asarray(direct.tokens) == eos
+    lengths = np.asarray(direct.lengths)
+    finite = np.isfinite(np.asarray(direct.scores))
+    assert all(ended[r, k, lengths[r, k] - 1] for r, k in zip(*np.nonzero(finite)))  # every one ends with EOS
+    with pytest.raises(ConfigError, match="decode.beam_style='praxis' has no effect with decode.beam_size=1"):
+        SampleConfig(beam_style="praxis").validate()
