@@ -23,7 +23,8 @@ DESCRIPTION = (
     "Sample text (or beam-search an n-best list) from the newest checkpoint of a job dir, with the experiment "
     "and flags its config.json saved. --prompt, --max-new-tokens, --temperature, --top-k, --top-p, --seed, "
     "--num-samples, --eos-id, --beam-size, --length-norm-alpha, --beam-style and --inputs are short for the "
-    "--decode.* fields below. A classifier prints (and writes to DIR/decode/) each eval example's or input file's predicted class."
+    "--decode.* fields below. A classifier prints (and writes to DIR/decode/) each eval example's or input "
+    "file's predicted class."
 )
 _SHORT = (
     "prompt", "max-new-tokens", "temperature", "top-k", "top-p", "seed", "num-samples", "eos-id", "beam-size",

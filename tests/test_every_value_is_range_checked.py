@@ -112,6 +112,8 @@ ALLOWED: dict[str, dict[float, str]] = {
     "AttentionConfig.dropout_prob": {0: "0 = off"},
     "TransformerConfig.residual_dropout_prob": {0: "0 = off"},
     "TransformerConfig.relu_dropout_prob": {0: "0 = off"},
+    "TransformerConfig.residual_droppath_prob": {0: "0 = no stochastic depth"},
+    "ResNetBlockConfig.residual_droppath_prob": {0: "0 = no stochastic depth"},
     "_Norm.epsilon": {0: "an epsilon may be 0"},
     "WeightInit.scale": {0: "all-zero weights (zero-init heads and residuals)"},
     "ActivationConfig.negative_slope": {0: "LeakyReLU with slope 0 is ReLU", -1: "any finite slope"},
