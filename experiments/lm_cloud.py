@@ -286,6 +286,7 @@ class PaxLm(Config):
                 repeat=False,
                 reset_for_eval=True,
                 eval_loop_num_batches=0,
+                metrics=("bits_per_byte",),
             ),
         )
 

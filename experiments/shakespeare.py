@@ -80,7 +80,14 @@ def shakespeare_char() -> ExperimentConfig:
             seq_len=64,
             tokenizer=ByteTokenizerConfig(),
             train=InputConfig(batch_size=12),
-            eval=InputConfig(batch_size=12, shuffle=False, repeat=True, reset_for_eval=False, eval_loop_num_batches=50),
+            eval=InputConfig(
+                batch_size=12,
+                shuffle=False,
+                repeat=True,
+                reset_for_eval=False,
+                eval_loop_num_batches=50,
+                metrics=("bits_per_byte",),
+            ),  # fmt: skip
         ),
         train=TrainConfig(num_steps=2000, eval_interval_steps=500, summary_interval_steps=50, steps_per_loop=10),
         checkpoint=CheckpointConfig(every_n_steps=500, max_to_keep=3),

@@ -74,7 +74,14 @@ def shakespeare_span_corruption() -> ExperimentConfig:
             seq_len=128,
             tokenizer=ByteTokenizerConfig(),
             train=InputConfig(batch_size=16),
-            eval=InputConfig(batch_size=16, shuffle=False, repeat=True, reset_for_eval=False, eval_loop_num_batches=20),
+            eval=InputConfig(
+                batch_size=16,
+                shuffle=False,
+                repeat=True,
+                reset_for_eval=False,
+                eval_loop_num_batches=20,
+                metrics=("exact_match", "bleu"),
+            ),  # fmt: skip
         ),
         train=TrainConfig(num_steps=1500, eval_interval_steps=500, summary_interval_steps=50),
         checkpoint=CheckpointConfig(every_n_steps=500, max_to_keep=3),

@@ -243,6 +243,15 @@ class ExperimentConfig(Config):
             )
         self._check_pipeline_mesh()
         self.model.check_data(self.data)
+        from pax_eqx.metric_fns import check_metric_names
+
+        model = type(self.model)
+        check_metric_names(self.data.eval.metrics, model.per_example_keys, model.decodes_inputs, model.__name__)
+        if "bits_per_byte" in self.data.eval.metrics and self.data.source in ("synthetic", "random"):
+            raise ConfigError(
+                f"data.eval.metrics names 'bits_per_byte', but data.source={self.data.source!r} gives token ids "
+                "without text: there are no bytes to count; remove it."
+            )
         if self.train.sample_at_end and not self.model.decodes:
             raise ConfigError(
                 f"train.sample_at_end=True, but the model ({type(self.model).__name__}) does not decode; "

@@ -24,8 +24,6 @@ from pax_eqx.config import SEED_MAX, Config, ConfigError, check_range, config
 
 Split = Literal["train", "eval"]
 
-EvalMetric = Literal["confusion_matrix", "balanced_accuracy"]
-
 
 @config
 class InputConfig(Config):
@@ -40,10 +38,12 @@ class InputConfig(Config):
     eval_loop_num_batches: N batches per eval run; 0 or -1 = until StopIteration (one epoch).
     num_workers: grain worker processes producing batches (0 = in this process; workers help
         only when preprocessing is heavy, and need the data source to be picklable).
-    metrics: what the eval split is also scored with on the host, from the model's per-example
-      outputs (SeqIO's metric_fns: the input names how it is judged): "confusion_matrix" (writes
-      DIR/plots/confusion.png and confusion.json), "balanced_accuracy" (the mean per-class
-      recall). Eval only; the model must give per-example `predicted` and `label` outputs.
+    metrics: what the eval split is also scored with (SeqIO's metric_fns: the input names how it
+      is judged; pax_eqx.metric_fns): on the model's per-example outputs "confusion_matrix"
+      (writes DIR/plots/confusion.png and confusion.json), "balanced_accuracy" (a classifier),
+      "bits_per_byte" (a language model); on decoded outputs against the targets (a
+      sequence-to-sequence model) "exact_match", "bleu", "chrf", "rouge", or a dotted path
+      package.module.function to your own fn(targets, predictions) -> {name: float}. Eval only.
     read_threads: threads reading and transforming examples ahead (grain ReadOptions; 0 = in the
         calling thread, best for in-memory data).
     """
@@ -58,7 +58,7 @@ class InputConfig(Config):
     eval_loop_num_batches: int = 0
     num_workers: int = 0
     read_threads: int = 0
-    metrics: tuple[EvalMetric, ...] = ()
+    metrics: tuple[str, ...] = ()
 
     def validate(self, split: Split, where: str = "") -> None:
         """Raises ConfigError for bad values and for the table's unsupported cells."""

@@ -94,6 +94,8 @@ class Tokenizer(Protocol):
 
     def unknown_characters(self, text: str) -> str: ...
 
+    def token_bytes(self) -> np.ndarray: ...
+
 
 class ByteTokenizer:
     """UTF-8 bytes as tokens: id = byte + 4; ids 0..3 are pad, unk, bos, eos. vocab_size 260.
@@ -119,6 +121,10 @@ class ByteTokenizer:
 
     def unknown_characters(self, text: str) -> str:
         return ""
+
+    def token_bytes(self) -> np.ndarray:
+        """[vocab] the UTF-8 bytes each id stands for: 1 for a byte, 0 for pad/unk/bos/eos."""
+        return (np.arange(self.vocab_size) >= _BYTE_OFFSET).astype(np.int32)
 
     def __repr__(self) -> str:
         return "ByteTokenizer(vocab_size=260)"
@@ -170,6 +176,19 @@ class SentencePieceTokenizer:
             if self.unk_id in self._sp.encode(ch):
                 bad.append(ch)
         return "".join(bad)
+
+    def token_bytes(self) -> np.ndarray:
+        """[vocab] the UTF-8 bytes each piece stands for ("▁" a space, a byte-fallback piece one
+        byte, control and unknown pieces none), what bits per byte divides by. With this module's
+        training (no dummy prefix, no whitespace folding) a text's pieces add up to its bytes; a
+        model trained elsewhere with a dummy prefix counts one byte more per document."""
+        sp = self._sp
+        out = np.zeros(self.vocab_size, np.int32)
+        for i in range(self.vocab_size):
+            if sp.is_control(i) or sp.is_unknown(i):
+                continue
+            out[i] = 1 if sp.is_byte(i) else len(sp.id_to_piece(i).replace("\u2581", " ").encode("utf-8"))
+        return out
 
     def __repr__(self) -> str:
         return f"SentencePieceTokenizer(vocab_size={self.vocab_size}, path={self.path!r})"

@@ -51,6 +51,7 @@ class ClassificationModelConfig(ModelConfig):
     """
 
     decodes_examples: ClassVar[bool] = True
+    per_example_keys: ClassVar[tuple[str, ...]] = ("predicted", "label", "weight")
 
     input_shape: tuple[int, ...] = ()
     num_classes: int = 0

@@ -99,6 +99,7 @@ class LanguageModelConfig(ModelConfig):
     """
 
     decodes: ClassVar[bool] = True
+    per_example_keys: ClassVar[tuple[str, ...]] = ("labels", "token_weights", "weight")
 
     vocab_size: int = 0
     max_seq_len: int = 0
@@ -374,6 +375,16 @@ class LanguageModel(Model):
             segment_ids=segment_ids, segment_pos=positions, paddings=paddings,
         )  # fmt: skip
         return x, ctx
+
+    def per_example_outputs(self, predictions: Float[Array, "batch time embed"], batch: Batch) -> dict[str, Array]:
+        """The targets and their weights, [batch, time] (bits per byte counts their bytes), and
+        each row's weight (0 for a padded row)."""
+        weights = jnp.asarray(batch["weights"], jnp.float32)
+        return {
+            "labels": jnp.asarray(batch["labels"], jnp.int32),
+            "token_weights": weights,
+            "weight": (jnp.sum(weights, axis=-1) > 0).astype(jnp.float32),
+        }
 
     def metrics_from_logits(
         self,

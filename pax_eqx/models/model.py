@@ -136,6 +136,8 @@ class ModelConfig(Config):
     decodes_inputs: ClassVar[bool] = False
     # True: decode maps each example to a record (Model.decode_examples), e.g. a classifier.
     decodes_examples: ClassVar[bool] = False
+    # The keys Model.per_example_outputs gives (what score metrics of data.eval.metrics can read).
+    per_example_keys: ClassVar[tuple[str, ...]] = ()
     """True when decoding maps inputs to outputs (an encoder-decoder): with no prompt, the
     decode program reads eval examples' inputs and shows their targets."""
 

@@ -21,8 +21,10 @@ import numpy as np
 
 from pax_eqx.config import ConfigError
 from pax_eqx.data import eval_num_batches
+from pax_eqx.metric_fns import EvalContext, resolve
 from pax_eqx.metrics import HostAccumulator
 from pax_eqx.programs import eval_metrics
+from pax_eqx.programs.decoded_eval import decoded_scores
 from pax_eqx.programs.errors import DataPipelineError, raised_at
 from pax_eqx.summaries import mean_summaries, step_scalars, with_loss_alias
 
@@ -35,9 +37,13 @@ def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = Non
     num_batches = eval_num_batches(cfg)
     if cfg.reset_for_eval:
         source.reset()
+    kinds = {name: resolve(name).kind for name in cfg.metrics}
+    score_names = [n for n, kind in kinds.items() if kind == "scores"]
+    decoded_names = [n for n, kind in kinds.items() if kind == "decoded"]
     metrics = HostAccumulator()
     summaries = []
     per_example = []
+    read = []  # the host batches, for the metrics on decoded outputs
     count = 0
     in_flight = None
 
@@ -45,7 +51,7 @@ def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = Non
         outputs = jax.device_get(device_outputs)
         metrics.add(outputs.metrics)
         summaries.append(outputs.summaries)
-        if cfg.metrics:
+        if score_names:
             per_example.append(outputs.per_example)
 
     while num_batches is None or count < num_batches:
@@ -60,6 +66,8 @@ def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = Non
                 "PAX_EQX_TRACEBACK=1 for the full traceback)"
             ) from e
         outputs = rt.programs.eval_step(state, rt.programs.global_batch(local))
+        if decoded_names:
+            read.append(local)
         if in_flight is not None:
             merge(in_flight)
         in_flight = outputs
@@ -72,25 +80,34 @@ def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = Non
     result = step_scalars(merged, mean_summaries(summaries))
     result["num_predictions"] = float(merged["total_loss"].weight)
     result["num_batches"] = float(count)
-    if cfg.metrics:
+    job_dir = (rt.job_dir if files_dir is None else files_dir) if jax.process_index() == 0 else None
+    step = int(jax.device_get(state.step))
+    if score_names:
         rows = eval_metrics.real_rows(per_example)
-        num_classes = max(int(rows["label"].max(initial=0)), int(rows["predicted"].max(initial=0))) + 1
-        job_dir = (rt.job_dir if files_dir is None else files_dir) if jax.process_index() == 0 else None
-        result.update(eval_metrics.score(cfg.metrics, rows, num_classes, job_dir, int(jax.device_get(state.step))))
+        result.update(eval_metrics.score(score_names, rows, merged, EvalContext(rt.tokenizer, job_dir, step)))
+    if decoded_names:
+        result.update(decoded_scores(rt, state, read, decoded_names, step, job_dir))
     if "log_pplx" in result:  # Pax reports a language model's perplexity beside its log
         result["pplx"] = float(np.exp(min(result["log_pplx"], 50.0)))
     shown = "".join(f", {k} {result[k]:.4f}" for k in ("accuracy",) if k in result)
-    log(f"eval: loss {result['total_loss']:.4f}{shown} over {count} batches")
+    log(f"eval: loss {result['total_loss']:.4f}{shown}{declared_scores(result, cfg.metrics)} over {count} batches")
     return result
+
+
+def declared_scores(result: dict[str, float], metrics: tuple[str, ...]) -> str:
+    """ ", bits_per_byte 1.9123, bleu 12.4000": what the input's declared metrics reported."""
+    names = [name for metric in metrics for name in resolve(metric).reports if name in result]
+    return "".join(f", {name} {result[name]:.4f}" for name in names)
 
 
 def reported_names(programs: Any, local: dict[str, np.ndarray], metrics: tuple[str, ...] = ()) -> set[str]:
     """The names an eval run reports (what `evaluate` returns), known before any eval from the
     eval step's abstract outputs on a host batch's shapes: `train.early_stopping.metric` is
     checked against them at start, not at the first eval after checkpoints are written.
-    metrics: data.eval.metrics, the host-side scores an eval adds."""
+    metrics: data.eval.metrics, whose scores an eval adds (each metric's `reports`)."""
     abstract = jax.eval_shape(programs.task.eval_step, programs.abstract_state, programs.abstract_batch(local))
     outputs = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract)
     names = set(step_scalars(outputs.metrics, mean_summaries([outputs.summaries] if outputs.summaries else [])))
-    names |= {"num_predictions", "num_batches"} | set(metrics) | ({"pplx"} if "log_pplx" in names else set())
+    reported = {name for metric in metrics for name in resolve(metric).reports}
+    names |= {"num_predictions", "num_batches"} | reported | ({"pplx"} if "log_pplx" in names else set())
     return set(with_loss_alias(dict.fromkeys(names)))

@@ -1,11 +1,12 @@
-"""Host-side eval metrics named by the input (`data.eval.metrics`, SeqIO's metric_fns).
+"""Host-side eval metrics on the model's per-example outputs (`data.eval.metrics` of kind
+"scores", pax_eqx.metric_fns): the classifier's and the rows they read.
 
 The model's weighted metrics are averages a step can compute on its own; some scores need the
-whole eval epoch at once (a confusion matrix, a balanced accuracy). The eval program collects
-the model's per-example outputs (`Model.per_example_outputs`: `predicted`, `label`, `weight`)
-over the epoch, keeps the real rows (weight > 0), and hands them to each function named here.
+whole eval epoch at once (a confusion matrix, a balanced accuracy, bits per byte). The eval
+program collects the model's per-example outputs (`Model.per_example_outputs`, always with a
+row `weight`) over the epoch, keeps the real rows (weight > 0), and hands them to each metric.
 
-    scores = score(("confusion_matrix",), outputs, num_classes, job_dir)   # {name: float}
+    scores = score(("confusion_matrix",), rows, merged, EvalContext(tokenizer, job_dir, step))
 
 `confusion_matrix` writes DIR/plots/confusion.png and DIR/plots/confusion.json (rows: labels,
 columns: predictions) and returns nothing scalar; `balanced_accuracy` returns the mean of the
@@ -18,24 +19,25 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from pax_eqx.config import ConfigError
-
-_NEEDS = ("predicted", "label", "weight")
+from pax_eqx.metric_fns import EvalContext, resolve
 
 
 def real_rows(batches: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """The per-example outputs of every batch, concatenated, padded rows (weight 0) dropped."""
-    if not batches or any(k not in batches[0] for k in _NEEDS):
+    """The per-example outputs of every batch, concatenated along the batch, padded rows (weight
+    0) dropped."""
+    if not batches or "weight" not in batches[0]:
         have = sorted(batches[0]) if batches else []
         raise ConfigError(
-            f"data.eval.metrics needs the model's per-example outputs {list(_NEEDS)}, but it gives {have}; "
+            f"data.eval.metrics needs the model's per-example outputs with a row 'weight', but it gives {have}; "
             "implement Model.per_example_outputs or clear data.eval.metrics."
         )
-    joined = {k: np.concatenate([np.asarray(b[k]).reshape(len(b[k]), -1)[:, 0] for b in batches]) for k in _NEEDS}
-    keep = joined["weight"] > 0
+    joined = {k: np.concatenate([np.asarray(b[k]) for b in batches]) for k in batches[0]}
+    keep = joined["weight"].reshape(len(joined["weight"]), -1)[:, 0] > 0
     return {k: v[keep] for k, v in joined.items()}
 
 
@@ -77,18 +79,29 @@ def write_confusion(counts: np.ndarray, job_dir: str | os.PathLike, step: int) -
     return path
 
 
-def score(
-    names: Sequence[str], rows: dict[str, np.ndarray], num_classes: int, job_dir: str | os.PathLike | None, step: int
+def _counts(rows: dict[str, np.ndarray]) -> np.ndarray:
+    num_classes = max(int(rows["label"].max(initial=0)), int(rows["predicted"].max(initial=0))) + 1
+    return confusion(rows, num_classes)
+
+
+def confusion_metric(rows: dict[str, np.ndarray], merged: dict[str, Any], context: EvalContext) -> dict[str, float]:
+    """`confusion_matrix`: the plot and its JSON in the job dir (process 0 only); no scalar."""
+    if context.job_dir is not None:
+        write_confusion(_counts(rows), context.job_dir, context.step)
+    return {}
+
+
+def balanced_accuracy_metric(
+    rows: dict[str, np.ndarray], merged: dict[str, Any], context: EvalContext
 ) -> dict[str, float]:
-    """Each named metric over the epoch's real rows; files go to the job dir (process 0 only)."""
-    counts = confusion(rows, num_classes)
+    return {"balanced_accuracy": balanced_accuracy(_counts(rows))}
+
+
+def score(
+    names: Sequence[str], rows: dict[str, np.ndarray], merged: dict[str, Any], context: EvalContext
+) -> dict[str, float]:
+    """Each named score metric over the epoch's real rows."""
     scores: dict[str, float] = {}
     for name in names:
-        if name == "balanced_accuracy":
-            scores["balanced_accuracy"] = balanced_accuracy(counts)
-        elif name == "confusion_matrix":
-            if job_dir is not None:
-                write_confusion(counts, job_dir, step)
-        else:
-            raise ConfigError(f"data.eval.metrics names {name!r}, which is not an eval metric.")
+        scores.update(resolve(name).function()(rows, merged, context))
     return scores

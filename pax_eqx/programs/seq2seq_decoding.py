@@ -44,13 +44,7 @@ def source_rows(rt: Any, decode_cfg: Any) -> list[tuple[list[int], list[int] | N
     rows: list[tuple[list[int], list[int] | None]] = []
     try:
         while len(rows) < decode_cfg.num_samples:
-            batch = inp.get_next()
-            for inputs, in_pad, targets, tgt_pad in zip(
-                batch["inputs"], batch["input_paddings"], batch["targets"], batch["target_paddings"]
-            ):
-                if np.all(in_pad > 0.5) or len(rows) == decode_cfg.num_samples:
-                    continue  # a padding row of the eval epoch
-                rows.append((inputs[in_pad < 0.5].tolist(), targets[tgt_pad < 0.5].tolist()))
+            rows += example_pairs(inp.get_next())[: decode_cfg.num_samples - len(rows)]
     except StopIteration:
         pass
     finally:
@@ -58,6 +52,18 @@ def source_rows(rt: Any, decode_cfg: Any) -> list[tuple[list[int], list[int] | N
     if not rows:
         raise ConfigError("the eval split has no examples to decode; pass --decode.prompt '...'.")
     return rows
+
+
+def example_pairs(batch: dict[str, np.ndarray]) -> list[tuple[list[int], list[int]]]:
+    """(input ids, target ids) of each real row of a host batch (a padding row of the eval epoch,
+    all inputs padded, is left out)."""
+    pairs = []
+    for inputs, in_pad, targets, tgt_pad in zip(
+        batch["inputs"], batch["input_paddings"], batch["targets"], batch["target_paddings"], strict=True
+    ):
+        if not np.all(in_pad > 0.5):
+            pairs.append((inputs[in_pad < 0.5].tolist(), targets[tgt_pad < 0.5].tolist()))
+    return pairs
 
 
 def first_mode(decode_cfg: Any) -> Any:

@@ -50,7 +50,7 @@ from pax_eqx.learners import skipped_steps
 from pax_eqx.programs.decode_modes import check_decode
 from pax_eqx.programs.early_stopping import EarlyStopping
 from pax_eqx.programs.errors import DataPipelineError, NonFiniteLossError, RunError, raised_at
-from pax_eqx.programs.eval_loop import evaluate, reported_names
+from pax_eqx.programs.eval_loop import declared_scores, evaluate, reported_names
 from pax_eqx.programs.init_from import init_from_checkpoints
 from pax_eqx.programs.input_positions import input_states, restore_inputs
 from pax_eqx.programs.job_dir import JobDirError, check_config, exclusive, write_config
@@ -384,7 +384,8 @@ class _Run:
         self.draw_plots()
         wall = time.time() - self.started
         if not self.preempted and self.primary:
-            log(_summary_line(self.step, self.train_metrics, self.eval_metrics, wall))
+            scores = declared_scores(self.eval_metrics or {}, self.exp.data.eval.metrics)
+            log(_summary_line(self.step, self.train_metrics, self.eval_metrics, wall, scores))
             for line in closing_block(exp, self.job_dir, self.throughput()):
                 log(line)
             if exp.train.sample_at_end:
@@ -566,13 +567,13 @@ def _report_skipped(step: int, metrics: dict, before: int, log) -> int:
     return now
 
 
-def _summary_line(step, train_m, eval_m, wall) -> str:
+def _summary_line(step, train_m, eval_m, wall, scores: str = "") -> str:
     def fmt(m, k):
         return f"{m[k]:.4f}" if k in m else "n/a"
 
     return (
-        f"Finished at step {step}: train loss {fmt(train_m, 'total_loss')}, eval loss {fmt(eval_m, 'total_loss')}, "
-        f"{wall:.1f} s wall."
+        f"Finished at step {step}: train loss {fmt(train_m, 'total_loss')}, eval loss {fmt(eval_m, 'total_loss')}"
+        f"{scores}, {wall:.1f} s wall."
     )
 
 

@@ -39,9 +39,25 @@ def test_span_corruption_trains_resumes_and_decodes(tmp_path, capsys):
     assert out.count("greedy (score") == 2 and out.count("beam 1 (score") == 2
     assert "<extra_id_0>" in out and "mean score over 2 input(s): greedy" in out
 
+    # The experiment's eval input declares exact match and BLEU on the decoded eval examples.
+    assert {"exact_match", "bleu"} <= set(eval_rows[-1]) and 0 <= eval_rows[-1]["bleu"] <= 100
+    decoded = [json.loads(line) for line in (job / "decode" / "eval_step_6.jsonl").read_text().splitlines()]
+    assert len(decoded) == 16 and set(decoded[0]) == {"input", "target", "output"}
+    assert "bleu" in out.split("Finished at step 6")[1].splitlines()[0]  # the closing block reports it
+
     assert eval_main.main(["--job-log-dir", str(job)]) == 0  # the experiment and its flags from config.json
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["step"] == 6 and result["total_loss"] > 0
+    assert 0 <= result["bleu"] <= 100 and 0 <= result["exact_match"] <= 1
+    # A user's metric by its dotted path, beside a registered one; the eval's decoded examples go
+    # beside its other files (DIR/eval_separate/decode/).
+    user = ["--data.eval.metrics", "exact_match", "user_metrics.same_first_character"]
+    assert eval_main.main(["--job-log-dir", str(job), *user]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    written = job / "eval_separate" / "decode" / "eval_step_6.jsonl"
+    decoded = [json.loads(line) for line in written.read_text().splitlines()]
+    first = [d["target"][:1] == d["output"][:1] for d in decoded]
+    assert result["same_first_character"] == pytest.approx(sum(first) / len(first)) and "bleu" not in result
     assert decode.main(["--job-log-dir", str(job), "--beam-size", "2"]) == 0
     out = capsys.readouterr().out
     assert "Beam search from the checkpoint at step 6" in out and "beam 2 (score" in out
@@ -55,6 +71,11 @@ def test_seq2seq_errors_name_the_field(tmp_path):
     args = [*TINY_S2S, "--job-log-dir", str(job)]
     with pytest.raises(ConfigError, match="SequenceModelConfig.*span_corruption"):
         train.main([*args, "--data.layout", "stream"])
+    with pytest.raises(ConfigError, match=r"'blue', which is not an eval metric: use one of \[.*'bleu'"):
+        train.main([*args, "--data.eval.metrics", "blue"])
+    with pytest.raises(ConfigError, match="'bits_per_byte', which reads the per-example outputs"):
+        train.main([*args, "--data.eval.metrics", "bits_per_byte"])
+    assert not job.exists()  # refused before anything is written
     with pytest.raises(ConfigError, match=r"260 tokens plus 2 span-corruption sentinels.*model.vocab_size >= 262"):
         train.main([*args, "--model.vocab-size", "260"])
     with pytest.raises(SystemExit) as refused:  # the beam search of this experiment does not sample

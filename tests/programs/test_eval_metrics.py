@@ -5,6 +5,7 @@ import pytest
 
 from pax_eqx.config import ConfigError
 from pax_eqx.data import InputConfig
+from pax_eqx.metric_fns import EvalContext
 from pax_eqx.programs import eval_metrics
 
 
@@ -24,14 +25,15 @@ def test_confusion_and_balanced_accuracy_over_the_real_rows(tmp_path):
     for label, predicted in zip([0, 1, 1, 2, 2], [0, 1, 2, 2, 0]):
         expected[label, predicted] += 1
     np.testing.assert_array_equal(counts, expected)
-    scores = eval_metrics.score(("confusion_matrix", "balanced_accuracy"), rows, 3, tmp_path, step=7)
+    context = EvalContext(tokenizer=None, job_dir=tmp_path, step=7)
+    scores = eval_metrics.score(("confusion_matrix", "balanced_accuracy"), rows, {}, context)
     assert scores == {"balanced_accuracy": pytest.approx((1 / 1 + 1 / 2 + 1 / 2) / 3)}
     assert (tmp_path / "plots" / "confusion.png").exists()
 
 
 def test_a_model_without_per_example_outputs_is_named():
     with pytest.raises(ConfigError, match="per_example_outputs"):
-        eval_metrics.real_rows([{"weight": np.ones(2)}])
+        eval_metrics.real_rows([{}])
 
 
 def test_metrics_on_the_train_split_are_refused():
