@@ -80,6 +80,8 @@ def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = Non
     result = step_scalars(merged, mean_summaries(summaries))
     result["num_predictions"] = float(merged["total_loss"].weight)
     result["num_batches"] = float(count)
+    which = which_batches(cfg, rt.eval_batches_read, count)
+    rt.eval_batches_read += count
     job_dir = (rt.job_dir if files_dir is None else files_dir) if jax.process_index() == 0 else None
     step = int(jax.device_get(state.step))
     if score_names:
@@ -90,8 +92,18 @@ def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = Non
     if "log_pplx" in result:  # Pax reports a language model's perplexity beside its log
         result["pplx"] = float(np.exp(min(result["log_pplx"], 50.0)))
     shown = "".join(f", {k} {result[k]:.4f}" for k in ("accuracy",) if k in result)
-    log(f"eval: loss {result['total_loss']:.4f}{shown}{declared_scores(result, cfg.metrics)} over {count} batches")
+    log(f"eval: loss {result['total_loss']:.4f}{shown}{declared_scores(result, cfg.metrics)}, {which}")
     return result
+
+
+def which_batches(cfg: Any, before: int, count: int) -> str:
+    """Which eval batches a run read, for the eval line: "all 613 batches" of the eval split
+    (reset_for_eval: the same every run, so `eval` on the checkpoint reads them too), or
+    "batches 151-200" of a rolling stream (Pax's reset_for_eval=False: each run reads
+    the next ones, and `eval` in a new process starts again at batch 1)."""
+    if cfg.reset_for_eval:
+        return f"all {count} batches"
+    return f"batches {before + 1}-{before + count}"
 
 
 def declared_scores(result: dict[str, float], metrics: tuple[str, ...]) -> str:

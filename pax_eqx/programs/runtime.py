@@ -38,6 +38,7 @@ class Runtime:
     programs: Programs
     tokenizer: Any
     _inputs: dict[str, Any] = field(default_factory=dict)
+    eval_batches_read: int = 0  # by this process's rolling eval input so far (eval_loop.which_batches)
 
     @classmethod
     def create(cls, exp: ExperimentConfig, job_dir: Path, log: Callable = print) -> Runtime:
