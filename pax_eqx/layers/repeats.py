@@ -237,7 +237,8 @@ class StackedTransformer(eqx.Module):
         """Every layer in turn; `kwargs` (segment_ids, segment_pos, paddings, bias, memory,
         memory_paddings) go to each as Transformer.__call__'s."""
         for i, layer in enumerate(self.layers):
-            fn = lambda layer, x, ctx, p=self.droppath_schedule[i]: layer(x, ctx, droppath_prob=p, **kwargs)
+            extra = {"droppath_prob": self.droppath_schedule[i]} if any(self.droppath_schedule) else {}
+            fn = lambda layer, x, ctx, extra=extra: layer(x, ctx, **extra, **kwargs)
             if self.remat_policy != "none":
                 fn = eqx.filter_checkpoint(fn, policy=REMAT_POLICIES[self.remat_policy])
             x, ctx = fn(layer, x, ctx.push(f"x_layers_{i}"))

@@ -140,7 +140,7 @@ class StackedTransformerRepeated(eqx.Module):
 
         def body(h, xs):
             layer_params, key, layer_state, droppath = xs
-            droppath = (0.0,) * k if droppath is None else tuple(droppath[j] for j in range(k))
+            droppath = (None,) * k if droppath is None else tuple(droppath[j] for j in range(k))
             layers = eqx.combine(layer_params, static)
             if k == 1:
                 h, inner = run(layers, h, key, layer_state, droppath[0])
@@ -254,20 +254,24 @@ class StackedTransformerRepeated(eqx.Module):
 
 
 def run_layer(
-    layer: Transformer,
+    layer: eqx.Module,
     h: Float[Array, "batch time embed"],
     outer: Context,
     key: PRNGKeyArray | None,
     state: typing.Any,
-    droppath: float | Array,
+    droppath: float | Array | None,
     kwargs: dict,
 ) -> tuple[Float[Array, "batch time embed"], Context]:
     """One layer of a scanned stack in a fresh Context of `outer`'s mode, dtype and verbosity
-    (its key, state, drop-path probability its own): what a scan body runs per layer."""
+    (its key, state, drop-path probability its own): what a scan body runs per layer. droppath
+    None: the stack has no stochastic depth, and the layer (any block a user stacks, not only a
+    Transformer) is called without it."""
     inner = Context(
         key=key, state=state, mode=outer.mode, dtype=outer.dtype, summary_verbosity=outer.summary_verbosity
     )  # fmt: skip
-    return layer(h, inner, droppath_prob=droppath, **kwargs)
+    if droppath is not None:
+        kwargs = {**kwargs, "droppath_prob": droppath}
+    return layer(h, inner, **kwargs)
 
 
 def require_cross_attention(layer: Transformer) -> None:

@@ -80,7 +80,7 @@ class SharedLayerStack(eqx.Module):
         def body(h, xs):
             key, p = xs
             layer = eqx.combine(params, static)  # the one copy, closed over
-            h, inner = run_layer(layer, h, ctx, key, None, 0.0 if p is None else p, kwargs)
+            h, inner = run_layer(layer, h, ctx, key, None, p, kwargs)
             return h, (inner.summaries, inner.aux_losses)
 
         body = remat(body, self.remat_policy, prevent_cse=self.unroll >= self.num_layers)
@@ -95,7 +95,8 @@ class SharedLayerStack(eqx.Module):
     def _loop(self, x: Array, ctx: Context, kwargs: dict) -> tuple[Array, Context]:
         """repeat=False: a Python loop, each application scoped `x_layers_<i>` (the list stack's)."""
         for i, p in enumerate(self.droppath_schedule):
-            fn = lambda layer, x, ctx, p=p: layer(x, ctx, droppath_prob=p, **kwargs)
+            extra = {"droppath_prob": p} if any(self.droppath_schedule) else {}
+            fn = lambda layer, x, ctx, extra=extra: layer(x, ctx, **extra, **kwargs)
             if self.remat_policy != "none":
                 fn = eqx.filter_checkpoint(fn, policy=REMAT_POLICIES[self.remat_policy])
             x, ctx = fn(self.layer, x, ctx.push(f"x_layers_{i}"))
