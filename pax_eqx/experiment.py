@@ -202,10 +202,28 @@ class ExperimentConfig(Config):
     decode: DecodeConfig = DecodeConfig()
     profile: ProfileConfig = ProfileConfig()
 
+    def unfed_metrics(self) -> dict[str, str]:
+        """{metric: why} for the eval metrics this model or data cannot feed (metric_fns.unfeedable):
+        refused when the user names them, skipped when they are the experiment's own."""
+        from pax_eqx.data.data_config import has_text
+        from pax_eqx.metric_fns import unfeedable
+
+        model = type(self.model)
+        return unfeedable(
+            self.data.eval.metrics, model.per_example_keys, model.decodes_inputs, has_text(self.data), model.__name__
+        )
+
     def inert_fields(self) -> dict[str, str]:
         """Decoding options the model's kind of decoding does not read: a language model reads
         no `decode.inputs`; a model that decodes examples (a classifier) reads only
-        `decode.num_samples` and `decode.inputs`, and nothing samples during or after training."""
+        `decode.num_samples` and `decode.inputs`, and nothing samples during or after training.
+        And `data.eval.metrics` naming a metric the model or data cannot feed."""
+        unfed = self.unfed_metrics()
+        if unfed:
+            return {**self._decode_inert_fields(), "data.eval.metrics": "; ".join(unfed.values())}
+        return self._decode_inert_fields()
+
+    def _decode_inert_fields(self) -> dict[str, str]:
         model = type(self.model)
         if model.decodes:
             why = f"the model ({model.__name__}) continues a prompt; decode.inputs are files for a classifier"
@@ -245,13 +263,7 @@ class ExperimentConfig(Config):
         self.model.check_data(self.data)
         from pax_eqx.metric_fns import check_metric_names
 
-        model = type(self.model)
-        check_metric_names(self.data.eval.metrics, model.per_example_keys, model.decodes_inputs, model.__name__)
-        if "bits_per_byte" in self.data.eval.metrics and self.data.source in ("synthetic", "random"):
-            raise ConfigError(
-                f"data.eval.metrics names 'bits_per_byte', but data.source={self.data.source!r} gives token ids "
-                "without text: there are no bytes to count; remove it."
-            )
+        check_metric_names(self.data.eval.metrics)
         if self.train.sample_at_end and not self.model.decodes:
             raise ConfigError(
                 f"train.sample_at_end=True, but the model ({type(self.model).__name__}) does not decode; "

@@ -15,7 +15,11 @@ Each metric runs on one of two things:
   function. Needs a model that decodes its inputs (a sequence-to-sequence model).
 
 Names are checked when the experiment is (`check_metric_names`): a misspelt one is refused
-naming the available ones, before anything runs.
+naming the available ones, before anything runs. A metric the model or the data cannot feed
+(`unfeedable`: bits per byte of a user's model without per-example targets, or of token ids
+without text) is refused when the user names it (`--data.eval.metrics`, an inert flag), and
+otherwise -- an experiment's own list meeting another model or `--data.synthetic` -- skipped,
+with a line at the start of the run saying so.
 """
 
 from __future__ import annotations
@@ -106,21 +110,33 @@ def resolve(name: str) -> MetricFn:
     )
 
 
-def check_metric_names(names: Sequence[str], per_example_keys: Sequence[str], decodes_inputs: bool, model: str) -> None:
-    """ConfigError for a metric that does not exist or that this model cannot feed."""
+def check_metric_names(names: Sequence[str]) -> None:
+    """ConfigError for a metric that does not exist (naming the available ones)."""
+    for name in names:
+        resolve(name)
+
+
+def unfeedable(
+    names: Sequence[str], per_example_keys: Sequence[str], decodes_inputs: bool, has_text: bool, model: str
+) -> dict[str, str]:
+    """{metric: why} for the named metrics this model (its per-example outputs, whether it decodes
+    its inputs) or this data (text, or token ids without any) cannot feed."""
+    why = {}
     for name in names:
         metric = resolve(name)
         if metric.kind == "decoded" and not decodes_inputs:
-            raise ConfigError(
-                f"data.eval.metrics names {name!r}, which scores decoded outputs against targets, but the model "
-                f"({model}) does not decode its inputs (a sequence-to-sequence model does); remove it."
+            why[name] = (
+                f"{name!r} scores decoded outputs against targets, but the model ({model}) does not decode its "
+                "inputs (a sequence-to-sequence model does)"
             )
-        missing = [k for k in metric.needs if k not in per_example_keys]
-        if missing:
-            raise ConfigError(
-                f"data.eval.metrics names {name!r}, which reads the per-example outputs {list(metric.needs)}, but the "
-                f"model ({model}) gives {list(per_example_keys)}; remove it."
+        elif any(k not in per_example_keys for k in metric.needs):
+            why[name] = (
+                f"{name!r} reads the per-example outputs {list(metric.needs)}, but the model ({model}) gives "
+                f"{list(per_example_keys)}"
             )
+        elif name == "bits_per_byte" and not has_text:
+            why[name] = "'bits_per_byte' counts the bytes of text, and the data source gives token ids without any"
+    return why
 
 
 # Score-based metrics ---------------------------------------------------------------------------

@@ -374,6 +374,11 @@ def is_seq2seq(data: DataConfig) -> bool:
     return data.source == "seq2seq_jsonl" or data.layout == "span_corruption"
 
 
+def has_text(data: DataConfig) -> bool:
+    """Whether the data is text (what bytes can be counted in), not token ids without any."""
+    return data.source not in _ID_SOURCES
+
+
 def target_length(data: DataConfig) -> int:
     """The length of a seq2seq batch's target_ids / targets / target_paddings: data.target_seq_len,
     or (0) data.seq_len for seq2seq_jsonl and the longest targets span corruption makes. An LM's

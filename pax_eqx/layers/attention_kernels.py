@@ -79,7 +79,9 @@ def masked_max(logits: Float[Array, "batch heads q k"], mask: Bool[Array, "#batc
 def rows_with_a_key(mask: Bool[Array, "#batch 1 #q k"]) -> Bool[Array, "#batch 1 #q 1"]:
     """False for a query row whose keys are all masked (a padded query under Praxis' masks, a
     left-padded query at position 0): its softmax is uniform whatever its logits are."""
-    return jnp.any(mask, axis=-1, keepdims=True)
+    # A float max, not `jnp.any`: a boolean reduction over a sharded key axis becomes an all-reduce
+    # of predicates, which aborted XLA:CPU (8 fake devices, two test processes) in the SPMD tests.
+    return jnp.max(mask.astype(jnp.float32), axis=-1, keepdims=True) > 0
 
 
 @jax.custom_vjp

@@ -37,7 +37,8 @@ def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = Non
     num_batches = eval_num_batches(cfg)
     if cfg.reset_for_eval:
         source.reset()
-    kinds = {name: resolve(name).kind for name in cfg.metrics}
+    unfed = rt.exp.unfed_metrics()  # an experiment's own metric another model cannot feed: skipped
+    kinds = {name: resolve(name).kind for name in cfg.metrics if name not in unfed}
     score_names = [n for n, kind in kinds.items() if kind == "scores"]
     decoded_names = [n for n, kind in kinds.items() if kind == "decoded"]
     metrics = HostAccumulator()
@@ -112,14 +113,18 @@ def declared_scores(result: dict[str, float], metrics: tuple[str, ...]) -> str:
     return "".join(f", {name} {result[name]:.4f}" for name in names)
 
 
-def reported_names(programs: Any, local: dict[str, np.ndarray], metrics: tuple[str, ...] = ()) -> set[str]:
+def reported_names(
+    programs: Any, local: dict[str, np.ndarray], metrics: tuple[str, ...] = (), unfed: Any = ()
+) -> set[str]:
     """The names an eval run reports (what `evaluate` returns), known before any eval from the
     eval step's abstract outputs on a host batch's shapes: `train.early_stopping.metric` is
     checked against them at start, not at the first eval after checkpoints are written.
-    metrics: data.eval.metrics, whose scores an eval adds (each metric's `reports`)."""
+    metrics: data.eval.metrics, whose scores an eval adds (each metric's `reports`), less the
+    `unfed` ones, which it skips."""
     abstract = jax.eval_shape(programs.task.eval_step, programs.abstract_state, programs.abstract_batch(local))
     outputs = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract)
     names = set(step_scalars(outputs.metrics, mean_summaries([outputs.summaries] if outputs.summaries else [])))
     reported = {name for metric in metrics for name in resolve(metric).reports}
+    reported -= {name for metric in unfed for name in resolve(metric).reports}
     names |= {"num_predictions", "num_batches"} | reported | ({"pplx"} if "log_pplx" in names else set())
     return set(with_loss_alias(dict.fromkeys(names)))

@@ -30,6 +30,12 @@ def banner(exp: Any, params: Any, mesh: Any, job_dir: Path, step: int) -> list[s
     devices = jax.devices()
     axes = ", ".join(f"{name} {size}" for name, size in mesh.shape.items() if size > 1) or "one device"
     todo = exp.train.num_steps - step
+    metrics = []
+    if exp.data.eval.metrics:
+        unfed = exp.unfed_metrics()
+        used = [m for m in exp.data.eval.metrics if m not in unfed]
+        skipped = f"; skipped {', '.join(unfed)} (this model or data cannot feed it)" if unfed else ""
+        metrics = [f"  metrics  {', '.join(used) or 'none'} at each eval{skipped}"]
     return [
         f"Experiment {exp.name or '(unnamed)'} ({type(exp.model).__name__})",
         f"  params   {_count(total)}: {by_group}",
@@ -37,6 +43,7 @@ def banner(exp: Any, params: Any, mesh: Any, job_dir: Path, step: int) -> list[s
         f"  batch    {batch:,} per step ({reads}); {exp.train.fprop_dtype} compute, float32 parameters",
         f"  steps    {step:,} -> {exp.train.num_steps:,} ({todo:,} to go), eval every "
         f"{exp.train.eval_interval_steps or 'run end'}, checkpoint every {exp.checkpoint.every_n_steps or '-'}",
+        *metrics,
         f"  job dir  {job_dir}",
     ]
 

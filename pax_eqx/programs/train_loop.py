@@ -476,7 +476,7 @@ def _check_step_traces(rt: Runtime, train_input: Any) -> None:
     rt.programs.check_batch(first)
     if rt.exp.train.early_stopping.metric:  # a misspelt metric: now, not at the first eval
         EarlyStopping(rt.exp.train.early_stopping).check_metric(
-            reported_names(rt.programs, first, rt.exp.data.eval.metrics)
+            reported_names(rt.programs, first, rt.exp.data.eval.metrics, rt.exp.unfed_metrics())
         )
 
 

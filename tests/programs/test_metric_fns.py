@@ -10,7 +10,16 @@ import pytest
 from pax_eqx.config import ConfigError
 from pax_eqx.data import ByteTokenizer, SentencePieceTokenizer
 from pax_eqx.data.tokenizers import SentencePieceConfig, train_sentencepiece
-from pax_eqx.metric_fns import EvalContext, bits_per_byte, bleu, check_metric_names, chrf, exact_match, rouge
+from pax_eqx.metric_fns import (
+    EvalContext,
+    bits_per_byte,
+    bleu,
+    check_metric_names,
+    chrf,
+    exact_match,
+    rouge,
+    unfeedable,
+)
 from pax_eqx.metrics import Weighted
 
 
@@ -61,10 +70,13 @@ def test_sentencepiece_pieces_count_the_bytes_of_the_text():
     assert token_bytes[[spm.pad_id, spm.bos_id, spm.eos_id]].sum() == 0
 
 
-def test_a_metric_the_model_cannot_feed_is_refused_naming_it():
-    with pytest.raises(ConfigError, match="'bleu', which scores decoded outputs"):
-        check_metric_names(("bleu",), ("labels", "token_weights", "weight"), False, "LanguageModelConfig")
-    with pytest.raises(ConfigError, match="'balanced_accuracy', which reads the per-example outputs"):
-        check_metric_names(("balanced_accuracy",), ("labels", "token_weights", "weight"), False, "LanguageModelConfig")
+def test_what_a_model_or_its_data_cannot_feed_is_named_with_the_reason():
+    lm = ("labels", "token_weights", "weight")
+    unfed = unfeedable(("bleu", "balanced_accuracy", "bits_per_byte"), lm, False, True, "LanguageModelConfig")
+    assert set(unfed) == {"bleu", "balanced_accuracy"}
+    assert "does not decode its inputs" in unfed["bleu"] and "per-example outputs" in unfed["balanced_accuracy"]
+    assert "token ids" in unfeedable(("bits_per_byte",), lm, False, False, "LanguageModelConfig")["bits_per_byte"]
     with pytest.raises(ConfigError, match="has no function 'nope'"):
-        check_metric_names(("pax_eqx.metric_fns.nope",), (), True, "SequenceModelConfig")
+        check_metric_names(("pax_eqx.metric_fns.nope",))
+    with pytest.raises(ConfigError, match=r"'blue', which is not an eval metric: use one of \[.*'bleu'"):
+        check_metric_names(("blue",))
