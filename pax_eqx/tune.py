@@ -159,7 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 130
     print(write_report(study, study_dir))
-    if not any(t.value is not None for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"):
+    trials = study.get_trials(deepcopy=False)
+    if not any(t.value is not None for t in trials if t.state.name == "COMPLETE"):
+        running = sum(t.state.name == "RUNNING" for t in trials)
+        if running:  # another process sharing the study still runs them: not a failure of this one
+            print(f"{running} trial(s) of this study still run in another process; rerun to see the full report.")
+            return 0
         print(f"error: no trial completed; {study_dir / 'trials.csv'} has each failed trial's error.", file=sys.stderr)
         return 1
     return 0
