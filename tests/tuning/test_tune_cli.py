@@ -116,6 +116,8 @@ def test_a_killed_study_resumes_its_trial_and_two_processes_share_it(tmp_path):
     second = [subprocess.Popen(command + extra, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True) for extra in (["--num-workers", "2"], [])]  # fmt: skip
     outputs = [p.communicate(timeout=600)[0] for p in second]
+    if [p.returncode for p in second] != [0, 0]:
+        print(*outputs, sep="\n--- the other tuner ---\n")  # whole, in "Captured stdout" (the assert truncates)
     assert [p.returncode for p in second] == [0, 0], outputs
     log = (study / "trials" / "0000" / "trial.log").read_text()
     assert "Resuming shakespeare_char from checkpoint at step" in log
