@@ -55,6 +55,7 @@ class MetricFn:
     needs: tuple[str, ...] = ()
     help: str = ""
     reports: tuple[str, ...] = ()  # the scalar names it adds to the eval's results
+    needs_text: bool = False  # counts something of the text (token ids without text cannot feed it)
 
     def function(self) -> Callable:
         module, _, name = self.target.partition(":")
@@ -74,7 +75,7 @@ REGISTRY: dict[str, MetricFn] = {
     "bits_per_byte": MetricFn(
         "scores", "pax_eqx.metric_fns:bits_per_byte", ("labels", "token_weights"),
         "the loss in bits per UTF-8 byte of the targets: comparable across tokenizers (a language model)",
-        ("bits_per_byte",),
+        ("bits_per_byte",), needs_text=True,
     ),
     "exact_match": MetricFn(
         "decoded", "pax_eqx.metric_fns:exact_match", (), "the share of outputs equal to the target", ("exact_match",)
@@ -134,8 +135,8 @@ def unfeedable(
                 f"{name!r} reads the per-example outputs {list(metric.needs)}, but the model ({model}) gives "
                 f"{list(per_example_keys)}"
             )
-        elif name == "bits_per_byte" and not has_text:
-            why[name] = "'bits_per_byte' counts the bytes of text, and the data source gives token ids without any"
+        elif metric.needs_text and not has_text:
+            why[name] = f"{name!r} counts the bytes of text, and the data source gives token ids without any"
     return why
 
 
