@@ -26,6 +26,9 @@ What this wrapper adds:
   starts from scratch). Once an older one is restored, the unreadable ones are renamed
   `<step>.unreadable-<time>` (kept, but no longer steps), so the resumed run can write those
   steps again and keep-N does not count them;
+- keep-N first renames an old step into `DIR/deleting/` (atomic), then the files are deleted
+  there: a kill -9 during a deletion leaves no half-deleted step for a restore or keep-N to
+  meet, and the next start empties `deleting/`;
 - save failures (disk full, permissions) raise `CheckpointSaveError` naming the step and the
   directory; the previous checkpoint stays restorable. Before each save, process 0 creates and
   deletes a small file in the directory, so a directory that cannot be written (read-only,
@@ -49,6 +52,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 import warnings
 from pathlib import Path
@@ -88,6 +92,9 @@ from pax_eqx.sharding.distributed import all_hosts, from_process_0
 
 _STATE, _MANIFEST, _DATA = "state", "manifest", "data"
 _WRITE_CHECK = ".pax_eqx-write-check"
+# keep-N renames an old step into this subdirectory (one atomic rename), and we empty it: a kill
+# -9 in the middle of a deletion leaves a half-deleted directory here, never a half-deleted step.
+_DELETING = "deleting"
 # A reader retries when the trainer's keep-N deletes the checkpoint it reads; bounded, in case a
 # trainer keeps committing and deleting faster than a restore can read.
 _MAX_VANISHED = 20
@@ -136,6 +143,7 @@ class Checkpointer:
             max_to_keep=cfg.max_to_keep or None,
             enable_async_checkpointing=cfg.async_save,
             cleanup_tmp_directories=True,  # drop the leftovers of saves that were killed
+            todelete_subdir=_DELETING,
             create=True,
         )
         try:
@@ -146,6 +154,7 @@ class Checkpointer:
             raise CheckpointError(
                 f"cannot use checkpoint directory {self.directory}: {e}; check it is writable."
             ) from e
+        self._empty_deleting()  # what a killed run left half deleted
 
     # ---------------------------------------------------------------- saving
 
@@ -265,6 +274,13 @@ class Checkpointer:
             step, self._in_flight = self._in_flight, None
             raise self._save_error(step if step is not None else -1, e) from e
         self._in_flight = None
+        self._empty_deleting()
+
+    def _empty_deleting(self) -> None:
+        """Deletes the old steps keep-N renamed into `deleting/` (process 0; the files are no
+        longer steps, so a failure here costs disk space, not a checkpoint)."""
+        if jax.process_index() == 0:
+            shutil.rmtree(self.directory / _DELETING, ignore_errors=True)
 
     def close(self) -> None:
         """Waits for the last save, then releases orbax's threads. A second call does nothing."""

@@ -17,7 +17,9 @@ A trial whose worker died is failed and enqueued again with the same params and 
 new trial's `resumes_trial` names it; the dead one is then left out of the count and marked
 interrupted in the report): at once when the worker ran on this host and its pid is gone, after
 the heartbeat's grace period when it ran elsewhere (Optuna's stale-trial check). The trainer of
-the new trial resumes from the job dir's checkpoint.
+the new trial resumes from the job dir's checkpoint. So does a trial whose trainer was killed by
+a signal the tuner did not send (kill -9, the out-of-memory killer), up to MAX_KILLS times in a
+row.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ STORAGE_FILE = "study.db"
 TRIALS_DIR = "trials"
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING)
 HOST = socket.gethostname()
+# A trainer killed by a signal the tuner did not send (the out-of-memory killer, kill -9) is
+# resumed from its checkpoint; killed this many times in a row, the trial fails instead: the
+# same configuration would be killed again (a batch too large for the host's memory).
+MAX_KILLS = 3
 
 
 class StudyMismatchError(ConfigError):
@@ -110,12 +116,11 @@ def open_study(
     return study
 
 
-def requeue(study: optuna.Study, trial: FrozenTrial) -> None:
-    """Enqueues `trial`'s params again, in its job dir: the new trial resumes its checkpoint."""
-    study.enqueue_trial(
-        dict(trial.params),
-        user_attrs={"resumes_trial": trial.number, "job_dir": trial.user_attrs.get("job_dir", _job_dir(trial.number))},
-    )
+def requeue(study: optuna.Study, trial: FrozenTrial, kills: int = 0) -> None:
+    """Enqueues `trial`'s params again, in its job dir: the new trial resumes its checkpoint.
+    kills: how many times in a row the trial's trainer was killed (see MAX_KILLS)."""
+    job_dir = trial.user_attrs.get("job_dir", _job_dir(trial.number))
+    study.enqueue_trial(dict(trial.params), user_attrs={"resumes_trial": trial.number, "job_dir": job_dir, "kills": kills})
 
 
 def _job_dir(number: int) -> str:
@@ -331,6 +336,20 @@ class Tuner:
             self.study.tell(trial, state=TrialState.PRUNED)
             self.log(f"trial {trial.number} pruned: {metric} {outcome.value:.4g} at its step-{outcome.eval_step} eval "
                      f"({shown}); stopped at step {outcome.step}; {where}")  # fmt: skip
+        elif outcome.state == "killed" and trial.user_attrs.get("kills", 0) + 1 < MAX_KILLS:
+            kills = trial.user_attrs.get("kills", 0) + 1
+            trial.set_user_attr("interrupted", True)
+            trial.set_user_attr("error", outcome.error)
+            self.study.tell(trial, state=TrialState.FAIL)
+            requeue(self.study, self.study._storage.get_trial(trial._trial_id), kills=kills)
+            self.log(f"trial {trial.number}: its trainer was {outcome.error}; queued to resume from its checkpoint "
+                     f"({kills} of {MAX_KILLS - 1} resumes after a kill)")  # fmt: skip
+        elif outcome.state == "killed":
+            error = (f"{outcome.error}, its trainer killed {MAX_KILLS} times in a row, so not resumed again (out "
+                     f"of host memory? see {where}/trial.log)")  # fmt: skip
+            trial.set_user_attr("error", error)
+            self.study.tell(trial, state=TrialState.FAIL)
+            self.log(f"trial {trial.number} failed ({shown}): {error}; the study goes on")
         elif outcome.state == "interrupted":
             trial.set_user_attr("interrupted", True)
             self.study.tell(trial, state=TrialState.FAIL)

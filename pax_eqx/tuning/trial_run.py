@@ -12,6 +12,9 @@ so no trainer outlives its tuner.
 The outcome is read from what the trainer left: its exit status, its last eval value, and
 whether it reached `train.num_steps`. A trainer that exits 0 before the end without being
 pruned was interrupted (SIGTERM from the tuner or from outside): the trial is to be resumed.
+A trainer killed by a signal the tuner did not send (SIGKILL from the kernel's out-of-memory
+killer or an operator's `kill -9`) is `killed`: its last checkpoint is intact, so the tuner
+resumes it too, a bounded number of times (study.py).
 """
 
 from __future__ import annotations
@@ -41,10 +44,11 @@ class MetricNotFoundError(ConfigError):
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """state: complete (value is the last eval's), pruned (value is the eval that pruned it, at
-    `eval_step`), failed (`error` is the trainer's last error line) or interrupted (to be resumed
-    from its checkpoint). step: the last step the trainer logged."""
+    `eval_step`), failed (`error` is the trainer's error line), interrupted (to be resumed from
+    its checkpoint) or killed (by a signal from outside; `error` names it). step: the last step
+    the trainer logged."""
 
-    state: Literal["complete", "pruned", "failed", "interrupted"]
+    state: Literal["complete", "pruned", "failed", "interrupted", "killed"]
     value: float | None
     step: int
     error: str = ""
@@ -165,16 +169,27 @@ def run_trial(
         return Outcome("interrupted", None, step)
     if interrupted and code in (130, -signal.SIGINT, -signal.SIGTERM):
         return Outcome("interrupted", None, step)
+    if code < 0:
+        return Outcome("killed", None, step, f"killed by {_signal_name(-code)} at step {step}")
     return Outcome("failed", None, step, _error_line(job_dir / LOG_FILE, code))
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _error_line(log: Path, code: int) -> str:
-    """The trainer's `error: ...` line (its last line when it has none) and its exit status."""
+    """The trainer's last `error: ...` line and its exit status. Without one (a crash that printed
+    a traceback), the status and where the whole output is: its last line would be whatever the
+    trainer printed last, a progress line as often as not."""
     try:
         tail = log.read_bytes()[-20000:].decode(errors="replace").splitlines()
     except OSError:
         tail = []
     errors = [line for line in tail if line.startswith("error: ")]
-    text = errors[-1].removeprefix("error: ") if errors else (tail[-1] if tail else "")
-    status = f"killed by signal {-code}" if code < 0 else f"exit {code}"
-    return f"{text} ({status})" if text else status
+    if errors:
+        return f"{errors[-1].removeprefix('error: ')} (exit {code})"
+    return f"the trainer exited {code} without an error line; its output is in {log}"

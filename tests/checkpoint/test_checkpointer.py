@@ -440,3 +440,25 @@ def test_a_checkpoint_unreadable_for_its_permissions_stops_the_restore_and_is_le
     ckpt.close()
     assert ckpt.committed_steps() == [1, 2]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1", "2"]
+
+
+def test_keep_n_renames_an_old_step_aside_before_deleting_it(tmp_path, monkeypatch):
+    """A kill -9 while keep-N deletes an old step must not leave a half-deleted step directory:
+    the step is renamed into deleting/ in one rename, and the files are deleted there."""
+    monkeypatch.setattr(Checkpointer, "_empty_deleting", lambda self: None)  # stop before the deletion
+    ckpt = saved(tmp_path, steps=(1, 2), max_to_keep=1)
+    ckpt.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["2", "deleting"]
+    assert (tmp_path / "deleting" / "1" / "state").is_dir()  # moved whole, not yet deleted
+    monkeypatch.undo()
+
+    # as a kill -9 in the middle of the deletion leaves it: some files of step 1 gone
+    shutil.rmtree(tmp_path / "deleting" / "1" / "state")
+    step, state, data = restore(tmp_path)  # the half-deleted directory is not a step
+    assert step == 2
+    assert_same(state, make_state(2))
+    reopened = Checkpointer(tmp_path, CheckpointConfig(max_to_keep=1))
+    assert not (tmp_path / "deleting").exists()  # the next writer empties it
+    reopened.save(3, make_state(3), DATA_1, force=True)
+    reopened.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["3"]

@@ -86,3 +86,58 @@ def test_a_trainer_that_stops_early_without_being_told_was_interrupted(tmp_path)
 def test_a_metric_the_trainer_does_not_log_is_named_with_the_ones_it_does(tmp_path):
     with pytest.raises(MetricNotFoundError, match=r"--metric 'loss' is not an eval metric .* have accuracy"):
         run(tmp_path, trainer(tmp_path, 5, 5, key="accuracy"))
+
+
+KILLED = """
+import json, os, signal, sys
+from pathlib import Path
+with open(Path(sys.argv[1]) / "metrics.jsonl", "a") as f:
+    f.write(json.dumps({"step": 3, "split": "train", "loss": 9.0}) + "\\n")
+print("step 3 | loss 9.0", flush=True)  # the progress line a killed trainer printed last
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_trainer_killed_from_outside_is_killed_not_failed_with_its_progress_line(tmp_path):
+    script = tmp_path / "killed.py"
+    script.write_text(textwrap.dedent(KILLED))
+    (tmp_path / "job").mkdir()
+    outcome, _ = run(tmp_path, [sys.executable, str(script), str(tmp_path / "job")])
+    assert (outcome.state, outcome.step, outcome.error) == ("killed", 3, "killed by SIGKILL at step 3")
+
+
+def test_a_crash_without_an_error_line_points_to_the_log_not_its_last_line(tmp_path):
+    script = tmp_path / "crash.py"
+    script.write_text("print('step 1 | loss 9.0')\nraise SystemExit(3)\n")
+    outcome, _ = run(tmp_path, [sys.executable, str(script)])
+    assert outcome.state == "failed"
+    assert outcome.error == f"the trainer exited 3 without an error line; its output is in {tmp_path / 'job' / 'trial.log'}"
+
+
+def test_a_killed_trial_is_resumed_in_its_job_dir_until_the_third_kill_in_a_row(tmp_path):
+    import optuna
+
+    from pax_eqx.tuning.space import SearchSpace, Uniform
+    from pax_eqx.tuning.study import MAX_KILLS, Tuner
+    from pax_eqx.tuning.trial_run import Outcome
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study()
+    space = SearchSpace({"learner.learning_rate": Uniform(0.1, 0.2)})
+    lines = []
+    from pax_eqx.experiment import ExperimentConfig
+
+    tuner = Tuner(study, "e", space, ExperimentConfig(), [], tmp_path, 1, heartbeat_seconds=30, log=lines.append)
+    trial = study.ask()
+    trial.set_user_attr("job_dir", "trials/0000")
+    values = space.suggest(trial)
+    for kill in range(1, MAX_KILLS + 1):
+        tuner._finish(trial, values, Outcome("killed", None, 4, "killed by SIGKILL at step 4"), 1.0)
+        if kill < MAX_KILLS:
+            trial = study.ask()  # the queued resume: same params, same job dir
+            assert trial.user_attrs["job_dir"] == "trials/0000" and trial.user_attrs["kills"] == kill
+            assert space.suggest(trial) == values  # the enqueued params, not a new draw
+    assert [t.state.name for t in study.trials] == ["FAIL"] * MAX_KILLS
+    assert "queued to resume from its checkpoint (1 of 2 resumes after a kill)" in lines[0]
+    assert "its trainer killed 3 times in a row, so not resumed again" in lines[-1]
+    assert not [t for t in study.trials if t.state.name == "WAITING"]
