@@ -1,4 +1,5 @@
-"""Tokenizers: byte-level (no files) and SentencePiece trained locally from the training text.
+"""Tokenizers: byte-level (no files), SentencePiece trained locally from the training text, and a
+Hugging Face `tokenizer.json` (the `tokenizers` library) such as an imported open model's.
 
 Both share one small interface, `Tokenizer`: `encode(str) -> list[int]`, `decode(ids) -> str`,
 `vocab_size`, `pad_id` (always 0, so zero-filled padding rows are padding), `bos_id`,
@@ -12,12 +13,19 @@ and "\\n" as a user symbol, so `decode(encode(text)) == text` for any text whose
 are in the vocabulary (Pax's default SentencePiece models fold whitespace, which would turn a
 play into one long line). The model file is written into the job dir and reused on resume,
 eval and decode, so every program of a job sees the same vocabulary.
+
+A `tokenizer.json` is used as Hugging Face uses it: `encode` applies its own post-processor
+(Llama's tokenizer puts <s> first, GPT-2's adds nothing), `decode` drops special tokens. Its
+specials are not at fixed ids, so the config names them (`bos_token`, `eos_token`, `pad_token`);
+pad_id is 0 when it names none (a padded id is masked by weights or key_valid wherever it occurs).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -76,7 +84,39 @@ class SentencePieceConfig(Variant):
         check_range(self, "max_training_chars", gt=0, prefix="data.tokenizer")
 
 
-TokenizerConfig = ByteTokenizerConfig | SentencePieceConfig
+@config
+class TokenizerJsonConfig(Variant):
+    """A Hugging Face `tokenizer.json` read with the `tokenizers` library (`import_hf` copies an
+    open model's into JOB_DIR/tokenizer/ and names it here).
+
+    path: the tokenizer.json file.
+    bos_token / eos_token: the beginning / end-of-sequence tokens as written in the vocabulary
+      ("<s>", "<|endoftext|>"); bos_token "" = eos_token (GPT-2 has one token for both). Documents
+      end with eos_token; decoding stops at it.
+    pad_token: the padding token ("" = id 0, as the other tokenizers).
+    """
+
+    kind: ClassVar[str] = "tokenizer_json"
+    path: str = ""
+    bos_token: str = ""
+    eos_token: str = ""
+    pad_token: str = ""
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field, the value and the fix (the file is read at load)."""
+        if not self.path:
+            raise ConfigError(
+                "data.tokenizer tokenizer_json needs data.tokenizer.path, a Hugging Face tokenizer.json file; "
+                "set --data.tokenizer.path FILE (python -m pax_eqx.import_hf writes one into the job dir)."
+            )
+        if not self.eos_token:
+            raise ConfigError(
+                "data.tokenizer.eos_token is empty: documents end with it and decoding stops at it; name the "
+                "tokenizer's end-of-sequence token, e.g. --data.tokenizer.eos-token '</s>'."
+            )
+
+
+TokenizerConfig = ByteTokenizerConfig | SentencePieceConfig | TokenizerJsonConfig
 """The choice of a tokenizer (`--data.tokenizer sentencepiece`)."""
 
 
@@ -192,6 +232,107 @@ class SentencePieceTokenizer:
 
     def __repr__(self) -> str:
         return f"SentencePieceTokenizer(vocab_size={self.vocab_size}, path={self.path!r})"
+
+
+# GPT-2's byte-level alphabet: byte b is written as the character _BYTE_LEVEL_CHARS[b] in the
+# vocabulary (printable bytes as themselves, the others shifted past U+0100).
+def _byte_level_chars() -> list[str]:
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, shift = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + shift)
+            shift += 1
+    return [chars[b] for b in range(256)]
+
+
+_BYTE_OF_CHAR = {c: b for b, c in enumerate(_byte_level_chars())}
+_BYTE_FALLBACK_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
+
+
+class TokenizerJsonTokenizer:
+    """A Hugging Face `tokenizer.json` (the `tokenizers` library): see the module doc."""
+
+    def __init__(self, data: bytes, cfg: TokenizerJsonConfig, path: str = ""):
+        from tokenizers import Tokenizer as HfTokenizer
+
+        self._tok = HfTokenizer.from_str(data.decode("utf-8"))
+        self._spec = json.loads(data)
+        self.path = path
+        self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
+        self.fingerprint = "tokjson-" + hashlib.sha256(data).hexdigest()[:16]
+        self.eos_id = self._id_of(cfg.eos_token, "eos_token")
+        self.bos_id = self._id_of(cfg.bos_token, "bos_token") if cfg.bos_token else self.eos_id
+        self.pad_id = self._id_of(cfg.pad_token, "pad_token") if cfg.pad_token else PAD_ID
+        unk = (self._spec.get("model") or {}).get("unk_token")
+        self.unk_id = self._tok.token_to_id(unk) if unk else None
+        self._special = {t["id"] for t in self._spec.get("added_tokens", []) if t.get("special")}
+
+    @classmethod
+    def load(cls, cfg: TokenizerJsonConfig) -> TokenizerJsonTokenizer:
+        cfg.validate()
+        path = Path(cfg.path)
+        if not path.is_file():
+            raise MissingFileError(
+                f"data.tokenizer.path={cfg.path!r} does not exist; give an existing tokenizer.json file."
+            )
+        try:
+            return cls(path.read_bytes(), cfg, str(path))
+        except Exception as e:  # the tokenizers library's parse errors are plain Exceptions
+            if isinstance(e, ConfigError):
+                raise
+            raise ConfigError(
+                f"data.tokenizer.path={cfg.path!r} is not a tokenizer.json the tokenizers library reads ({e}); give a "
+                "Hugging Face tokenizer.json file."
+            ) from None
+
+    def _id_of(self, token: str, field: str) -> int:
+        i = self._tok.token_to_id(token)
+        if i is None:
+            raise ConfigError(
+                f"data.tokenizer.{field}={token!r} is not a token of {self.path or 'the tokenizer.json'}; name one of "
+                f"its special tokens ({', '.join(repr(t['content']) for t in self._spec.get('added_tokens', [])[:8])})."
+            )
+        return int(i)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text).ids)
+
+    def encode_array(self, text: str) -> np.ndarray:
+        return np.asarray(self._tok.encode(text).ids, dtype=np.int32)
+
+    def decode(self, ids: Iterable[int] | Int[ArrayLike, " time"]) -> str:
+        return self._tok.decode([int(i) for i in ids if 0 <= int(i) < self.vocab_size], skip_special_tokens=True)
+
+    def unknown_characters(self, text: str) -> str:
+        """Characters of `text` that encode to the unknown token (none for a byte-level or
+        byte-fallback vocabulary, which encode everything)."""
+        if self.unk_id is None:
+            return ""
+        return "".join(ch for ch in dict.fromkeys(text) if self.unk_id in self._tok.encode(ch, add_special_tokens=False).ids)
+
+    def token_bytes(self) -> np.ndarray:
+        """[vocab] the UTF-8 bytes each token stands for: a byte-level token (GPT-2, Llama 3, Qwen2)
+        its bytes, a byte-fallback piece "<0xAB>" one, a SentencePiece-style piece its text with
+        "▁" a space, special tokens none."""
+        byte_level = (self._spec.get("decoder") or {}).get("type") == "ByteLevel"
+        out = np.zeros(self.vocab_size, np.int32)
+        for i in range(self.vocab_size):
+            piece = self._tok.id_to_token(i)
+            if piece is None or i in self._special:
+                continue
+            if _BYTE_FALLBACK_PIECE.match(piece):
+                out[i] = 1
+            elif byte_level:
+                out[i] = sum(1 if c in _BYTE_OF_CHAR else len(c.encode("utf-8")) for c in piece)
+            else:
+                out[i] = len(piece.replace("\u2581", " ").encode("utf-8"))
+        return out
+
+    def __repr__(self) -> str:
+        return f"TokenizerJsonTokenizer(vocab_size={self.vocab_size}, path={self.path!r})"
 
 
 def train_sentencepiece(lines: Iterable[str], cfg: SentencePieceConfig) -> bytes:
