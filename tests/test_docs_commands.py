@@ -86,7 +86,7 @@ _PAX_TEMPLATE = (
     "tests/checkpoint/test_pax_import.py runs import_pax, train and eval on the committed Paxml fixtures"
 )
 _DOCUMENTED_DRY_RUN = (
-    "tests/experiments/test_experiments_cli_and_docs.py::test_documented_dry_run_commands_work runs every "
+    "tests/named_experiments/test_experiments_cli_and_docs.py::test_documented_dry_run_commands_work runs every "
     "`python -m pax_eqx.train ... --dry-run` line of these documents and checks the exit status its comment promises"
 )
 _SPAN_CORRUPTION = (
@@ -133,7 +133,7 @@ NOT_RUN = {
     "--job-log-dir runs/pipelined": "tests/programs/test_cli_pipeline.py trains shakespeare_pipelined through "
         "train.main (2 stages, resumed pipelined <-> unpipelined) and checks the registered experiment fits 2 devices",
     "PYTHONPATH=. python -m pax_eqx.train --exp mypkg.mymodule.my_small_gpt --dry-run":
-        "tests/experiments/test_experiments_cli_and_docs.py::test_doc_user_module_example_runs_by_dotted_path "
+        "tests/named_experiments/test_experiments_cli_and_docs.py::test_doc_user_module_example_runs_by_dotted_path "
         "writes this document's mypkg/mymodule.py and runs this dry run",
 }  # fmt: skip
 

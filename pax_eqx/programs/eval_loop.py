@@ -28,6 +28,12 @@ from pax_eqx.programs.decoded_eval import decoded_scores
 from pax_eqx.programs.errors import DataPipelineError, raised_at
 from pax_eqx.summaries import mean_summaries, step_scalars, with_loss_alias
 
+# The tuner runs each trial's trainer with the study's metric in this variable; the trainer
+# checks it against its eval's names at start (`check_watched_metric`), so a misspelt --metric
+# costs the first trial's start, not its run up to the first eval.
+WATCHED_METRIC_ENV = "PAX_EQX_WATCHED_METRIC"
+WATCHED_METRIC_ERROR = "--metric "  # how the trainer's error line starts, for the tuner to tell it apart
+
 
 def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = None) -> dict[str, float]:
     """One eval run's metrics. Files an eval metric writes (the confusion matrix) go under
@@ -111,6 +117,15 @@ def declared_scores(result: dict[str, float], metrics: tuple[str, ...]) -> str:
     """ ", bits_per_byte 1.9123, bleu 12.4000": what the input's declared metrics reported."""
     names = [name for metric in metrics for name in resolve(metric).reports if name in result]
     return "".join(f", {name} {result[name]:.4f}" for name in names)
+
+
+def check_watched_metric(metric: str, names: set[str]) -> None:
+    """ConfigError (exit 2) when the tuner's `metric` is not one of the eval's `names`."""
+    if metric not in names:
+        raise ConfigError(
+            f"{WATCHED_METRIC_ERROR}{metric!r} is not an eval metric of this experiment; its evals report "
+            f"{', '.join(sorted(names))}. Pass --metric with one of them."
+        )
 
 
 def reported_names(

@@ -50,7 +50,13 @@ from pax_eqx.learners import skipped_steps
 from pax_eqx.programs.decode_modes import check_decode
 from pax_eqx.programs.early_stopping import EarlyStopping
 from pax_eqx.programs.errors import DataPipelineError, NonFiniteLossError, RunError, raised_at
-from pax_eqx.programs.eval_loop import declared_scores, evaluate, reported_names
+from pax_eqx.programs.eval_loop import (
+    WATCHED_METRIC_ENV,
+    check_watched_metric,
+    declared_scores,
+    evaluate,
+    reported_names,
+)
 from pax_eqx.programs.init_from import init_from_checkpoints
 from pax_eqx.programs.input_positions import input_states, restore_inputs
 from pax_eqx.programs.job_dir import JobDirError, check_config, exclusive, write_config
@@ -474,10 +480,12 @@ def _check_step_traces(rt: Runtime, train_input: Any) -> None:
     finally:
         train_input.set_state(position)
     rt.programs.check_batch(first)
-    if rt.exp.train.early_stopping.metric:  # a misspelt metric: now, not at the first eval
-        EarlyStopping(rt.exp.train.early_stopping).check_metric(
-            reported_names(rt.programs, first, rt.exp.data.eval.metrics, rt.exp.unfed_metrics())
-        )
+    watched = os.environ.get(WATCHED_METRIC_ENV)  # a tuner's trial: the study's metric
+    if rt.exp.train.early_stopping.metric or watched:  # a misspelt metric: now, not at the first eval
+        names = reported_names(rt.programs, first, rt.exp.data.eval.metrics, rt.exp.unfed_metrics())
+        EarlyStopping(rt.exp.train.early_stopping).check_metric(names)
+        if watched:
+            check_watched_metric(watched, names)
 
 
 # ------------------------------------------------------------------------------ failures

@@ -11,6 +11,7 @@ recorded as failed and the study goes on).
 from __future__ import annotations
 
 import dataclasses
+import threading
 import types
 import typing
 from typing import Any
@@ -21,6 +22,11 @@ from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.tuning.space import Choice, Domain, IntRange, Scalar, SearchSpace, SearchSpaceError, flag
 
 PROG = "python -m pax_eqx.train"
+# The tuner's worker threads parse their trials' flags one at a time: tyro reads field docstrings
+# with `inspect.getsource` -> `ast.parse`, which the CPython 3.11 here (3.11.7) cannot run in two
+# threads at once: "SystemError: AST constructor recursion depth mismatch" killed a two-worker
+# study under load (the flaky killed-study test).
+_PARSING = threading.Lock()
 
 
 def field_type(exp: ExperimentConfig, path: str) -> Any:
@@ -85,7 +91,8 @@ def _text(value: Scalar) -> str:
 
 def trial_experiment(base: ExperimentConfig, values: dict[str, Scalar]) -> ExperimentConfig:
     """`base` with a trial's values applied by the CLI's parser, then validated (ConfigError)."""
-    exp = cli.parse_fields(base, flags(base, values), PROG)
+    with _PARSING:
+        exp = cli.parse_fields(base, flags(base, values), PROG)
     exp.validate(num_devices=None)
     return exp
 

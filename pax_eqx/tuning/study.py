@@ -6,7 +6,9 @@
 
 A study is recognised by its setup (experiment, flags, search space, metric, direction),
 recorded in the study's user attrs when it is created: a rerun with another setup is refused
-(pass another --study-dir or --study-name), a rerun with the same setup continues it.
+(pass another --study-dir or --study-name), a rerun with the same setup continues it. Until a
+trial is scored, the metric may still change (a misspelt --metric, corrected); the direction is
+Optuna's, fixed when the study is created.
 
 `--num-trials N` counts the study's trials, whichever worker, process or machine runs them: a
 worker claims a new trial only while fewer than N are finished, running or queued, and a trial
@@ -107,7 +109,12 @@ def open_study(
         for key, value in setup.items():
             study.set_user_attr(key, value)
         return study
-    changed = [f"{k}: {recorded.get(k)!r} -> {v!r}" for k, v in setup.items() if recorded.get(k) != v]
+    differ = [k for k, v in setup.items() if recorded.get(k) != v]
+    scored = [t for t in study.get_trials(deepcopy=False) if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    if differ == ["metric"] and not scored:  # a misspelt --metric stopped it before any score: corrected
+        study.set_user_attr("metric", setup["metric"])
+        return study
+    changed = [f"{k}: {recorded.get(k)!r} -> {setup[k]!r}" for k in differ]
     if changed:
         raise StudyMismatchError(
             f"the study {name!r} in this storage was started with another setup ({'; '.join(changed)}); rerun it "

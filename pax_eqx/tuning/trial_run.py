@@ -23,6 +23,7 @@ import ctypes
 import ctypes.util
 import dataclasses
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Literal
 
 from pax_eqx.config import ConfigError
+from pax_eqx.programs.eval_loop import WATCHED_METRIC_ENV, WATCHED_METRIC_ERROR
 
 LOG_FILE = "trial.log"  # the trainer process's whole output (its own train.log has its log lines)
 POLL_SECONDS = 0.2
@@ -113,8 +115,9 @@ def run_trial(
 
     report(step, value): each new eval value of `metric`; True prunes the trial. stops_early:
     the run has train.early_stopping, so ending before num_steps with exit 0 is a completion.
-    started(pid): called with the trainer's pid once it runs. MetricNotFoundError (after
-    stopping the trainer) when an eval line lacks `metric`."""
+    started(pid): called with the trainer's pid once it runs. MetricNotFoundError when the
+    trainer refuses `metric` at start (it gets it in WATCHED_METRIC_ENV), or, after stopping the
+    trainer, when an eval line lacks it."""
     job_dir.mkdir(parents=True, exist_ok=True)
     lines = EvalLines(job_dir / "metrics.jsonl")
     last: tuple[int, float] | None = None
@@ -124,7 +127,10 @@ def run_trial(
     with open(job_dir / LOG_FILE, "ab") as log:
         log.write(f"$ {' '.join(command)}\n".encode())
         log.flush()
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent())
+        env = {**os.environ, WATCHED_METRIC_ENV: metric}  # the trainer checks it at start
+        proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent(), env=env
+        )
     started(proc.pid)
     beat = time.monotonic()
     try:
@@ -171,7 +177,10 @@ def run_trial(
         return Outcome("interrupted", None, step)
     if code < 0:
         return Outcome("killed", None, step, f"killed by {_signal_name(-code)} at step {step}")
-    return Outcome("failed", None, step, _error_line(job_dir / LOG_FILE, code))
+    error = _error_line(job_dir / LOG_FILE, code)
+    if code == 2 and error.startswith(WATCHED_METRIC_ERROR):  # the trainer refused the study's metric at start
+        raise MetricNotFoundError(error.removesuffix(f" (exit {code})"))
+    return Outcome("failed", None, step, error)
 
 
 def _signal_name(number: int) -> str:

@@ -188,3 +188,29 @@ def test_a_study_dir_that_cannot_be_created_is_one_line(tmp_path, capsys):
     assert info.value.code == 2
     assert err.count("error:") == 1 and "cannot be created (Not a directory); choose a writable path" in err
     assert "Traceback" not in err
+
+
+def test_a_misspelt_metric_stops_the_study_at_its_first_trainers_start_and_can_be_corrected(tmp_path):
+    """It was found at the first eval, after steps and checkpoints, and the corrected metric was
+    then refused as another setup for the study."""
+    study = tmp_path / "study"
+    args = ["--metric", "losss", "--num-trials", "2", "--train.num-steps", "10000", *TINY_TRIAL]
+    result = subprocess.run(tune_command(study, *args), env=env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("error:") == 1 and "Traceback" not in result.stderr
+    assert "error: --metric 'losss' is not an eval metric of this experiment; its evals report " in result.stderr
+    assert ", loss, " in result.stderr and "Pass --metric with one of them." in result.stderr
+    assert not (study / "trials" / "0000" / "checkpoints").exists()  # refused before the first step
+
+    from pax_eqx.tuning.study import StudyMismatchError, open_storage, open_study, setup_attrs, storage_url
+
+    storage = open_storage(storage_url(study, None), 30)
+    space = registry.search_space("shakespeare_char")
+    user_args = args[4:]  # what is passed to the trainers: all but --metric and --num-trials
+    corrected = open_study(storage, "shakespeare_char", setup_attrs("shakespeare_char", user_args, space), None, None)
+    assert corrected.user_attrs["metric"] == "loss"  # nothing was scored: the objective may change
+    trial = corrected.ask()
+    corrected.tell(trial, 1.0)
+    with pytest.raises(StudyMismatchError, match="metric: 'loss' -> 'log_pplx'"):
+        open_study(storage, "shakespeare_char",
+                   setup_attrs("shakespeare_char", user_args, space.replace(metric="log_pplx")), None, None)  # fmt: skip
