@@ -2,7 +2,9 @@
 
 Trains the experiment (default: shakespeare_char), resuming from DIR's newest checkpoint.
 `--dry-run` prints the sharding/memory plan without devices or writing anything; with
-`--dry-run-device-memory-gb G` it exits 1 when the plan does not fit G GiB per device.
+`--dry-run-device-memory-gb G` it exits 1 when the plan does not fit G GiB per device;
+`--dry-run --recommend --dry-run-devices N` searches N devices' layouts for the fastest that fits
+(pax_eqx/programs/recommend.py) and prints the command that trains it.
 
 The first line, `Loading experiment NAME ...`, is printed before JAX, orbax, tyro and the
 experiment are imported (they take seconds), so a run says what it is doing at once; the
@@ -18,6 +20,8 @@ from collections.abc import Sequence
 from pax_eqx import programs
 from pax_eqx.command_line import entry
 
+DEVICE_KIND_NAMES = ("h100", "tpu_v4", "tpu_v5e", "tpu_v5p")  # pax_eqx.programs.device_kinds, unimported here
+_RECOMMEND_ONLY = ("--dry-run-devices", "--dry-run-device-kind", "--dry-run-devices-per-host", "--dry-run-ici-size")
 DESCRIPTION = "Train a pax_eqx experiment; a second run on the same --job-log-dir resumes it."
 
 
@@ -41,11 +45,66 @@ def main(argv: Sequence[str] | None = None) -> int:
                     type=float,
                     default=None,
                     metavar="GIB",
-                    help="with --dry-run: the memory of one device; exit 1 when the plan does not fit it",
+                    help="with --dry-run: the memory of one device; exit 1 when the plan does not fit it "
+                    "(with --recommend: default the device kind's)",
+                ),
+            ),
+            (
+                "--recommend",
+                dict(
+                    action="store_true",
+                    help="with --dry-run: search the layouts (mesh ICI x DCN, remat, microbatches, loss chunk) of "
+                    "--dry-run-devices devices, print the five fastest that fit and the command that trains the best",
+                ),
+            ),
+            ("--dry-run-devices", dict(type=int, default=None, metavar="N", help="with --recommend: devices in all")),
+            (
+                "--dry-run-device-kind",
+                dict(
+                    default=None,
+                    choices=sorted(DEVICE_KIND_NAMES),
+                    metavar="KIND",
+                    help="with --recommend: the accelerator whose speeds and networks are priced: h100, tpu_v4, tpu_v5e or tpu_v5p (default h100)",
+                ),
+            ),
+            (
+                "--dry-run-devices-per-host",
+                dict(
+                    type=int,
+                    default=None,
+                    metavar="K",
+                    help="with --recommend: devices per host (default the kind's: 8 for h100 and tpu_v5e, 4 for "
+                    "tpu_v4 and tpu_v5p)",
+                ),
+            ),
+            (
+                "--dry-run-ici-size",
+                dict(
+                    type=int,
+                    default=None,
+                    metavar="D",
+                    help="with --recommend: devices joined by the fast interconnect, the rest over DCN (default a "
+                    "host on a GPU, NVLink; all devices on a TPU, one slice)",
                 ),
             ),
         ],
     )
+    recommend_flags = [f for f in _RECOMMEND_ONLY if getattr(ns, f.lstrip("-").replace("-", "_")) not in (None, False)]
+    if recommend_flags and not ns.recommend:
+        raise cli.fail(f"{recommend_flags[0]} is read only by --recommend: add --dry-run --recommend, or drop it.")
+    if ns.recommend and not ns.dry_run:
+        raise cli.fail("--recommend searches layouts in a dry run: add --dry-run (nothing is trained).")
+    if ns.recommend:
+        if ns.dry_run_devices is None:
+            raise cli.fail("--recommend needs --dry-run-devices N, the devices to lay the experiment out on.")
+        from pax_eqx.programs.recommend import recommend
+
+        found = recommend(
+            exp, ns.dry_run_devices, ns.dry_run_device_memory_gb, ns.dry_run_device_kind or "h100",
+            ns.dry_run_devices_per_host, ns.dry_run_ici_size, base_argv=argv,
+        )  # fmt: skip
+        print(found.text)
+        return 0 if found.best is not None else 1
     if ns.dry_run:
         from pax_eqx.programs.dry_run import plan
 

@@ -80,72 +80,126 @@ class Plan(NamedTuple):
         return self.text
 
 
+class Memory(NamedTuple):
+    """One layout's per-device bytes, by kind (see the module docstring), and the model's plan
+    (its activation note and layout lines)."""
+
+    params: int
+    opt_state: int
+    grads: int
+    grad_accumulator: int
+    activations: int
+    model_plan: Any
+
+    @property
+    def total(self) -> int:
+        return self.params + self.opt_state + self.grads + self.grad_accumulator + self.activations
+
+
+class MemoryModel:
+    """The memory of one experiment's train step on any layout, from one `jax.eval_shape` of its
+    state: `bytes_for(exp)` takes the experiment with another mesh, remat policy, loss chunk,
+    gradient-accumulation or pipeline microbatches (anything that leaves the parameters' shapes
+    as they are) and costs a few milliseconds, so `--recommend` can price thousands of layouts."""
+
+    def __init__(self, exp: ExperimentConfig):
+        self.exp = exp
+        self.task = build_task(exp)  # the run's own Task; only its state's shapes and optimizer are used
+        self.state = jax.eval_shape(self.task.init_state, jax.random.PRNGKey(0))
+        self.axes_tree = logical_axes(self.state.params)
+        self.leaves = jtu.tree_leaves_with_path(self.state.params)
+        self.axes = jtu.tree_leaves(self.axes_tree, is_leaf=lambda x: isinstance(x, LogicalAxes))
+        self.param_count = sum(leaf.size for _, leaf in self.leaves)
+
+    def param_specs(self, mesh_shape: dict[str, int], table: dict) -> Any:
+        return jtu.tree_map(
+            lambda leaf, ax: spec_for(tuple(ax), leaf.shape, mesh_shape, table), self.state.params, self.axes_tree
+        )
+
+    def bytes_for(self, exp: ExperimentConfig) -> Memory:
+        mesh_shape = dict(zip(AXES, exp.mesh.shape))
+        table = parse_rules(exp.mesh.rules)
+        specs = self.param_specs(mesh_shape, table)
+        spec_leaves = jtu.tree_leaves(specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+        params = sum(_shard_bytes(leaf.shape, leaf.dtype, s, mesh_shape) for (_, leaf), s in zip(self.leaves, spec_leaves))
+        opt = _opt_state_bytes(self.task, self.state, specs, mesh_shape)
+        micro = exp.learner.num_microbatches
+        batch, seq, dtype = exp.data.train.batch_size, exp.data.seq_len, exp.train.fprop_dtype
+        model_plan = exp.model.step_plan(StepShape(batch, seq, dtype, micro, mesh_shape, table))
+        if micro > 1:  # the step runs on one microbatch at a time: its activations are one microbatch's
+            acts = exp.model.step_plan(StepShape(batch // micro, seq, dtype, 1, mesh_shape, table)).activation_bytes
+        else:
+            acts = model_plan.activation_bytes
+        grads = params  # float32 gradients, sharded as the parameters
+        accumulator = grads if micro > 1 else 0  # the scan's running sum beside each microbatch's gradients
+        return Memory(params, opt, grads, accumulator, acts or 0, model_plan)
+
+
 def planned_bytes(exp: ExperimentConfig) -> int:
     """The plan's total per device: what an out-of-memory error quotes (entry.set_memory_planner)."""
     return plan(exp).total_bytes
 
 
-def plan(exp: ExperimentConfig, device_memory_gb: float | None = None) -> Plan:
-    exp.validate(data_files=False)
-    mesh_shape = dict(zip(AXES, exp.mesh.shape))
+def check_batch(exp: ExperimentConfig) -> None:
+    """ConfigError unless the global batch splits over the mesh's batch axes."""
     table = parse_rules(exp.mesh.rules)
-    num_devices = exp.mesh.num_devices
-    batch_ways = math.prod(mesh_shape[a] for a in table["batch"])
+    batch_ways = math.prod(dict(zip(AXES, exp.mesh.shape))[a] for a in table["batch"])
     global_batch = exp.data.train.batch_size
     if global_batch % batch_ways:
         raise ConfigError(
             f"--dry-run: data.train.batch_size={global_batch} is not divisible by the mesh's batch axes "
             f"({'x'.join(table['batch'])} = {batch_ways}); change the batch size or mesh.ici_mesh_shape."
         )
-    task = build_task(exp)  # the run's own Task; only its state's shapes and optimizer are used
-    state = jax.eval_shape(task.init_state, jax.random.PRNGKey(0))
-    param_specs = jtu.tree_map(
-        lambda leaf, ax: spec_for(tuple(ax), leaf.shape, mesh_shape, table),
-        state.params, logical_axes(state.params),
-    )  # fmt: skip
+
+
+def plan(exp: ExperimentConfig, device_memory_gb: float | None = None, model: MemoryModel | None = None) -> Plan:
+    """The printed plan of `exp`'s layout; `model`: a MemoryModel of the same experiment, reused."""
+    exp.validate(data_files=False)
+    check_batch(exp)
+    model = MemoryModel(exp) if model is None else model
+    mesh_shape = dict(zip(AXES, exp.mesh.shape))
+    table = parse_rules(exp.mesh.rules)
+    check_rule_names(exp.mesh.rules, model.axes_tree)
     lines = [
         f"Dry run of {exp.name or 'experiment'}: mesh {_mesh_text(exp)} "
-        f"(ICI {exp.mesh.ici_mesh_shape} x DCN {exp.mesh.dcn_mesh_shape}), {num_devices} devices",
+        f"(ICI {exp.mesh.ici_mesh_shape} x DCN {exp.mesh.dcn_mesh_shape}), {exp.mesh.num_devices} devices",
     ]
-    groups: dict[str, list] = defaultdict(list)
-    axes_tree = logical_axes(state.params)
-    check_rule_names(exp.mesh.rules, axes_tree)
-    leaves = jtu.tree_leaves_with_path(state.params)
-    specs = jtu.tree_leaves(param_specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
-    axes = jtu.tree_leaves(axes_tree, is_leaf=lambda x: isinstance(x, LogicalAxes))
-    param_count = param_bytes = 0
-    for (path, leaf), spec, ax in zip(leaves, specs, axes):
-        name = _group_name(path)
-        groups[name].append((leaf, spec, ax))
-        param_count += leaf.size
-        param_bytes += _shard_bytes(leaf.shape, leaf.dtype, spec, mesh_shape)
-    lines.append(f"Parameters: {param_count:,} ({_short_count(param_count)})")
-    lines += _expert_lines(specs, axes, [leaf for _, leaf in leaves], param_count, table)
-    step = StepShape(
-        global_batch, exp.data.seq_len, exp.train.fprop_dtype, exp.learner.num_microbatches, mesh_shape, table
+    memory = model.bytes_for(exp)
+    specs = jtu.tree_leaves(
+        model.param_specs(mesh_shape, table), is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec)
     )
-    model_plan = exp.model.step_plan(step)  # the model's own share: activations, pipeline, all-to-all
+    groups: dict[str, list] = defaultdict(list)
+    for (path, leaf), spec, ax in zip(model.leaves, specs, model.axes):
+        groups[_group_name(path)].append((leaf, spec, ax))
+    lines.append(f"Parameters: {model.param_count:,} ({_short_count(model.param_count)})")
+    lines += _expert_lines(specs, model.axes, [leaf for _, leaf in model.leaves], model.param_count, table)
+    model_plan = memory.model_plan  # the model's own share: activations, pipeline, all-to-all
     lines += model_plan.lines
     lines.append("Parameter groups (shape, logical axes -> PartitionSpec):")
     for name, items in groups.items():
         leaf, spec, ax = items[0]
         more = f"  (x{len(items)})" if len(items) > 1 else ""
         lines.append(f"  {name:40s} {str(tuple(leaf.shape)):28s} {str(tuple(ax)):38s} -> {spec}{more}")
-    opt_bytes = _opt_state_bytes(task, state, param_specs, mesh_shape)
-    grad_bytes = param_bytes  # float32 gradients, sharded as the parameters
     gib = 1024**3
     lines += [
         "Per-device memory:",
-        f"  parameters (float32)      {param_bytes / gib:10.2f} GiB",
-        f"  optimizer state           {opt_bytes / gib:10.2f} GiB",
-        f"  gradients (float32)       {grad_bytes / gib:10.2f} GiB",
+        f"  parameters (float32)      {memory.params / gib:10.2f} GiB",
+        f"  optimizer state           {memory.opt_state / gib:10.2f} GiB",
+        f"  gradients (float32)       {memory.grads / gib:10.2f} GiB",
     ]
-    act_bytes = model_plan.activation_bytes or 0
+    if memory.grad_accumulator:
+        lines.append(
+            f"  gradient accumulator      {memory.grad_accumulator / gib:10.2f} GiB  "
+            f"({exp.learner.num_microbatches} microbatches)"
+        )
     if model_plan.activation_bytes is None:
         lines.append(f"  activations               {model_plan.activation_note}")
     else:
-        lines.append(f"  activations (estimate)    {act_bytes / gib:10.2f} GiB  ({model_plan.activation_note})")
-    total = param_bytes + opt_bytes + grad_bytes + act_bytes
+        note = model_plan.activation_note
+        if exp.learner.num_microbatches > 1:
+            note += f"; one of {exp.learner.num_microbatches} microbatches at a time"
+        lines.append(f"  activations (estimate)    {memory.activations / gib:10.2f} GiB  ({note})")
+    total = memory.total
     lines.append(f"  total                     {total / gib:10.2f} GiB")
     fits = None if device_memory_gb is None else total <= device_memory_gb * gib
     if fits is not None:
