@@ -117,13 +117,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         points = grid(space)
         num_trials = min(num_trials, len(points))
+    created = not Path(ns.study_dir).exists()
     study_dir = _prepare(Path(ns.study_dir), cli)
 
     from pax_eqx.tuning.report import write_report
     from pax_eqx.tuning.study import Tuner, open_storage, open_study, setup_attrs, storage_url
 
-    storage = open_storage(storage_url(study_dir, ns.storage), ns.heartbeat_seconds)
-    study = open_study(storage, ns.study_name or exp_arg, setup_attrs(exp_arg, user_args, space), sampler, pruner)
+    try:
+        storage = open_storage(storage_url(study_dir, ns.storage), ns.heartbeat_seconds)
+        study = open_study(storage, ns.study_name or exp_arg, setup_attrs(exp_arg, user_args, space), sampler, pruner)
+    except BaseException:
+        if created and not any(study_dir.iterdir()):
+            study_dir.rmdir()  # a refused start leaves no empty study dir behind
+        raise
     first = None if ns.no_baseline else check.baseline(space, base)
     queued = ([first] if first is not None else []) + points  # the experiment's own values first, then the grid
     for point in queued:

@@ -76,12 +76,43 @@ def open_storage(url: str, heartbeat_seconds: int) -> optuna.storages.RDBStorage
             grace_period=4 * heartbeat_seconds,
             heartbeat_stale_trial_callback=requeue,
         )
-    except ImportError as e:  # a database without its driver (postgresql:// needs psycopg2)
-        raise ConfigError(f"--storage {url!r}: {e}; install the database's driver (pip install ...).") from None
+    except ImportError:  # a database without its driver (postgresql:// needs psycopg2)
+        raise ConfigError(f"--storage {_shown(url)}: {_missing_driver(url)}") from None
     except Exception as e:  # SQLAlchemy: a bad URL, a database that cannot be reached
+        if type(e).__name__ == "NoSuchModuleError":  # an unknown scheme
+            raise ConfigError(
+                f"--storage {_shown(url)} is not a database URL SQLAlchemy knows ({e}); use sqlite:///PATH, "
+                "postgresql://USER:PASSWORD@HOST/DB or mysql+pymysql://USER:PASSWORD@HOST/DB."
+            ) from None
         if type(e).__module__.startswith(("sqlalchemy", "optuna")):
-            raise ConfigError(f"--storage {url!r}: {type(e).__name__}: {' '.join(str(e).split())}") from None
+            raise ConfigError(f"--storage {_shown(url)}: {type(e).__name__}: {' '.join(str(e).split())}") from None
         raise
+
+
+# A dialect's default driver (SQLAlchemy's) and the pip package that provides each driver.
+_DEFAULT_DRIVER = {"postgresql": "psycopg2", "mysql": "mysqldb", "mariadb": "mysqldb", "mssql": "pyodbc"}
+_DRIVER_PACKAGE = {"psycopg2": "psycopg2-binary", "psycopg": "psycopg[binary]", "pg8000": "pg8000",
+                   "asyncpg": "asyncpg", "mysqldb": "mysqlclient", "pymysql": "PyMySQL", "pyodbc": "pyodbc"}  # fmt: skip
+
+
+def _missing_driver(url: str) -> str:
+    """What to install for `url`'s database driver, named by its pip package."""
+    dialect, _, driver = url.split(":", 1)[0].partition("+")
+    driver = driver or _DEFAULT_DRIVER.get(dialect, "")
+    package = _DRIVER_PACKAGE.get(driver)
+    if package is None:
+        return f"the {dialect} database's Python driver is not installed; install it (see SQLAlchemy's dialects)."
+    return f"its driver, {driver}, is not installed; pip install {package}."
+
+
+def _shown(url: str) -> str:
+    """`url` with its password hidden (error lines end up in logs)."""
+    head, sep, rest = url.partition("://")
+    if sep and "@" in rest:
+        credentials, at, host = rest.rpartition("@")
+        user, colon, _ = credentials.partition(":")
+        return repr(f"{head}://{user}{':***' if colon else ''}@{host}")
+    return repr(url)
 
 
 def setup_attrs(exp_name: str, args: Sequence[str], space: SearchSpace) -> dict[str, Any]:

@@ -143,6 +143,10 @@ def test_a_killed_study_resumes_its_trial_and_two_processes_share_it(tmp_path):
         (["--sampler", "grid"], "--sampler grid takes choices only"),
         (["--num-trials", "0"], "--num-trials 0 is out of range"),
         (["--param", "train.steps-per-loop=int:1:20000"], "the experiment refuses train.steps_per_loop=20000"),
+        (["--storage", "postgresql://u:secret@127.0.0.1:1/db"],  # the password is not printed
+         "--storage 'postgresql://u:***@127.0.0.1:1/db': its driver, psycopg2, is not installed; pip install "
+         "psycopg2-binary."),
+        (["--storage", "bogus://x"], "--storage 'bogus://x' is not a database URL SQLAlchemy knows"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_before_anything_is_written(tmp_path, capsys, args, message):
