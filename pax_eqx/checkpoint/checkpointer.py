@@ -179,11 +179,13 @@ class Checkpointer:
         data_state: dict[str, Any] | None = None,
         *,
         force: bool = False,
+        config: dict[str, Any] | None = None,
     ) -> bool:
         """Starts writing `step` (async by default) and returns True; False if not due or done.
 
         Returns once the arrays have been copied off the devices, so the caller may donate or
-        overwrite `train_state` right after. Raises NonFiniteCheckpointError before writing
+        overwrite `train_state` right after. `config` (the experiment, JSON) goes into the
+        manifest: `saved_config` reads it back when DIR/config.json is lost. Raises NonFiniteCheckpointError before writing
         anything if a float leaf holds NaN/Inf, and CheckpointSaveError if the write fails
         (here or, for an async save, at the next `save`/`wait_until_finished`).
         """
@@ -214,7 +216,12 @@ class Checkpointer:
                 ) from None
             data_sha256 = every_host_digest(IteratorState(data_state).get_state())
         manifest = build_manifest(
-            step, entries, has_data=data_state is not None, state_step=state_step(train_state), data_sha256=data_sha256
+            step,
+            entries,
+            has_data=data_state is not None,
+            state_step=state_step(train_state),
+            data_sha256=data_sha256,
+            config=config,
         )
         items = {_STATE: ocp.args.StandardSave(train_state), _MANIFEST: ocp.args.JsonSave(manifest)}
         if data_state is not None:
@@ -304,6 +311,21 @@ class Checkpointer:
             return sorted(ocp.path.step.checkpoint_steps(self.directory))
         except (FileNotFoundError, NotADirectoryError):  # deleted or replaced while it was listed
             return []
+
+    def saved_config(self) -> tuple[int, dict[str, Any]] | None:
+        """(step, experiment) from the newest committed checkpoint whose manifest holds one and
+        is intact; None when none does (no checkpoint, or all written before configs were kept)."""
+        for step in reversed(self.committed_steps()):
+            try:
+                restored = self._reader.restore(
+                    self.directory / str(step), args=ocp.args.Composite(**{_MANIFEST: ocp.args.JsonRestore()})
+                )
+                manifest = restored[_MANIFEST]
+            except Exception:  # noqa: BLE001 -- unreadable: the restore reports it; try an older one
+                continue
+            if isinstance(manifest, dict) and "config" in manifest and not manifest_problems(manifest, step):
+                return step, manifest["config"]
+        return None
 
     def latest_step(self) -> int | None:
         """The newest committed step, or None. A save still in flight does not count."""

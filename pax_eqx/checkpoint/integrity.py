@@ -158,8 +158,10 @@ def build_manifest(
     *,
     state_step: int | None = None,
     data_sha256: list[str] | None = None,
+    config: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The manifest of `step` (see module doc), sealed with its own digest."""
+    """The manifest of `step` (see module doc), sealed with its own digest. config: the
+    experiment that wrote it (JSON), so a job dir whose config.json was lost still knows it."""
     leaves = [{k: v for k, v in e.items() if k != "finite"} for e in entries]
     manifest: dict[str, Any] = {
         "format": MANIFEST_FORMAT,
@@ -172,6 +174,8 @@ def build_manifest(
         manifest["state_step"] = state_step
     if data_sha256 is not None:
         manifest["data_sha256"] = data_sha256
+    if config is not None:
+        manifest["config"] = config
     manifest["sha256"] = manifest_digest(manifest)
     return manifest
 

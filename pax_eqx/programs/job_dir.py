@@ -274,7 +274,13 @@ def config_diff(old: Any, new: Any, prefix: str = "") -> list[str]:
 
 
 def check_config(
-    path: Path, config: dict[str, Any], allow_change: bool, *, program: str = "resume", resumable: bool = True
+    path: Path,
+    config: dict[str, Any],
+    allow_change: bool,
+    *,
+    program: str = "resume",
+    resumable: bool = True,
+    saved: tuple[int, dict[str, Any]] | None = None,
 ) -> list[str]:
     """Compares `config` with DIR/config.json (if any) without writing; returns the changed fields.
 
@@ -282,22 +288,28 @@ def check_config(
     data pipeline, the optimizer) unless `allow_change`. `program` says what was refused
     ("resume", "eval", "decode"). `resumable=False` (no committed checkpoint: a run stopped
     before its first save, by an out-of-memory error say) lets the same experiment's changes
-    start afresh; another experiment is still refused: one dir, one experiment.
+    start afresh; another experiment is still refused: one dir, one experiment. `saved`: (step,
+    experiment) from the newest checkpoint, compared instead when config.json is missing (deleted
+    by hand): a resume with another data seed is then refused as it would have been.
     """
     file = path / "config.json"
-    if not file.exists():
+    where = "saved"
+    if file.exists():
+        try:
+            old = json.loads(file.read_text())
+        except json.JSONDecodeError as e:
+            raise JobDirError(f"{file} is not valid JSON ({e}); restore it or use a new --job-log-dir.") from None
+    elif saved is not None:
+        old, where = saved[1], f"config.json is missing; saved in the step-{saved[0]} checkpoint"
+    else:
         return []
-    try:
-        old = json.loads(file.read_text())
-    except json.JSONDecodeError as e:
-        raise JobDirError(f"{file} is not valid JSON ({e}); restore it or use a new --job-log-dir.") from None
     changed = config_diff(_as_today(old), config)
     blocking = [c for c in changed if not c.startswith(_RESUMABLE)]
     afresh = not resumable and isinstance(old, dict) and old.get("name") == config.get("name")
     if blocking and not (allow_change or afresh):
         raise JobDirError(
             f"cannot {program} --job-log-dir {str(path)!r}: it holds a run of a different experiment; changed "
-            "fields (saved -> given):\n  "
+            f"fields ({where} -> given):\n  "
             + "\n  ".join(blocking)
             + (
                 "\nPass the flags the run was started with, use a new --job-log-dir, or pass "

@@ -151,9 +151,17 @@ def _check_config_everywhere(exp: ExperimentConfig, job_dir: Path) -> list[str]:
     resume stops all of them instead of leaving the others waiting in the first collective."""
     refusal, changed = None, []
     if jax.process_index() == 0:
-        resumable = bool(Checkpointer(job_dir / "checkpoints", read_only=True).committed_steps())
+        reader = Checkpointer(job_dir / "checkpoints", read_only=True)
+        resumable = bool(reader.committed_steps())
+        lost = resumable and not (job_dir / "config.json").exists()  # deleted: the checkpoint's copy stands in
         try:
-            changed = check_config(job_dir, exp.to_dict(), exp.checkpoint.allow_config_change, resumable=resumable)
+            changed = check_config(
+                job_dir,
+                exp.to_dict(),
+                exp.checkpoint.allow_config_change,
+                resumable=resumable,
+                saved=reader.saved_config() if lost else None,
+            )
         except JobDirError as e:
             refusal = e
     if any_host(refusal is not None) and refusal is None:
@@ -373,7 +381,8 @@ class _Run:
         """A checkpoint of this step (asynchronous), after checking the loss is finite."""
         finite = {k: float(self.outputs.metrics[k].value) for k in ("total_loss", "grad_norm")}
         _check_finite(self.exp, self.step, finite, self.ckpt)
-        self.ckpt.save(self.step, self.state, input_states(self.rt, self.exp, self.early), force=True)
+        data = input_states(self.rt, self.exp, self.early)
+        self.ckpt.save(self.step, self.state, data, force=True, config=self.exp.to_dict())
 
     # -- closing: the last eval, plots, the summary line and a sample ---------------------------
     def finish(self) -> TrainResult:

@@ -189,6 +189,19 @@ def test_resume_with_a_changed_model_shape_is_refused_with_a_diff(tmp_path, caps
     assert snapshot(job) == before
 
 
+def test_a_resume_after_config_json_was_deleted_is_checked_against_the_checkpoints_config(tmp_path, capsys):
+    """It was accepted silently: with config.json gone, nothing was compared. Each checkpoint's
+    manifest now holds the experiment that wrote it."""
+    job = copy_of_reference(tmp_path)
+    (job / "config.json").unlink()
+    before = snapshot(job)
+    code, message = cli(train.main, args(job, "--data.train.batch-size", "8"), capsys)
+    assert code == 2
+    assert_says(message, "cannot resume", "changed fields (config.json is missing; saved in the step-8 checkpoint "
+                "-> given)", "data.train.batch_size: 4 -> 8")  # fmt: skip
+    assert snapshot(job) == before
+
+
 def test_checkpoint_shapes_that_do_not_match_the_model(tmp_path, capsys):
     job = copy_of_reference(tmp_path)
     before = snapshot(job)
