@@ -11,6 +11,10 @@ Sources (`source`):
                last `eval_fraction` of each file.
   jsonl        local JSON-lines files at `path` (one document per record, field
                `jsonl_text_key`); eval = `eval_path`, or every round(1/eval_fraction)-th record.
+  array_record a corpus prepared once by `python -m pax_eqx.prepare_data` into ArrayRecord shards
+               at `path` (its manifest checked against the tokenizer, layout and seq_len), read
+               with grain's ArrayRecordDataSource (array_record_source.py); eval = `eval_path`
+               (another prepared directory), or every round(1/eval_fraction)-th record.
   seq2seq_jsonl  JSON-lines (inputs, targets) pairs at `path` (fields `jsonl_inputs_key`,
                `jsonl_targets_key`) for encoder-decoders; eval as jsonl (seq2seq_examples.py).
   synthetic    Pax's SyntheticLmData: every row ids = labels = 1 (fixed shapes, no text).
@@ -47,7 +51,7 @@ from typing import Literal, NamedTuple
 import grain
 
 from pax_eqx.config import Config, ConfigError, check_range, config
-from pax_eqx.data import digits, images, lm_examples, seq2seq_examples, shakespeare, sources
+from pax_eqx.data import array_record_source, digits, images, lm_examples, seq2seq_examples, shakespeare, sources
 from pax_eqx.data.augment import AugmentConfig
 from pax_eqx.data.host_sharding import (
     HostShard,
@@ -73,6 +77,7 @@ Source = Literal[
     "shakespeare",
     "text_files",
     "jsonl",
+    "array_record",
     "seq2seq_jsonl",
     "synthetic",
     "random",
@@ -83,7 +88,7 @@ Source = Literal[
     "image_folder",
     "synthetic_images",
 ]
-_FILE_SOURCES = ("text_files", "jsonl", "seq2seq_jsonl", "images_npz", "image_folder")  # read data.path
+_FILE_SOURCES = ("text_files", "jsonl", "array_record", "seq2seq_jsonl", "images_npz", "image_folder")  # data.path
 _TEXT_SOURCES = ("shakespeare", "text_files", "jsonl")  # documents: the LM and span-corruption layouts
 _TRAINABLE_SOURCES = _TEXT_SOURCES + ("seq2seq_jsonl",)  # text a SentencePiece model can train on
 _ID_SOURCES = ("synthetic", "random")  # token ids without text: nothing to train a tokenizer on
@@ -92,9 +97,10 @@ _ID_SOURCES = ("synthetic", "random")  # token ids without text: nothing to trai
 @config
 class DataConfig(Config):
     """source: where examples come from (module doc). path: the training files of text_files /
-    jsonl / images_npz / image_folder. eval_path: their held-out files ("" = split off
-    eval_fraction). jsonl_text_key: the record field holding the text. eval_fraction: share
-    held out for eval when there is no eval_path. layout: "stream" windows or "packed" documents.
+    jsonl / images_npz / image_folder, or the prepared directory of array_record. eval_path: their
+    held-out files ("" = split off eval_fraction). jsonl_text_key: the record field holding the
+    text. eval_fraction: share held out for eval when there is no eval_path. layout: "stream"
+    windows or "packed" documents.
     seq_len: tokens per row. num_synthetic_examples: examples per epoch of the synthetic /
     random / synthetic_images sources. image_shape: [H, W, C] of the images: synthetic_images
     makes images of this shape (required); the other image sources check that every image has
@@ -153,7 +159,7 @@ class DataConfig(Config):
             "jsonl_targets_key": ("seq2seq_jsonl",),
             "num_synthetic_examples": ("synthetic", "random", "synthetic_images"),
             "custom_input": ("custom",),
-            "layout": _TEXT_SOURCES,
+            "layout": _TEXT_SOURCES + ("array_record",),
             "image_shape": images.IMAGE_SOURCES,
             "augment": images.IMAGE_SOURCES,
             "eval_fraction": ("shakespeare", "digits", "digits_images") + (() if self.eval_path else _FILE_SOURCES),
@@ -228,7 +234,9 @@ class DataConfig(Config):
                 )
         if not files:
             return
-        if self.source in ("text_files", "jsonl", "seq2seq_jsonl"):
+        if self.source == "array_record":
+            array_record_source.check_config(self)
+        elif self.source in ("text_files", "jsonl", "seq2seq_jsonl"):
             suffixes = (".jsonl", ".json", ".ndjson") if self.source != "text_files" else ()
             sources.resolve_paths(self.path, "data.path", suffixes=suffixes)
             if self.eval_path:
@@ -243,7 +251,7 @@ class DataConfig(Config):
             images.check_paths(self)
         if (
             self.tokenizer.kind == "sentencepiece"
-            and self.source not in _TRAINABLE_SOURCES + _ID_SOURCES
+            and self.source not in _TRAINABLE_SOURCES + _ID_SOURCES + ("array_record",)
             and not self.tokenizer.model_path
         ):
             raise ConfigError(
@@ -416,6 +424,8 @@ def build_tokenizer(data: DataConfig, job_dir: str | os.PathLike | None = None) 
     """The experiment's one tokenizer: byte-level, or SentencePiece (loaded from / trained into
     JOB_DIR/tokenizer/spm.model; with no job dir it is trained in memory and not kept)."""
     data.tokenizer.validate()
+    if data.source == "array_record":  # the prepared corpus's own, checked against the manifest
+        return array_record_source.load_tokenizer(data)
     if data.tokenizer.kind == "byte":
         return ByteTokenizer()
     if data.tokenizer.kind == "tokenizer_json":  # a file given, as an imported open model's
@@ -455,6 +465,8 @@ def build_input(
         examples = digits.digits_examples(split, data.eval_fraction)
         batches, per_epoch = batch_host_examples(examples, cfg, shard, zeros_like_example(examples[0]))
         return Input(batches, cfg, split=split, shard=shard, num_batches_per_epoch=per_epoch)
+    if data.source == "array_record":
+        return array_record_source.prepared_input(data, split, tokenizer, shard)
     if data.source in ("synthetic", "random"):
         return _lm_input(_synthetic_examples(data, split, tokenizer), data, split, tokenizer, shard)
     if is_seq2seq(data):

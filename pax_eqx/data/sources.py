@@ -175,7 +175,7 @@ def _line_starts(path: str) -> np.ndarray:
 def jsonl_documents(spec: str, field: str, text_key: str, split: str | None, eval_fraction: float) -> grain.MapDataset:
     """A MapDataset of document strings; `split` holds out every k-th record for eval."""
     source = JsonlSource(resolve_paths(spec, field, suffixes=_JSONL_SUFFIXES), text_key, field)
-    return _held_out(source, spec, field, split, eval_fraction)
+    return held_out_records(source, spec, field, split, eval_fraction)
 
 
 def jsonl_pairs(
@@ -189,11 +189,14 @@ def jsonl_pairs(
         field,
         key_field=("data.jsonl_inputs_key", "data.jsonl_targets_key"),
     )
-    return _held_out(source, spec, field, split, eval_fraction)
+    return held_out_records(source, spec, field, split, eval_fraction)
 
 
-def _held_out(source: JsonlSource, spec: str, field: str, split: str | None, eval_fraction: float) -> grain.MapDataset:
-    """All records (split None), every k-th (eval) or the rest (train); k = round(1 / eval_fraction)."""
+def held_out_records(
+    source: grain.sources.RandomAccessDataSource, spec: str, field: str, split: str | None, eval_fraction: float
+) -> grain.MapDataset:
+    """All records of `source` (split None), every k-th (eval) or the rest (train); k =
+    round(1 / eval_fraction). `spec` and `field` name the files in errors."""
     ds = grain.MapDataset.source(source)
     if split is None:
         return ds

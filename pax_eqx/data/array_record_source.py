@@ -1,0 +1,197 @@
+"""`--data.source array_record`: a corpus prepared by `python -m pax_eqx.prepare_data`, read with
+grain's ArrayRecordDataSource.
+
+    --data.source array_record --data.path prepared/c4 [--data.eval-path prepared/c4_validation]
+
+The prepared directory's manifest.json (prepare/manifest.py) is checked against the experiment
+before anything is read, each mismatch one line naming the field and the fix: the layout
+(the rows of both prepared layouts carry segment ids, so data.layout must be "packed"), the
+sequence length of pre-packed rows, and the tokenizer (its fingerprint: the experiment
+encodes prompts and decodes samples with exactly the vocabulary the corpus was tokenized
+with). With --data.tokenizer sentencepiece and no model_path, the prepared directory's own
+model is the experiment's tokenizer.
+
+Reading follows the other sources (host_sharding.py): grain's MapDataset index shuffle over
+all records (a fresh order each epoch), each host taking positions index::count of it, repeat
+for training, the iterator state in every checkpoint for exact resume. Records are read lazily
+by index, so a corpus of any size costs only its open files. Then:
+
+- layout "documents", training (and a rolling eval): each document becomes [bos] + tokens /
+  tokens + [eos] and this host's documents are packed into rows as they stream by
+  (lm_examples.pack_documents, as `--data.layout packed` packs text);
+- layout "documents", a finite eval epoch: Pax's eval contract for C4 (an unpacked,
+  pretokenized split): one row per document, its first seq_len predictions, padded; rows
+  padded so every host ends after the same number of batches;
+- layout "rows": the prepared rows as they are.
+
+Without data.eval_path, every round(1 / eval_fraction)-th record is the eval split and the
+rest the training split (as for JSON lines).
+"""
+
+from __future__ import annotations
+
+import os
+
+import grain
+import numpy as np
+
+from pax_eqx.config import ConfigError, MissingFileError
+from pax_eqx.data import lm_examples, sources
+from pax_eqx.data.host_sharding import HostShard, batch_host_examples, shard_examples
+from pax_eqx.data.input import Input, read_options
+from pax_eqx.data.input_config import InputConfig, Split
+from pax_eqx.data.prepare import records
+from pax_eqx.data.prepare.manifest import Manifest, read_manifest
+from pax_eqx.data.tokenizers import ByteTokenizer, SentencePieceTokenizer, Tokenizer
+
+PACKED = "packed"
+
+
+class PreparedCorpus:
+    """A prepared directory: its manifest and its shard files (checked to exist)."""
+
+    def __init__(self, directory: str, field: str):
+        self.directory = directory
+        self.field = field
+        self.manifest: Manifest = read_manifest(directory, field)
+        self.paths = [os.path.join(directory, s["file"]) for s in self.manifest.shards]
+        missing = [p for p in self.paths if not os.path.isfile(p)]
+        if missing:
+            raise MissingFileError(
+                f"{field}={directory!r}: {len(missing)} shard file(s) its manifest lists are missing (first "
+                f"{missing[0]!r}); copy the whole prepared directory, or prepare it again."
+            )
+
+    def records(self) -> grain.sources.RandomAccessDataSource:
+        """All records of all shards, in shard order (grain's ArrayRecordDataSource)."""
+        if self.manifest.num_records == 0:
+            raise ConfigError(f"{self.field}={self.directory!r} holds no records; prepare a corpus with documents.")
+        return grain.sources.ArrayRecordDataSource(self.paths)
+
+    def describe(self) -> str:
+        m = self.manifest
+        shape = f"rows of {m.seq_len}" if m.layout == "rows" else "documents"
+        tok = f"{m.tokenizer['kind']} {m.tokenizer['fingerprint']}"
+        return f"prepared corpus {self.directory!r} ({shape}, tokenizer {tok})"
+
+
+def corpora(data) -> dict[str, PreparedCorpus]:
+    """{field: PreparedCorpus} of data.path and, if set, data.eval_path."""
+    found = {"data.path": PreparedCorpus(data.path, "data.path")}
+    if data.eval_path:
+        found["data.eval_path"] = PreparedCorpus(data.eval_path, "data.eval_path")
+    return found
+
+
+def check_config(data) -> None:
+    """The experiment's layout and seq_len against each prepared directory's manifest, and the
+    training and eval directories against each other (one tokenizer, one layout)."""
+    if data.layout != PACKED:
+        raise ConfigError(
+            f"data.layout={data.layout!r} but data.source='array_record' reads prepared rows with segment ids "
+            "(documents packed at read time, or pre-packed rows); use --data.layout packed."
+        )
+    found = corpora(data)
+    for field, corpus in found.items():
+        m = corpus.manifest
+        if m.layout == "rows" and m.seq_len != data.seq_len:
+            raise ConfigError(
+                f"data.seq_len={data.seq_len} but {field}={corpus.directory!r} holds rows of {m.seq_len} tokens "
+                f"(prepared with --layout rows --seq-len {m.seq_len}); set --data.seq-len {m.seq_len}, or prepare "
+                "with --layout documents to choose the length when reading."
+            )
+        if m.tokenizer["kind"] != data.tokenizer.kind:
+            raise ConfigError(
+                f"data.tokenizer is {data.tokenizer.kind} but {field}={corpus.directory!r} was tokenized with "
+                f"{m.tokenizer['kind']} ({m.tokenizer['fingerprint']}); use --data.tokenizer {m.tokenizer['kind']}."
+            )
+    if len(found) == 2:
+        train, ev = found["data.path"].manifest, found["data.eval_path"].manifest
+        if train.tokenizer["fingerprint"] != ev.tokenizer["fingerprint"]:
+            raise ConfigError(
+                f"data.eval_path={data.eval_path!r} was tokenized with {ev.tokenizer['fingerprint']} and data.path="
+                f"{data.path!r} with {train.tokenizer['fingerprint']}; prepare both with the same tokenizer "
+                "(--tokenizer.model-path the first one's tokenizer/spm.model)."
+            )
+
+
+def load_tokenizer(data) -> Tokenizer:
+    """The experiment's tokenizer for a prepared corpus: bytes; SentencePiece from
+    data.tokenizer.model_path, else the prepared directory's own model; a tokenizer.json from
+    data.tokenizer.path. Refused unless its fingerprint is the manifest's."""
+    check_config(data)
+    corpus = PreparedCorpus(data.path, "data.path")
+    prepared = corpus.manifest.tokenizer
+    cfg = data.tokenizer
+    if cfg.kind == "byte":
+        tokenizer: Tokenizer = ByteTokenizer()
+    elif cfg.kind == "sentencepiece":
+        if cfg.model_path:
+            tokenizer = SentencePieceTokenizer.load(cfg.model_path)
+        else:
+            tokenizer = SentencePieceTokenizer.load(os.path.join(data.path, prepared["file"]))
+        if tokenizer.vocab_size != cfg.vocab_size and cfg.model_type != "char":
+            raise ConfigError(
+                f"data.tokenizer.vocab_size={cfg.vocab_size} but data.path={data.path!r} was tokenized with a "
+                f"SentencePiece model of {tokenizer.vocab_size} pieces; set --data.tokenizer.vocab-size "
+                f"{tokenizer.vocab_size}."
+            )
+    else:  # tokenizer_json: the file the experiment names, which must be the one the corpus used
+        from pax_eqx.data import tokenizers
+
+        tokenizer = tokenizers.TokenizerJsonTokenizer.load(cfg)
+    if tokenizer.fingerprint != prepared["fingerprint"]:
+        raise ConfigError(
+            f"the experiment's tokenizer {tokenizer!r} ({tokenizer.fingerprint}) is not the one data.path="
+            f"{data.path!r} was tokenized with ({prepared['fingerprint']}); give that one (its "
+            f"{prepared['file'] or 'byte tokenizer'}), or prepare the corpus with this tokenizer."
+        )
+    return tokenizer
+
+
+def prepared_input(data, split: Split, tokenizer: Tokenizer, shard: HostShard) -> Input:
+    """This host's Input of `split` from the prepared corpus (module doc)."""
+    check_config(data)
+    cfg: InputConfig = getattr(data, split)
+    use_eval_path = split == "eval" and bool(data.eval_path)
+    field = "data.eval_path" if use_eval_path else "data.path"
+    corpus = PreparedCorpus(data.eval_path if use_eval_path else data.path, field)
+    if corpus.manifest.tokenizer["fingerprint"] != tokenizer.fingerprint:
+        raise ConfigError(
+            f"{field}={corpus.directory!r} was tokenized with {corpus.manifest.tokenizer['fingerprint']}, not the "
+            f"experiment's tokenizer {tokenizer.fingerprint}; build the input with build_tokenizer(data)."
+        )
+    held_out = None if data.eval_path else split
+    recs = sources.held_out_records(corpus.records(), corpus.directory, field, held_out, data.eval_fraction)
+    seq_len = data.seq_len
+    bos, eos = tokenizer.bos_id, tokenizer.eos_id
+    pad = lm_examples.pad_example(seq_len)
+    if corpus.manifest.layout == "rows":
+        rows = recs.map(lambda r: records.row_example(r, seq_len))
+        batches, per_epoch = batch_host_examples(rows, cfg, shard, pad)
+    elif split == "eval":
+        rows = recs.map(lambda r: unpacked_row(records.document_tokens(r), seq_len, bos, eos))
+        batches, per_epoch = batch_host_examples(rows, cfg, shard, pad)
+    else:
+        mine = shard_examples(recs, cfg, shard).map(
+            lambda r: records.document_example(records.document_tokens(r), bos, eos)
+        )
+        packed = lm_examples.pack_documents(mine.to_iter_dataset(read_options(cfg)), seq_len)
+        batches, per_epoch = packed.batch(cfg.batch_size, drop_remainder=True), None
+    return Input(batches, cfg, split=split, shard=shard, tokenizer=tokenizer, num_batches_per_epoch=per_epoch)
+
+
+def unpacked_row(tokens: np.ndarray, seq_len: int, bos_id: int, eos_id: int) -> lm_examples.Example:
+    """One document as one row (Pax's pretokenized, unpacked eval): ids = ([bos] + tokens)[:seq_len],
+    labels = (tokens + [eos])[:seq_len], padded with weight 0; one segment."""
+    ids = np.concatenate([[bos_id], tokens])[:seq_len].astype(np.int32)
+    labels = np.concatenate([tokens, [eos_id]])[:seq_len].astype(np.int32)
+    n = len(ids)
+    real = np.arange(seq_len) < n
+    return {
+        "ids": np.pad(ids, (0, seq_len - n)),
+        "labels": np.pad(labels, (0, seq_len - n)),
+        "weights": real.astype(np.float32),
+        "segment_ids": real.astype(np.int32),
+        "segment_pos": np.where(real, np.arange(seq_len), 0).astype(np.int32),
+    }
