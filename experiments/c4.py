@@ -4,16 +4,27 @@ Every number comes from docs/pax_experiment_numbers.md (sections 2.2, 4 and 5): 
 resolved through the class MRO and each `task()`. The experiments are `PaxLm` values
 (experiments/lm_cloud.py), one field per Pax class constant; a Pax subclass is `.replace(...)`.
 
-C4 itself cannot be downloaded at run time. The experiments read local JSON-lines files (one
-document per line, its text under "text": the format of allenai/c4's `en` files once
-gunzipped) from `--data.path` (a file, directory or glob; `--data.eval-path` for the
-validation files, otherwise every 10th document is held out), tokenize them with SentencePiece
-(trained from the data into the job dir with Pax's vocabulary size, or given with
-`--data.tokenizer.model-path`, e.g. MLPerf's c4_en_301_5Mexp2_spm.model) and pack them into
-MAX_SEQ_LEN rows. Without `--data.path` a run stops before writing anything, with an error
-naming data.path. For synthetic rows of the same shapes (Pax's SyntheticLmData, ids all ones):
-`--data.source synthetic` or `--data.synthetic true` (samples print with the byte tokenizer,
-as there is no text to train SentencePiece on; the model keeps Pax's vocabulary size).
+C4 itself cannot be downloaded at run time. The experiments read either
+
+- a corpus prepared once (as Pax's users prepare C4 with SeqIO/TFDS on Beam):
+  `python -m pax_eqx.prepare_data --input 'c4/en/c4-train.*.json.gz' --output-dir prepared/c4
+  --tokenizer sentencepiece --tokenizer.vocab-size 32128 --num-shards 1024`, then the validation
+  files with `--tokenizer.model-path prepared/c4/tokenizer/spm.model` into prepared/c4_validation,
+  and train with `--data.source array_record --data.path prepared/c4 --data.eval-path
+  prepared/c4_validation` (the prepared SentencePiece model is the experiment's tokenizer; eval is
+  Pax's unpacked pretokenized split; docs/data.md, "Preparing a corpus", has the Beam-runner
+  commands); or
+- local JSON-lines files (one document per line, its text under "text": allenai/c4's `en` files
+  once gunzipped) from `--data.path` (a file, directory or glob; `--data.eval-path` for the
+  validation files, otherwise every 10th document is held out), tokenized on the fly with
+  SentencePiece (trained from the data into the job dir with Pax's vocabulary size, or given with
+  `--data.tokenizer.model-path`, e.g. MLPerf's c4_en_301_5Mexp2_spm.model).
+
+Either way documents are packed into MAX_SEQ_LEN rows. Without `--data.path` a run stops before
+writing anything, with an error naming data.path. For synthetic rows of the same shapes (Pax's
+SyntheticLmData, ids all ones): `--data.source synthetic` or `--data.synthetic true` (samples
+print with the byte tokenizer, as there is no text to train SentencePiece on; the model keeps
+Pax's vocabulary size).
 
 Departures from Pax, besides the attention init of experiments/lm_cloud.py:
 

@@ -10,8 +10,13 @@ embedding/softmax, bf16 compute over float32 master weights, layers scanned with
 No Pax class has this shape: Pax's "GPT-3 XL" (`C4SpmdPipelineGpt3SmallAdam8Replicas`) takes
 d_model = 24 x 128 = 3072 and is a 2.9B model (docs/pax_experiment_numbers.md, section 6).
 
-Data: synthetic tokens by default (there is no GPT-2-tokenized corpus on these machines); point
-`--data.source text_files --data.path ...` at your own text to train on it.
+Data: synthetic tokens by default (there is no GPT-2-tokenized corpus on these machines). A corpus
+prepared once with `python -m pax_eqx.prepare_data` (docs/data.md, "Preparing a corpus"), e.g.
+with GPT-2's tokenizer.json, trains with `--data.source array_record --data.path DIR
+--data.tokenizer tokenizer_json --data.tokenizer.path tokenizer.json --data.tokenizer.eos-token
+'<|endoftext|>'` (the manifest must name that tokenizer); documents are packed into rows of 2048
+with segment ids (layout "packed", which the synthetic rows do not read). Your own text without
+preparing it: `--data.source text_files --data.path ...`.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ def gpt3_xl() -> ExperimentConfig:
         ),
         data=DataConfig(
             source="synthetic",
-            layout="stream",
+            layout="packed",
             seq_len=2048,
             train=InputConfig(batch_size=16),
             eval=InputConfig(batch_size=16, shuffle=False, repeat=True, reset_for_eval=False, eval_loop_num_batches=4),

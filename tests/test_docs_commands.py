@@ -51,6 +51,8 @@ DRY_RUN = {
     "python -m pax_eqx.train --exp c4_spmd_1b_adam_4replicas --job-log-dir runs/c4_1b "
     "--data.path ~/data/c4/en/c4-train.0000*-of-01024.json "
     "--data.eval-path ~/data/c4/en/c4-validation.00000-of-00008.json": "C4 is not on this machine; 1.1B parameters",
+    "python -m pax_eqx.train --exp c4_spmd_adam --job-log-dir runs/c4 --data.source array_record "
+    "--data.path prepared/c4 --data.eval-path prepared/c4_validation": "C4 is not on this machine; 1.27B parameters",
     "python -m pax_eqx.train --exp imagenet_resnet50 --data.source synthetic_images --job-log-dir runs/rn50":
         "ResNet-50 at batch 512 on 224x224 images: hours of CPU",
 }  # fmt: skip
@@ -93,12 +95,30 @@ _SPAN_CORRUPTION = (
     "tests/programs/test_cli_seq2seq.py trains shakespeare_span_corruption (shrunk) through train.main, resumes it, "
     "and decodes eval examples with a beam and a prompt with a sentinel through decode.main"
 )
+_C4_FILES = (
+    "needs C4's files; tests/data/test_prepare_data.py runs the same pipeline on the C4-shaped fixture (2 workers, "
+    "kill -9, rerun) and tests/data/test_array_record_experiments.py trains c4_spmd_adam on it"
+)
 NOT_RUN = {
     "python -m pytest -n 2": "the test suite itself",
     "python -m pax_eqx.tune --exp shakespeare_char --study-dir runs/study2 --num-trials 8 "
     "--param model.block.activation.name=choice:gelu_exact,relu --param learner.weight-decay=loguniform:1e-3:0.3":
         "8 trials are minutes of CPU; tests/tuning/test_space.py checks --param spaces against the experiment",
     "pip install psycopg2-binary": "would change the venv the tests run in",
+    "pip install -e '.[prepare]'": "would change the venv the tests run in; .ci/run installs the extra",
+    "python -m pax_eqx.prepare_data --input 'c4/en/c4-train.*.json.gz' --output-dir prepared/c4 --tokenizer "
+    "sentencepiece --tokenizer.vocab-size 32128 --num-shards 1024 --num-workers 16": _C4_FILES,
+    "python -m pax_eqx.prepare_data --input 'c4/en/c4-validation.*.json.gz' --output-dir prepared/c4_validation "
+    "--tokenizer sentencepiece --tokenizer.model-path prepared/c4/tokenizer/spm.model --num-shards 8 "
+    "--num-workers 16": _C4_FILES,
+    "python -m pax_eqx.prepare_data --input 'gs://my-bucket/c4/en/c4-train.*.json.gz' --output-dir "
+    "gs://my-bucket/prepared/c4 --tokenizer sentencepiece --tokenizer.vocab-size 32128 --num-shards 1024 --runner "
+    "DataflowRunner --beam-options project=my-project region=us-central1 temp_location=gs://my-bucket/tmp "
+    "extra_packages=dist/pax_eqx-0.1.0-py3-none-any.whl": "needs a Google Cloud project and bucket",
+    "python -m pax_eqx.prepare_data --input 'hdfs://nn/c4/c4-train.*.json.gz' --output-dir hdfs://nn/prepared/c4 "
+    "--tokenizer sentencepiece --tokenizer.vocab-size 32128 --num-shards 1024 --runner FlinkRunner --beam-options "
+    "flink_master=flink-host:8081 environment_type=DOCKER environment_config=my-registry/beam-pax-eqx:latest":
+        "needs a Flink cluster and HDFS",
     "pip install -e '.[tensorboard]' && tensorboard --logdir runs/x/summaries": "installs into the venv and serves "
         "until stopped; .ci/run installs the extra and tests/summaries/test_summaries_writer.py reads a job dir's "
         "event files with TensorBoard's own reader",

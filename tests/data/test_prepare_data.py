@@ -214,3 +214,16 @@ def test_prepare_flags_refused_with_one_line(tmp_path):
     with pytest.raises(ConfigError, match="num_shards differ"):
         pipeline.prepare(PrepareConfig(input=str(bad), output_dir=str(tmp_path / "o"), num_workers=1, num_shards=3))
     assert prepare_data.PROG == "python -m pax_eqx.prepare_data"
+
+
+def test_runner_flags_become_beam_options():
+    from pax_eqx.command_line import cli
+    from pax_eqx.data.prepare import pipeline
+
+    args = ["--runner", "FlinkRunner", "--beam-options", "flink_master=host:8081", "parallelism=8"]
+    flink = pipeline.pipeline_options(cli.parse_fields(PrepareConfig(), args, "p")).get_all_options()
+    assert flink["runner"] == "FlinkRunner" and flink["flink_master"] == "host:8081" and flink["parallelism"] == 8
+    direct = pipeline.pipeline_options(PrepareConfig(num_workers=3)).get_all_options()
+    assert direct["direct_num_workers"] == 3 and direct["direct_running_mode"] == "multi_processing"
+    with pytest.raises(cli.FlagError, match="num_workers"):  # the Flink runner sizes itself
+        cli.parse_fields(PrepareConfig(), [*args, "--num-workers", "4"], "p")

@@ -38,8 +38,8 @@ class PrepareConfig(Config):
     runner: the Beam runner: DirectRunner (this machine), FlinkRunner, SparkRunner, DataflowRunner,
     PortableRunner.
     num_workers: DirectRunner processes (multi_processing mode when > 1).
-    beam_options: more Beam pipeline options, passed through as written (`--beam-options
-    --project=P --region=R --temp_location=gs://b/tmp` for Dataflow, `--flink_master=host:8081`).
+    beam_options: more Beam pipeline options, each NAME=VALUE without its dashes (`--beam-options
+    project=P region=R temp_location=gs://b/tmp` for Dataflow, `flink_master=host:8081`).
     """
 
     input: str = ""
@@ -63,7 +63,7 @@ class PrepareConfig(Config):
         if self.runner != DIRECT_RUNNER:
             inert["num_workers"] = (
                 f"runner {self.runner!r} sizes itself from its own options (pass them with --beam-options, "
-                "e.g. --parallelism=N for Flink); num_workers sets the DirectRunner's processes"
+                "e.g. parallelism=N for Flink); num_workers sets the DirectRunner's processes"
             )
         return inert
 

@@ -185,7 +185,8 @@ def pipeline_options(cfg: PrepareConfig) -> PipelineOptions:
         mode = "multi_processing" if cfg.num_workers > 1 else "in_memory"
         flags += [f"--direct_num_workers={cfg.num_workers}", f"--direct_running_mode={mode}"]
         flags += ["--default_sdk_harness_log_level=WARNING"]  # the workers' INFO lines drown the progress
-    return PipelineOptions(flags + list(cfg.beam_options))
+    # `--beam-options project=P region=R`: written without dashes, which the command line would read as its own flags
+    return PipelineOptions(flags + [o if o.startswith("-") else f"--{o}" for o in cfg.beam_options])
 
 
 class ReadFile(beam.DoFn):
