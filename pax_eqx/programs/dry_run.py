@@ -16,7 +16,13 @@ Per device, for one step, documented so it can be checked (and checked in
 tests/sharding/test_planner.py against the peak memory measured on an H100 for gpt3_xl at three
 batch sizes and two remat policies: within 6%):
   parameters, optimizer state   as sharded by the rules
-  gradients                     float32, sharded as the parameters
+  gradients                     float32, sharded as the parameters; with gradient accumulation
+                                (learner.num_microbatches k > 1) a second copy, the running sum,
+                                and the activations below are one microbatch's (batch / k rows)
+  the larger of                 the activations below (the backward's peak) and the optimizer's
+                                update, a float32 copy of the parameters' shard that lives after
+                                the activations are freed (XLA:CPU's buffer assignment shows it:
+                                tests/sharding/test_planner_vs_xla.py)
   saved between layers          L x B_d x S x d x c_policy x bytes(fprop)
   live inside one layer         B_d x S x (6 d + 2 H_t) x bytes, plus, when attention runs in XLA,
                                 the scores B_d x N_t x S x S x 4 (cuDNN flash attention keeps none)
@@ -89,11 +95,14 @@ class Memory(NamedTuple):
     grads: int
     grad_accumulator: int
     activations: int
+    update: int
     model_plan: Any
 
     @property
     def total(self) -> int:
-        return self.params + self.opt_state + self.grads + self.grad_accumulator + self.activations
+        """The peak: the state and gradients, plus the larger of what the backward holds (the
+        activations) and what the optimizer's update holds once they are freed."""
+        return self.params + self.opt_state + self.grads + self.grad_accumulator + max(self.activations, self.update)
 
 
 class MemoryModel:
@@ -132,7 +141,8 @@ class MemoryModel:
             acts = model_plan.activation_bytes
         grads = params  # float32 gradients, sharded as the parameters
         accumulator = grads if micro > 1 else 0  # the scan's running sum beside each microbatch's gradients
-        return Memory(params, opt, grads, accumulator, acts or 0, model_plan)
+        update = params  # the optimizer's float32 update (clipped, scaled gradients), sharded as the parameters
+        return Memory(params, opt, grads, accumulator, acts or 0, update, model_plan)
 
 
 def planned_bytes(exp: ExperimentConfig) -> int:
@@ -199,6 +209,11 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None, model: Me
         if exp.learner.num_microbatches > 1:
             note += f"; one of {exp.learner.num_microbatches} microbatches at a time"
         lines.append(f"  activations (estimate)    {memory.activations / gib:10.2f} GiB  ({note})")
+    if memory.update > memory.activations:
+        lines.append(
+            f"  optimizer update          {memory.update / gib:10.2f} GiB  (a float32 update the size of the parameters, "
+            "live after the activations are freed: counted instead of them, the larger)"
+        )
     total = memory.total
     lines.append(f"  total                     {total / gib:10.2f} GiB")
     fits = None if device_memory_gb is None else total <= device_memory_gb * gib
