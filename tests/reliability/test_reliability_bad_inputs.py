@@ -213,6 +213,15 @@ def test_checkpoint_shapes_that_do_not_match_the_model(tmp_path, capsys):
                 "restore with the config it was saved with")  # fmt: skip
     assert snapshot(job) == before  # config.json too: a refused restore does not rewrite it
 
+    # an allowed change that adds parameters (it said "none of the committed checkpoints could be read")
+    extra = ("--model.position-embedding", "trainable", "--checkpoint.allow-config-change")
+    code, message = cli(train.main, args(job, *extra), capsys)
+    assert code == 2
+    assert_says(message, "does not match the state being restored (3 differences)",
+                "params/position/emb_var: in the model but not in the checkpoint")  # fmt: skip
+    assert "could be read" not in message
+    assert snapshot(job) == before
+
 
 def test_eval_with_another_tokenizer_than_training_is_refused(tmp_path, capsys):
     job = copy_of_reference(tmp_path)
