@@ -234,7 +234,7 @@ def recommend(
         )
         return Recommendation("\n".join(lines), None, [])
     lines.append(
-        f"  {'#':>2} {'mesh (ICI x DCN)':<24} {'remat':<36} {'micro':>5} {'chunk':>5}"
+        f"  {'#':>2} {('stage ' if stages > 1 else '') + 'data fsdp tensor':<24} {'remat':<36} {'micro':>5} {'chunk':>5}"
         f"{' pipe-mb' if stages > 1 else ''} {'memory':>9} {'step':>9} {'MFU':>6}  most time in"
     )
     for i, c in enumerate(fit[:TOP], 1):
@@ -243,6 +243,7 @@ def recommend(
             f"  {i:>2} {_mesh_label(c.layout):<24} {c.remat:<36} {c.microbatches:>5} {c.loss_chunk:>5}{pipe} "
             f"{_size(c.memory):>9} {_seconds(c.time.total):>9} {c.mfu:>6.1%}  {c.time.largest_cost()}"
         )
+    lines.append(f"  (mesh sizes inside an ICI domain x across the DCN; {_count(len(layouts), 'layout')} searched)")
     lines.append(_why_others_lose(fit[0], fit[:TOP], candidates, memory_gb))
     best = fit[0]
     flags = _flags(exp, best) + (["--model.block.attention.implementation", "xla"] if xla_attention else [])
@@ -388,8 +389,8 @@ def _step_time(exp: ExperimentConfig, layout: Layout, kind: DeviceKind, sizes: _
 
 # Text -----------------------------------------------------------------------------------------
 def _mesh_label(layout: Layout) -> str:
-    names = "(stage,data,fsdp,tensor)" if layout.ici[0] * layout.dcn[0] > 1 else ""
-    return (names + " " if names else "") + layout.text()
+    """`data fsdp tensor` sizes (with `stage` first when it pipelines), ICI x DCN."""
+    return layout.text()
 
 
 def _count(n: int, noun: str) -> str:
@@ -401,7 +402,7 @@ def _describe(c: Candidate) -> str:
 
 
 def _seconds(s: float) -> str:
-    return f"{s:.2f} s" if s >= 10 else f"{s * 1e3:.1f} ms" if s >= 0.1 else f"{s * 1e3:.3g} ms"
+    return f"{s:.2f} s" if s >= 1 else f"{s * 1e3:.1f} ms" if s >= 0.1 else f"{s * 1e3:.3g} ms"
 
 
 def _size(n: int | float) -> str:
