@@ -286,12 +286,19 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
     return _python_format_warning(message, category, filename, lineno, line)
 
 
+# Library records that say nothing to a user of a healthy run (shown under --verbose):
+# orbax restoring a Composite item, which has no per-item metadata file of its own; asyncio
+# closing tensorstore's loop under a task that finished after it.
+_BENIGN_RECORDS = ("Metadata file does not exist", "Event loop is closed")
+
+
 def _drop_traceback(record: logging.LogRecord) -> bool:
-    """Keeps a library's log record, minus the traceback of a background thread's exception
-    (unless verbose)."""
-    if not verbose():
-        record.exc_info, record.exc_text, record.stack_info = None, None, None
-    return True
+    """Keeps a library's log record, minus the traceback of a background thread's exception, and
+    drops the benign ones above (unless verbose)."""
+    if verbose():
+        return True
+    record.exc_info, record.exc_text, record.stack_info = None, None, None
+    return not any(text in record.getMessage() for text in _BENIGN_RECORDS)
 
 
 class _UnraisableOnce:

@@ -218,3 +218,18 @@ def test_a_wrapped_out_of_memory_is_found_through_its_cause():
     except RuntimeError as outer:
         assert isinstance(entry.out_of_memory(outer), MemoryError)
     assert entry.out_of_memory(RuntimeError("RESOURCE_EXHAUSTED")) is None  # not JAX's error type
+
+
+def test_benign_library_records_are_dropped_unless_verbose(caplog):
+    """orbax logs 'Metadata file does not exist' on every resume; a user cannot act on it."""
+
+    def main() -> int:
+        absl = logging.getLogger("absl")
+        absl.warning("Metadata file does not exist: /j/checkpoints/20/state/_CHECKPOINT_METADATA")
+        absl.warning("Disk is slow: 3 s for step 20")  # not benign: kept
+        return 0
+
+    with pytest.raises(SystemExit) as info, caplog.at_level(logging.WARNING, logger="absl"):
+        entry.run(main)
+    assert info.value.code == 0
+    assert [r.getMessage() for r in caplog.records] == ["Disk is slow: 3 s for step 20"]
