@@ -148,7 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def stop(signum, frame):
         name = signal.Signals(signum).name
         if tuner.stop.is_set() and signum == signal.SIGINT:
-            raise KeyboardInterrupt(f"second {name}")
+            first = tuner.interrupted
+            raise KeyboardInterrupt("second SIGINT" if first == "SIGINT" else f"SIGINT after {first}")
         tuner.interrupt(name)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}

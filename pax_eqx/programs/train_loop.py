@@ -106,7 +106,8 @@ class _StopFlag:
     def _handle(self, signum, frame):
         name = signal.Signals(signum).name
         if self.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt(f"second {name}: stopping without saving")
+            after = "second SIGINT" if self.requested == "SIGINT" else f"SIGINT after {self.requested}"
+            raise KeyboardInterrupt(f"{after}: stopping without saving")
         if not self.requested:
             note = f"{name} received: finishing the current step, then saving a checkpoint and exiting.\n"
             os.write(2, note.encode())

@@ -68,3 +68,17 @@ def test_sigterm_and_sigint_save_exit_0_and_the_rerun_is_bitwise_equal(tmp_path)
     assert "Resuming shakespeare_char from checkpoint at step 7" in done.stdout
     assert f"Finished at step {NUM_STEPS}" in done.stdout
     assert_every_record_matches(job, ref)
+
+
+def test_sigint_after_sigterm_is_named_as_such_and_sigterm_twice_never_stops_at_once():
+    """It said 'second SIGINT' after a SIGTERM and one SIGINT."""
+    import pytest
+
+    from pax_eqx.programs.train_loop import _StopFlag
+
+    with _StopFlag() as flag:
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)  # schedulers resend it while they wait for the save
+        assert flag.requested == "SIGTERM"
+        with pytest.raises(KeyboardInterrupt, match=r"^SIGINT after SIGTERM: stopping without saving$"):
+            signal.raise_signal(signal.SIGINT)
