@@ -53,6 +53,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,7 @@ import jax
 import numpy as np
 import optax
 
+from pax_eqx.checkpoint.errors import CheckpointFallbackWarning
 from pax_eqx.config import ConfigError, MissingFileError
 
 _STEP_DIR = re.compile(r"^checkpoint_(\d+)$")
@@ -105,7 +107,7 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
         raise MissingFileError(f"--pax-checkpoint {str(path)!r} is not a directory; give a Paxml job dir, its "
                                "checkpoints/ directory or one checkpoints/checkpoint_<step>/ directory.")  # fmt: skip
     if _STEP_DIR.match(path.name) and (path / "state").is_dir():
-        return path
+        return path  # asked for by name: read as it is (an empty one is refused by the read)
     root = path / "checkpoints" if (path / "checkpoints").is_dir() else path
     steps = sorted(
         (int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and (p / "state").is_dir()
@@ -116,7 +118,28 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
             f"--pax-checkpoint {str(path)!r} holds no Paxml checkpoint (a checkpoint_<step>/ directory with a "
             f"state/ directory in {str(root)!r}; found: {shown}); give a Paxml job dir or its checkpoints/."
         )
-    return steps[-1][1]
+    complete = [(step, p) for step, p in steps if _holds_arrays(p / "state")]
+    if not complete:
+        names = ", ".join(p.name for _, p in steps)
+        raise PaxImportError(
+            f"--pax-checkpoint {str(path)!r}: every checkpoint in it has an empty state/ directory ({names}; an "
+            "interrupted write or copy?); copy the checkpoints again."
+        )
+    newest_step, newest = complete[-1]
+    newer = [p.name for step, p in steps if step > newest_step]
+    if newer:
+        warnings.warn(
+            f"{', '.join(newer)} in {root} {'has' if len(newer) == 1 else 'have'} an empty state/ directory (an "
+            f"interrupted write or copy?); importing {newest.name}, the newest complete checkpoint.",
+            CheckpointFallbackWarning,
+            stacklevel=2,
+        )
+    return newest
+
+
+def _holds_arrays(state: Path) -> bool:
+    """Whether a Paxml `state/` directory holds any array (zarr directories or an OCDBT store)."""
+    return (state / "manifest.ocdbt").exists() or any((p / ".zarray").exists() for p in state.iterdir())
 
 
 def read_checkpoint(path: str | os.PathLike) -> PaxCheckpoint:

@@ -310,3 +310,25 @@ def test_an_import_into_a_job_dir_that_holds_a_run_is_refused(tmp_path, spm_mode
     with pytest.raises(JobDirError, match="already holds a run \\(config.json, metrics.jsonl\\)"):
         import_pax.main(["--pax-checkpoint", str(FIXTURES / "layers"), *_flags(out, spm_model)])
     assert (out / "config.json").read_text() == '{"name": "another"}'
+
+
+def test_an_empty_newest_checkpoint_falls_back_to_the_newest_complete_one(tmp_path):
+    """It stopped the import; an interrupted copy leaves the newest step's state/ empty."""
+
+    from pax_eqx.checkpoint.errors import CheckpointFallbackWarning
+    from pax_eqx.checkpoint.pax_import import PaxImportError, find_checkpoint
+
+    root = tmp_path / "checkpoints"
+    shutil.copytree(FIXTURES / "layers" / "checkpoints" / "checkpoint_00000003", root / "checkpoint_00000003")
+    (root / "checkpoint_00000010" / "state").mkdir(parents=True)
+    with pytest.warns(CheckpointFallbackWarning, match="checkpoint_00000010 in .* has an empty state/ directory"):
+        assert find_checkpoint(tmp_path) == root / "checkpoint_00000003"
+    assert read_checkpoint(tmp_path).step == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # asked for by name: not replaced by another step
+        with pytest.raises(PaxImportError, match="holds no tensorstore arrays"):
+            read_checkpoint(root / "checkpoint_00000010")
+    shutil.rmtree(root / "checkpoint_00000003" / "state")
+    (root / "checkpoint_00000003" / "state").mkdir()
+    with pytest.raises(PaxImportError, match="every checkpoint in it has an empty state/ directory"):
+        find_checkpoint(tmp_path)
