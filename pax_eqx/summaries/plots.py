@@ -86,9 +86,24 @@ def _run_name(job_dir: Path) -> str:
         return job_dir.name
 
 
+def _drawable(text: str) -> str:
+    """`text` with each character matplotlib's default font has no glyph for shown as '?': a job
+    dir named in a script the font lacks (CJK, say) drew boxes and printed a warning per glyph."""
+    from matplotlib import font_manager
+
+    font = font_manager.get_font(font_manager.findfont(font_manager.FontProperties()))
+    return "".join(c if c.isspace() or font.get_char_index(ord(c)) else "?" for c in text)
+
+
 def _draw(runs: dict[str, list[dict]], out_dir: Path, title: str) -> list[Path]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+
+    drawable: dict[str, list[dict]] = {}
+    for i, (run, records) in enumerate(runs.items()):
+        label = _drawable(run)
+        drawable[label if label not in drawable else f"{label} #{i + 1}"] = records  # two names, one '?' form
+    runs, title = drawable, _drawable(title)
 
     written, drawn = [], []
     colours = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray"]

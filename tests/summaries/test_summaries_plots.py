@@ -60,3 +60,20 @@ def test_runs_laid_over_each_other_through_the_command(tmp_path, capsys):
     assert str(out / "loss.png") in printed and str(out / "log_pplx.png") in printed
     assert str(tmp_path / "a" / "plots" / "loss.png") in printed  # each run's own plots too
     assert imread(out / "loss.png")[..., :3].std() > 0.05
+
+
+def test_job_dirs_named_in_a_script_the_font_lacks_draw_without_glyph_warnings(tmp_path, recwarn):
+    """Six lines of matplotlib 'Glyph ... missing from font(s)' warnings, and boxes in the title."""
+    from pax_eqx.summaries.plots import _drawable, write_overlay
+
+    dirs = []
+    for name in ("実験", "試験"):  # the same length: both become '??', and both runs stay in the overlay
+        job = tmp_path / name
+        with SummaryWriter(job) as writer:
+            writer.write(10, "train", {"total_loss": 1.0})
+            writer.write(20, "train", {"total_loss": 0.5})
+        dirs.append(job)
+    assert write_plots(dirs[0]) == [dirs[0] / "plots" / "loss.png"]
+    assert write_overlay(dirs, tmp_path / "out") == [tmp_path / "out" / "loss.png"]
+    assert not [w for w in recwarn if "Glyph" in str(w.message)]
+    assert _drawable("run_Ωμέγα 実験") == "run_Ωμέγα ??"  # Greek is in the font; CJK is not
