@@ -218,3 +218,25 @@ def test_a_misspelt_metric_stops_the_study_at_its_first_trainers_start_and_can_b
     with pytest.raises(StudyMismatchError, match="metric: 'loss' -> 'log_pplx'"):
         open_study(storage, "shakespeare_char",
                    setup_attrs("shakespeare_char", user_args, space.replace(metric="log_pplx")), None, None)  # fmt: skip
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_a_trial_whose_trainer_is_killed_resumes_from_its_checkpoint(tmp_path):
+    """It was failed for good, its error a progress line, and a rerun said 'no trial completed'."""
+    study = tmp_path / "study"
+    command = tune_command(study, "--num-trials", "1", "--pruner", "none", "--no-baseline", "--sampler", "random",
+                           "--seed", "0", "--train.num-steps", "12", "--checkpoint.every-n-steps", "3",
+                           "--train.no-sample-at-end", *TINY_TRIAL)  # fmt: skip
+    tuner = subprocess.Popen(command, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    checkpoints = study / "trials" / "0000" / "checkpoints"
+    _wait(lambda: checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir()), 300, "a checkpoint")
+    trainers = _trainers_of(study / "trials" / "0000")
+    assert len(trainers) == 1
+    os.kill(trainers[0], 9)
+    output = tuner.communicate(timeout=600)[0]
+    assert tuner.returncode == 0, output
+    assert "trial 0: its trainer was killed by SIGKILL at step " in output
+    assert "queued to resume from its checkpoint (1 of 2 resumes after a kill)" in output
+    assert "Resuming shakespeare_char from checkpoint at step" in (study / "trials" / "0000" / "trial.log").read_text()
+    states = [(r["trial"], r["state"], r["job_dir"], r["resumes"], r["steps"]) for r in rows(study)]
+    assert states == [("0", "interrupted", "trials/0000", "", states[0][4]), ("1", "complete", "trials/0000", "0", "12")]
