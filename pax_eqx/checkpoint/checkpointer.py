@@ -185,9 +185,10 @@ class Checkpointer:
 
         Returns once the arrays have been copied off the devices, so the caller may donate or
         overwrite `train_state` right after. `config` (the experiment, JSON) goes into the
-        manifest: `saved_config` reads it back when DIR/config.json is lost. Raises NonFiniteCheckpointError before writing
-        anything if a float leaf holds NaN/Inf, and CheckpointSaveError if the write fails
-        (here or, for an async save, at the next `save`/`wait_until_finished`).
+        manifest: `saved_config` reads it back when DIR/config.json is lost. Raises
+        NonFiniteCheckpointError before writing anything if a float leaf holds NaN/Inf, and
+        CheckpointSaveError if the write fails (here or, for an async save, at the next
+        `save`/`wait_until_finished`).
         """
         if self._manager is None:
             raise CheckpointError(f"this Checkpointer of {self.directory} is read-only; it cannot save step {step}.")

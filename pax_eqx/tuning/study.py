@@ -91,8 +91,15 @@ def open_storage(url: str, heartbeat_seconds: int) -> optuna.storages.RDBStorage
 
 # A dialect's default driver (SQLAlchemy's) and the pip package that provides each driver.
 _DEFAULT_DRIVER = {"postgresql": "psycopg2", "mysql": "mysqldb", "mariadb": "mysqldb", "mssql": "pyodbc"}
-_DRIVER_PACKAGE = {"psycopg2": "psycopg2-binary", "psycopg": "psycopg[binary]", "pg8000": "pg8000",
-                   "asyncpg": "asyncpg", "mysqldb": "mysqlclient", "pymysql": "PyMySQL", "pyodbc": "pyodbc"}  # fmt: skip
+_DRIVER_PACKAGE = {
+    "psycopg2": "psycopg2-binary",
+    "psycopg": "psycopg[binary]",
+    "pg8000": "pg8000",
+    "asyncpg": "asyncpg",
+    "mysqldb": "mysqlclient",
+    "pymysql": "PyMySQL",
+    "pyodbc": "pyodbc",
+}
 
 
 def _missing_driver(url: str) -> str:
@@ -158,7 +165,9 @@ def requeue(study: optuna.Study, trial: FrozenTrial, kills: int = 0) -> None:
     """Enqueues `trial`'s params again, in its job dir: the new trial resumes its checkpoint.
     kills: how many times in a row the trial's trainer was killed (see MAX_KILLS)."""
     job_dir = trial.user_attrs.get("job_dir", _job_dir(trial.number))
-    study.enqueue_trial(dict(trial.params), user_attrs={"resumes_trial": trial.number, "job_dir": job_dir, "kills": kills})
+    study.enqueue_trial(
+        dict(trial.params), user_attrs={"resumes_trial": trial.number, "job_dir": job_dir, "kills": kills}
+    )
 
 
 def _job_dir(number: int) -> str:

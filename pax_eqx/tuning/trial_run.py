@@ -128,9 +128,7 @@ def run_trial(
         log.write(f"$ {' '.join(command)}\n".encode())
         log.flush()
         env = {**os.environ, WATCHED_METRIC_ENV: metric}  # the trainer checks it at start
-        proc = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent(), env=env
-        )
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent(), env=env)
     started(proc.pid)
     beat = time.monotonic()
     try:

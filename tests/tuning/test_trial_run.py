@@ -111,7 +111,10 @@ def test_a_crash_without_an_error_line_points_to_the_log_not_its_last_line(tmp_p
     script.write_text("print('step 1 | loss 9.0')\nraise SystemExit(3)\n")
     outcome, _ = run(tmp_path, [sys.executable, str(script)])
     assert outcome.state == "failed"
-    assert outcome.error == f"the trainer exited 3 without an error line; its output is in {tmp_path / 'job' / 'trial.log'}"
+    assert (
+        outcome.error
+        == f"the trainer exited 3 without an error line; its output is in {tmp_path / 'job' / 'trial.log'}"
+    )
 
 
 def test_a_killed_trial_is_resumed_in_its_job_dir_until_the_third_kill_in_a_row(tmp_path):

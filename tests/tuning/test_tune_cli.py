@@ -216,8 +216,8 @@ def test_a_misspelt_metric_stops_the_study_at_its_first_trainers_start_and_can_b
     trial = corrected.ask()
     corrected.tell(trial, 1.0)
     with pytest.raises(StudyMismatchError, match="metric: 'loss' -> 'log_pplx'"):
-        open_study(storage, "shakespeare_char",
-                   setup_attrs("shakespeare_char", user_args, space.replace(metric="log_pplx")), None, None)  # fmt: skip
+        another = setup_attrs("shakespeare_char", user_args, space.replace(metric="log_pplx"))
+        open_study(storage, "shakespeare_char", another, None, None)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
@@ -239,4 +239,7 @@ def test_a_trial_whose_trainer_is_killed_resumes_from_its_checkpoint(tmp_path):
     assert "queued to resume from its checkpoint (1 of 2 resumes after a kill)" in output
     assert "Resuming shakespeare_char from checkpoint at step" in (study / "trials" / "0000" / "trial.log").read_text()
     states = [(r["trial"], r["state"], r["job_dir"], r["resumes"], r["steps"]) for r in rows(study)]
-    assert states == [("0", "interrupted", "trials/0000", "", states[0][4]), ("1", "complete", "trials/0000", "0", "12")]
+    assert states == [
+        ("0", "interrupted", "trials/0000", "", states[0][4]),
+        ("1", "complete", "trials/0000", "0", "12"),
+    ]
