@@ -26,6 +26,13 @@ by index, so a corpus of any size costs only its open files. Then:
 
 Without data.eval_path, every round(1 / eval_fraction)-th record is the eval split and the
 rest the training split (as for JSON lines).
+
+A mixture: data.path names several prepared directories (comma-separated) and
+data.mixture_weights their weights (equal if empty). Training draws each document (or row) from
+directory i with probability weight_i / sum(weights), each directory shuffled and repeated on
+its own (SeqIO's Mixture; mixtures.py), then packs the mixed documents. The eval split is
+data.eval_path, or the held-out records of every directory, in order. The directories must share
+one tokenizer and one layout.
 """
 
 from __future__ import annotations
@@ -35,11 +42,12 @@ import os
 import grain
 import numpy as np
 
-from pax_eqx.config import ConfigError, MissingFileError
+from pax_eqx.config import SEED_MAX, ConfigError, MissingFileError
 from pax_eqx.data import lm_examples, sources
 from pax_eqx.data.host_sharding import HostShard, batch_host_examples, shard_examples
 from pax_eqx.data.input import Input, read_options
 from pax_eqx.data.input_config import InputConfig, Split
+from pax_eqx.data.mixtures import SampledMix, mixture_probabilities
 from pax_eqx.data.prepare import records
 from pax_eqx.data.prepare.manifest import Manifest, read_manifest
 from pax_eqx.data.tokenizers import ByteTokenizer, SentencePieceTokenizer, Tokenizer
@@ -75,12 +83,39 @@ class PreparedCorpus:
         return f"prepared corpus {self.directory!r} ({shape}, tokenizer {tok})"
 
 
+def training_directories(data) -> list[str]:
+    """The prepared directories of data.path (comma-separated: a mixture)."""
+    return [p.strip() for p in data.path.split(",") if p.strip()] or [data.path]
+
+
 def corpora(data) -> dict[str, PreparedCorpus]:
-    """{field: PreparedCorpus} of data.path and, if set, data.eval_path."""
-    found = {"data.path": PreparedCorpus(data.path, "data.path")}
+    """{field: PreparedCorpus} of each directory of data.path and, if set, data.eval_path."""
+    dirs = training_directories(data)
+    found = {
+        ("data.path" if len(dirs) == 1 else f"data.path[{i}]"): PreparedCorpus(d, "data.path")
+        for i, d in enumerate(dirs)
+    }
     if data.eval_path:
         found["data.eval_path"] = PreparedCorpus(data.eval_path, "data.eval_path")
     return found
+
+
+def check_mixture(data) -> None:
+    """data.mixture_weights: one positive weight per directory of data.path, and only for a mixture."""
+    dirs = training_directories(data)
+    if not data.mixture_weights:
+        return
+    if len(dirs) == 1:
+        raise ConfigError(
+            f"data.mixture_weights={list(data.mixture_weights)} would do nothing: data.path names one prepared "
+            "directory; name several, comma-separated, to mix them, or remove the weights."
+        )
+    if len(data.mixture_weights) != len(dirs):
+        raise ConfigError(
+            f"data.mixture_weights={list(data.mixture_weights)} gives {len(data.mixture_weights)} weight(s) for the "
+            f"{len(dirs)} directories of data.path; give one weight per directory."
+        )
+    mixture_probabilities(data.mixture_weights)
 
 
 def check_config(data) -> None:
@@ -91,6 +126,7 @@ def check_config(data) -> None:
             f"data.layout={data.layout!r} but data.source='array_record' reads prepared rows with segment ids "
             "(documents packed at read time, or pre-packed rows); use --data.layout packed."
         )
+    check_mixture(data)
     found = corpora(data)
     for field, corpus in found.items():
         m = corpus.manifest
@@ -105,13 +141,19 @@ def check_config(data) -> None:
                 f"data.tokenizer is {data.tokenizer.kind} but {field}={corpus.directory!r} was tokenized with "
                 f"{m.tokenizer['kind']} ({m.tokenizer['fingerprint']}); use --data.tokenizer {m.tokenizer['kind']}."
             )
-    if len(found) == 2:
-        train, ev = found["data.path"].manifest, found["data.eval_path"].manifest
-        if train.tokenizer["fingerprint"] != ev.tokenizer["fingerprint"]:
+    (first_field, first), *others = found.items()
+    for field, corpus in others:
+        a, b = first.manifest, corpus.manifest
+        if a.tokenizer["fingerprint"] != b.tokenizer["fingerprint"]:
             raise ConfigError(
-                f"data.eval_path={data.eval_path!r} was tokenized with {ev.tokenizer['fingerprint']} and data.path="
-                f"{data.path!r} with {train.tokenizer['fingerprint']}; prepare both with the same tokenizer "
+                f"{field}={corpus.directory!r} was tokenized with {b.tokenizer['fingerprint']} and {first_field}="
+                f"{first.directory!r} with {a.tokenizer['fingerprint']}; prepare both with the same tokenizer "
                 "(--tokenizer.model-path the first one's tokenizer/spm.model)."
+            )
+        if field != "data.eval_path" and a.layout != b.layout:
+            raise ConfigError(
+                f"{field}={corpus.directory!r} holds {b.layout} and {first_field}={first.directory!r} {a.layout}; a "
+                "mixture's directories must be prepared with one --layout."
             )
 
 
@@ -120,8 +162,8 @@ def load_tokenizer(data) -> Tokenizer:
     data.tokenizer.model_path, else the prepared directory's own model; a tokenizer.json from
     data.tokenizer.path. Refused unless its fingerprint is the manifest's."""
     check_config(data)
-    corpus = PreparedCorpus(data.path, "data.path")
-    prepared = corpus.manifest.tokenizer
+    directory = training_directories(data)[0]
+    prepared = PreparedCorpus(directory, "data.path").manifest.tokenizer
     cfg = data.tokenizer
     if cfg.kind == "byte":
         tokenizer: Tokenizer = ByteTokenizer()
@@ -129,7 +171,7 @@ def load_tokenizer(data) -> Tokenizer:
         if cfg.model_path:
             tokenizer = SentencePieceTokenizer.load(cfg.model_path)
         else:
-            tokenizer = SentencePieceTokenizer.load(os.path.join(data.path, prepared["file"]))
+            tokenizer = SentencePieceTokenizer.load(os.path.join(directory, prepared["file"]))
         if tokenizer.vocab_size != cfg.vocab_size and cfg.model_type != "char":
             raise ConfigError(
                 f"data.tokenizer.vocab_size={cfg.vocab_size} but data.path={data.path!r} was tokenized with a "
@@ -150,35 +192,56 @@ def load_tokenizer(data) -> Tokenizer:
 
 
 def prepared_input(data, split: Split, tokenizer: Tokenizer, shard: HostShard) -> Input:
-    """This host's Input of `split` from the prepared corpus (module doc)."""
+    """This host's Input of `split` from the prepared corpus or mixture (module doc)."""
     check_config(data)
     cfg: InputConfig = getattr(data, split)
-    use_eval_path = split == "eval" and bool(data.eval_path)
-    field = "data.eval_path" if use_eval_path else "data.path"
-    corpus = PreparedCorpus(data.eval_path if use_eval_path else data.path, field)
-    if corpus.manifest.tokenizer["fingerprint"] != tokenizer.fingerprint:
-        raise ConfigError(
-            f"{field}={corpus.directory!r} was tokenized with {corpus.manifest.tokenizer['fingerprint']}, not the "
-            f"experiment's tokenizer {tokenizer.fingerprint}; build the input with build_tokenizer(data)."
-        )
-    held_out = None if data.eval_path else split
-    recs = sources.held_out_records(corpus.records(), corpus.directory, field, held_out, data.eval_fraction)
-    seq_len = data.seq_len
+    if split == "eval" and data.eval_path:
+        parts = [(PreparedCorpus(data.eval_path, "data.eval_path"), None)]
+    else:
+        parts = [(corpus, split) for field, corpus in corpora(data).items() if field != "data.eval_path"]
+    for corpus, _ in parts:
+        if corpus.manifest.tokenizer["fingerprint"] != tokenizer.fingerprint:
+            raise ConfigError(
+                f"{corpus.field}={corpus.directory!r} was tokenized with {corpus.manifest.tokenizer['fingerprint']}, "
+                f"not the experiment's tokenizer {tokenizer.fingerprint}; build the input with build_tokenizer(data)."
+            )
+    recs = [
+        sources.held_out_records(corpus.records(), corpus.directory, corpus.field, held_out, data.eval_fraction)
+        for corpus, held_out in parts
+    ]
+    layout, seq_len = parts[0][0].manifest.layout, data.seq_len
     bos, eos = tokenizer.bos_id, tokenizer.eos_id
     pad = lm_examples.pad_example(seq_len)
-    if corpus.manifest.layout == "rows":
-        rows = recs.map(lambda r: records.row_example(r, seq_len))
+
+    def example(record: bytes):
+        if layout == "rows":
+            return records.row_example(record, seq_len)
+        return records.document_example(records.document_tokens(record), bos, eos)
+
+    if split == "eval":  # one epoch of every eval record, in order: Pax's unpacked eval rows, or the prepared rows
+        every = recs[0] if len(recs) == 1 else grain.MapDataset.concatenate(recs)
+        if layout == "rows":
+            rows = every.map(example)
+        else:
+            rows = every.map(lambda r: unpacked_row(records.document_tokens(r), seq_len, bos, eos))
         batches, per_epoch = batch_host_examples(rows, cfg, shard, pad)
-    elif split == "eval":
-        rows = recs.map(lambda r: unpacked_row(records.document_tokens(r), seq_len, bos, eos))
-        batches, per_epoch = batch_host_examples(rows, cfg, shard, pad)
+        return Input(batches, cfg, split=split, shard=shard, tokenizer=tokenizer, num_batches_per_epoch=per_epoch)
+    if len(recs) == 1:
+        mixed = shard_examples(recs[0], cfg, shard).map(example).to_iter_dataset(read_options(cfg))
+    else:  # each directory shuffled with a seed of its own, repeated on its own, then sampled
+        parts_iter = [
+            shard_examples(r, cfg.replace(input_random_seed=(cfg.input_random_seed + 7919 * (k + 1)) % SEED_MAX), shard)
+            .map(example)
+            .to_iter_dataset(read_options(cfg))
+            for k, r in enumerate(recs)
+        ]
+        weights = data.mixture_weights or (1.0,) * len(recs)
+        mixed = SampledMix(parts_iter, weights, seed=cfg.input_random_seed)
+    if layout == "rows":
+        batches = mixed.batch(cfg.batch_size, drop_remainder=True)
     else:
-        mine = shard_examples(recs, cfg, shard).map(
-            lambda r: records.document_example(records.document_tokens(r), bos, eos)
-        )
-        packed = lm_examples.pack_documents(mine.to_iter_dataset(read_options(cfg)), seq_len)
-        batches, per_epoch = packed.batch(cfg.batch_size, drop_remainder=True), None
-    return Input(batches, cfg, split=split, shard=shard, tokenizer=tokenizer, num_batches_per_epoch=per_epoch)
+        batches = lm_examples.pack_documents(mixed, seq_len).batch(cfg.batch_size, drop_remainder=True)
+    return Input(batches, cfg, split=split, shard=shard, tokenizer=tokenizer)
 
 
 def unpacked_row(tokens: np.ndarray, seq_len: int, bos_id: int, eos_id: int) -> lm_examples.Example:

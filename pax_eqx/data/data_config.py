@@ -98,9 +98,11 @@ _ID_SOURCES = ("synthetic", "random")  # token ids without text: nothing to trai
 class DataConfig(Config):
     """source: where examples come from (module doc). path: the training files of text_files /
     jsonl / images_npz / image_folder, or the prepared directory of array_record. eval_path: their
-    held-out files ("" = split off eval_fraction). jsonl_text_key: the record field holding the
-    text. eval_fraction: share held out for eval when there is no eval_path. layout: "stream"
-    windows or "packed" documents.
+    held-out files ("" = split off eval_fraction). mixture_weights: array_record with several
+    prepared directories in data.path (comma-separated): each training document is drawn from
+    directory i with probability weight_i / sum (SeqIO's Mixture; empty = equal).
+    jsonl_text_key: the record field holding the text. eval_fraction: share held out for eval
+    when there is no eval_path. layout: "stream" windows or "packed" documents.
     seq_len: tokens per row. num_synthetic_examples: examples per epoch of the synthetic /
     random / synthetic_images sources. image_shape: [H, W, C] of the images: synthetic_images
     makes images of this shape (required); the other image sources check that every image has
@@ -124,6 +126,7 @@ class DataConfig(Config):
     source: Source = "shakespeare"
     path: str = ""
     eval_path: str = ""
+    mixture_weights: tuple[float, ...] = ()
     jsonl_text_key: str = "text"
     eval_fraction: float = 0.1
     layout: Literal["stream", "packed", "span_corruption"] = "stream"
@@ -154,6 +157,7 @@ class DataConfig(Config):
         reads = {
             "path": _FILE_SOURCES,
             "eval_path": _FILE_SOURCES,
+            "mixture_weights": ("array_record",),
             "jsonl_text_key": ("jsonl",),
             "jsonl_inputs_key": ("seq2seq_jsonl",),
             "jsonl_targets_key": ("seq2seq_jsonl",),
@@ -166,6 +170,8 @@ class DataConfig(Config):
         }
         inert = {name: f"data.source={source!r} does not read data.{name}" for name, readers in reads.items()
                  if source not in readers}  # fmt: skip
+        if source == "array_record" and len(array_record_source.training_directories(self)) == 1:
+            inert["mixture_weights"] = "data.path names one prepared directory; weights mix several (comma-separated)"
         if self.eval_path and source in _FILE_SOURCES:
             inert["eval_fraction"] = "data.eval_path is the eval split, so no fraction is held out"
         if source in images.IMAGE_SOURCES + ("digits",):
@@ -219,6 +225,14 @@ class DataConfig(Config):
         check_range(self, ("seq_len", "num_synthetic_examples"), gt=0, prefix="data")
         check_range(self, "eval_fraction", gt=0, lt=1, prefix="data")
         check_range(self, "target_seq_len", ge=0, prefix="data", note="0 = derived")
+        check_range(self, "mixture_weights", gt=0, prefix="data")
+        if self.mixture_weights and self.source != "array_record":
+            raise ConfigError(
+                f"data.mixture_weights={list(self.mixture_weights)} would do nothing: it weighs the prepared "
+                f"directories of data.source='array_record', and data.source={self.source!r}; remove it."
+            )
+        if self.source == "array_record":
+            array_record_source.check_mixture(self)
         self.tokenizer.validate()
         self.train.validate("train")
         self.eval.validate("eval")
