@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -57,16 +58,25 @@ def test_gpt3_xl_on_8_h100s_ranks_five_and_its_winner_fits_by_its_own_dry_run(ca
     assert "--job-log-dir runs/gpt3_xl --mesh.ici-mesh-shape" in out
 
 
+def readme_commands() -> list[list[str]]:
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text().replace("\\\n", " ")
+    return [shlex.split(line.split("  #")[0])[3:] for line in text.splitlines() if line.startswith("python -m pax_eqx.train")]
+
+
 def test_175b_on_1024_chips_of_80_gib(capsys):
     """The README's example: the default 8-device layout needs 349 GiB a device; the search finds
-    1024-chip layouts that fit 80 GiB, and its winner's dry run agrees."""
+    1024-chip layouts that fit 80 GiB, its winner's dry run agrees, and the README's next command is
+    that dry run."""
     argv = ["--exp", "c4_gpt3_175b", "--data.train.batch-size", "1536", "--dry-run", "--recommend",
             "--dry-run-devices", "1024", "--dry-run-device-memory-gb", "80"]  # fmt: skip
+    readme = readme_commands()
+    assert argv in readme
     code, out, err = run_main(capsys, *argv)
     assert code == 0, err
     assert "128 hosts of 8" in out and len(ROWS.findall(out)) == 5
     dry = command_after("Its dry run:", out)
     assert dry[:4] == ["--exp", "c4_gpt3_175b", "--data.train.batch-size", "1536"]
+    assert readme[readme.index(argv) + 1] == dry, "README.md: the command after the --recommend is its winner's dry run"
     code, plan_out, _ = run_main(capsys, *dry)
     assert code == 0 and "Verdict: fits in 80 GiB per device." in plan_out
     assert "1024 devices" in plan_out
