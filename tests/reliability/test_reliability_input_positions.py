@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pax_eqx.data import DataConfig, InputConfig
 from pax_eqx.experiment import ExperimentConfig
-from pax_eqx.programs.input_positions import INPUT_STATES_KEY, input_states, restore_inputs
+from pax_eqx.programs.input_positions import INPUT_STATES_KEY, input_states, replay_eval_window, restore_inputs
 
 ROLLING = InputConfig(batch_size=4, shuffle=False, repeat=True, reset_for_eval=False, eval_loop_num_batches=2)
 ONE_EPOCH = InputConfig(batch_size=4, shuffle=False, repeat=False, reset_for_eval=True)
@@ -31,6 +31,8 @@ class FakeInput:
 class FakeRuntime:
     def __init__(self, train: int = 0, eval: int = 0):
         self.inputs = {"train": FakeInput(train), "eval": FakeInput(eval)}
+        self.eval_batches_read = eval  # one batch an eval position here
+        self.last_eval_window = {"state": {"next_index": eval - 2}, "first": eval - 1, "step": 10} if eval else None
 
     def input(self, split: str) -> FakeInput:
         return self.inputs[split]
@@ -43,11 +45,19 @@ def experiment(eval_cfg: InputConfig) -> ExperimentConfig:
 def test_train_and_rolling_eval_positions_round_trip():
     exp = experiment(ROLLING)
     states = input_states(FakeRuntime(train=7, eval=4), exp)
+    window = {"state": {"next_index": 2}, "first": 3, "step": 10}  # where the newest eval (step 10) started
     assert states == {INPUT_STATES_KEY: 1, "train": {"next_index": 7}, "eval": {"next_index": 4},
-                      "eval_data": states["eval_data"]}  # fmt: skip
+                      "eval_data": states["eval_data"], "eval_batches_read": 4, "eval_window": window}  # fmt: skip
     resumed, logged = FakeRuntime(), []
     restore_inputs(resumed, exp, states, logged.append)
     assert (resumed.inputs["train"].position, resumed.inputs["eval"].position) == (7, 4) and logged == []
+    assert (resumed.eval_batches_read, resumed.last_eval_window) == (4, window)  # the eval line's count goes on
+
+    # `eval` on the step-10 checkpoint reads the step-10 eval's batches again; on another step it cannot
+    for step, replayed, position in ((10, True, 2), (12, False, 0)):
+        reader = FakeRuntime()
+        assert replay_eval_window(reader, exp, states, step) is replayed
+        assert reader.inputs["eval"].position == position
 
 
 def test_a_checkpoint_with_the_train_state_alone_still_resumes():
