@@ -12,6 +12,7 @@ fields of `PrepareConfig` (pax_eqx/data/prepare/config.py); the work is an Apach
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -29,6 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except cli.FlagError as e:
         raise cli.fail(str(e)) from None
     cfg.validate()
+    logging.getLogger("apache_beam").setLevel(logging.ERROR)  # Beam's start-up warnings, not ours to act on
     try:
         from pax_eqx.data.prepare import pipeline
     except ImportError as e:

@@ -227,3 +227,41 @@ def test_runner_flags_become_beam_options():
     assert direct["direct_num_workers"] == 3 and direct["direct_running_mode"] == "multi_processing"
     with pytest.raises(cli.FlagError, match="num_workers"):  # the Flink runner sizes itself
         cli.parse_fields(PrepareConfig(), [*args, "--num-workers", "4"], "p")
+
+
+def byte_level_bpe(path: Path, text: str, vocab_size: int) -> str:
+    """A GPT-2-style byte-level BPE tokenizer.json trained on `text`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"], initial_alphabet=alphabet)
+    tok.train_from_iterator([text] * 5, trainer)
+    tok.save(str(path))
+    return str(path)
+
+
+def test_a_tokenizer_json_corpus_reads_back_with_that_tokenizer_only(tmp_path):
+    from pax_eqx.data import DataConfig, InputConfig, build_input, build_tokenizer
+    from pax_eqx.data.prepare import pipeline
+    from pax_eqx.data.tokenizers import TokenizerJsonConfig
+
+    docs = c4_pages("c4-validation.00000-of-00001.json.gz")
+    corpus = tmp_path / "pages.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
+    bpe = TokenizerJsonConfig(path=byte_level_bpe(tmp_path / "bpe.json", docs[0], 320), eos_token="<|endoftext|>")
+    cfg = PrepareConfig(input=str(corpus), output_dir=str(tmp_path / "out"), tokenizer=bpe, num_shards=2, num_workers=1)
+    manifest = pipeline.prepare(cfg)
+    assert manifest.tokenizer["kind"] == "tokenizer_json"
+    assert (tmp_path / "out" / "tokenizer" / "tokenizer.json").read_bytes() == Path(bpe.path).read_bytes()
+    one_host = InputConfig(batch_size=2, shuffle=False, repeat=False, reset_for_eval=True, num_infeed_hosts=1)
+    data = DataConfig(source="array_record", path=str(tmp_path / "out"), layout="packed", seq_len=4096, tokenizer=bpe)
+    data = data.replace(eval=one_host.replace(infeed_host_index=0), eval_path=data.path)  # eval: every page
+    tok = build_tokenizer(data)
+    rows = [r for b in build_input(data, "eval", tok) for r, w in zip(b["ids"], b["weights"]) if w.sum() > 0]
+    assert sorted(tok.decode(r[1:]) for r in rows) == sorted(docs)  # each page whole, decoded exactly
+    other = TokenizerJsonConfig(path=byte_level_bpe(tmp_path / "other.json", docs[1], 300), eos_token="<|endoftext|>")
+    with pytest.raises(ConfigError, match="is not the one data.path=.* was tokenized with"):
+        build_tokenizer(data.replace(tokenizer=other))

@@ -184,7 +184,7 @@ def pipeline_options(cfg: PrepareConfig) -> PipelineOptions:
     if cfg.runner == DIRECT_RUNNER:
         mode = "multi_processing" if cfg.num_workers > 1 else "in_memory"
         flags += [f"--direct_num_workers={cfg.num_workers}", f"--direct_running_mode={mode}"]
-        flags += ["--default_sdk_harness_log_level=WARNING"]  # the workers' INFO lines drown the progress
+        flags += ["--default_sdk_harness_log_level=ERROR"]  # the workers' start-up lines drown the progress
     # `--beam-options project=P region=R`: written without dashes, which the command line would read as its own flags
     return PipelineOptions(flags + [o if o.startswith("-") else f"--{o}" for o in cfg.beam_options])
 
