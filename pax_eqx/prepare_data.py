@@ -25,6 +25,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pax_eqx.command_line import cli
 
     args = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in args or "--help" in args:  # each flag with its sentence of PrepareConfig's docstring
+        import tyro
+
+        default, _ = cli.apply_switches(PrepareConfig(), [a for a in args if a not in ("-h", "--help")])
+        spec = cli.help_spec(type(default), default)
+        tyro.cli(spec, default=cli._as(spec, default), args=["--help"], prog=PROG, description=__doc__)
     try:
         cfg = cli.parse_fields(PrepareConfig(), args, PROG)
     except cli.FlagError as e:

@@ -216,6 +216,16 @@ def test_prepare_flags_refused_with_one_line(tmp_path):
     assert prepare_data.PROG == "python -m pax_eqx.prepare_data"
 
 
+def test_help_gives_each_flag_its_sentence(capsys):
+    from pax_eqx import prepare_data
+
+    with pytest.raises(SystemExit) as e:
+        prepare_data.main(["--tokenizer", "sentencepiece", "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0
+    assert "--tokenizer.vocab-size" in out and "ArrayRecord files written" in out
+
+
 def test_runner_flags_become_beam_options():
     from pax_eqx.command_line import cli
     from pax_eqx.data.prepare import pipeline

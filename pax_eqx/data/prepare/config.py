@@ -28,9 +28,10 @@ class PrepareConfig(Config):
     per file), hf_dataset.
     text_key: the record field holding a document's text (jsonl, parquet, hf_dataset).
     output_dir: where the shards, the manifest and the tokenizer are written (local or a Beam path).
-    tokenizer: byte, sentencepiece (trained on a sample of the corpus, the first
-    tokenizer.max_training_chars characters taken round-robin over the input files, unless
-    tokenizer.model_path is given) or tokenizer_json.
+    tokenizer: byte, sentencepiece (trained on a sample of the corpus: tokenizer.max_training_chars
+    characters in equal shares from up to 64 evenly spaced input files, unless
+    tokenizer.model_path is given) or tokenizer_json (`--tokenizer sentencepiece` switches, then
+    `--tokenizer.vocab-size 32000` and the other fields of the chosen one).
     layout: "documents" (one record per document, packed into rows when read, any seq_len) or
     "rows" (packed here into rows of seq_len with segment ids).
     seq_len: the rows' length (layout rows only).
