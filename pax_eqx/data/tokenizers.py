@@ -311,7 +311,9 @@ class TokenizerJsonTokenizer:
         byte-fallback vocabulary, which encode everything)."""
         if self.unk_id is None:
             return ""
-        return "".join(ch for ch in dict.fromkeys(text) if self.unk_id in self._tok.encode(ch, add_special_tokens=False).ids)
+        return "".join(
+            ch for ch in dict.fromkeys(text) if self.unk_id in self._tok.encode(ch, add_special_tokens=False).ids
+        )
 
     def token_bytes(self) -> np.ndarray:
         """[vocab] the UTF-8 bytes each token stands for: a byte-level token (GPT-2, Llama 3, Qwen2)

@@ -22,6 +22,7 @@ from pax_eqx.layers import attention_kernels as kernels
 from pax_eqx.layers.attentions import Attention
 from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.relative_position_bias import RelativePositionBiasConfig
+from pax_eqx.layers.rotary_scaling import NoRotaryScalingConfig, RotaryScalingConfig
 
 _DEFAULT_ROTARY_MAX_TIMESCALE = 10_000.0
 
@@ -36,8 +37,12 @@ class AttentionConfig(Config):
 
     combine_qkv: one fused QKV weight (multi-head only).
     use_bias: biases on the q/k/v and output projections.
+    qkv_bias: biases on the q/k/v projections only, none on the output (Qwen2's); use_bias has
+      them all already.
     causal: each position attends only to itself and earlier positions.
     rotary_max_timescale: the longest rotary wavelength (only with rotary positions).
+    rotary_scaling: how the rotary frequencies are scaled: none, or llama3 (Llama 3.1's;
+      layers.rotary_scaling). Only with rotary positions.
     per_dim_scale: Praxis PerDimScale, a learned per-dimension query scale.
     logit_cap: 0 = off, else logits = cap * tanh(logits / cap).
     dropout_prob: dropout on attention probabilities (TRAIN mode only).
@@ -49,8 +54,10 @@ class AttentionConfig(Config):
 
     combine_qkv: bool = False
     use_bias: bool = False
+    qkv_bias: bool = False
     causal: bool = True
     rotary_max_timescale: float = _DEFAULT_ROTARY_MAX_TIMESCALE
+    rotary_scaling: RotaryScalingConfig = NoRotaryScalingConfig()
     per_dim_scale: bool = False
     logit_cap: float = 0.0
     dropout_prob: float = 0.0
@@ -72,6 +79,12 @@ class AttentionConfig(Config):
         check_range(self, "logit_cap", ge=0, note="0 = off")
         check_range(self, "dropout_prob", ge=0, lt=1)
         check_range(self, "rotary_max_timescale", gt=0)
+        self.rotary_scaling.validate()
+        if self.qkv_bias and self.use_bias:
+            raise ConfigError(
+                "AttentionConfig.qkv_bias=True has no effect with use_bias=True (which puts biases on q, k, v and the "
+                "output already); set one of them."
+            )
         if self.implementation == "cudnn" and self.logit_cap > 0.0:
             raise ConfigError(
                 f"AttentionConfig.logit_cap={self.logit_cap} with implementation='cudnn': cuDNN's kernel has no "
@@ -130,6 +143,14 @@ class AttentionConfig(Config):
                 "positions; build with use_rotary=True (a language model: position_embedding='rotary') or leave "
                 "it at its default."
             )
+        if not use_rotary and self.rotary_scaling.kind != "none":
+            raise ConfigError(
+                f"AttentionConfig.rotary_scaling={self.rotary_scaling.kind!r}: {self.rotary_scaling.describe()} has no "
+                "effect without rotary positions; "
+                "build with use_rotary=True (a language model: position_embedding='rotary') or use rotary_scaling none."
+            )
+        if use_rotary and self.rotary_scaling.kind != "none":
+            self.rotary_scaling.check_effect(head_dim, self.rotary_max_timescale)
         return Attention(
             self, key=key, input_dims=input_dims, num_heads=num_heads, head_dim=head_dim, num_kv_heads=kv_heads,
             init=init, use_rotary=use_rotary, fp8=fp8, relative_bias=relative_bias,

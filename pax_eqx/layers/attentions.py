@@ -106,6 +106,7 @@ class Attention(eqx.Module):
     head_dim: int = eqx.field(static=True)
     causal: bool = eqx.field(static=True)
     rotary_max_timescale: float | None = eqx.field(static=True)  # None: no rotary positions
+    rotary_inv_timescales: tuple[float, ...] | None = eqx.field(static=True)  # a scaled rotary's; None: unscaled
     logit_cap: float = eqx.field(static=True)
     dropout_prob: float = eqx.field(static=True)
     implementation: str = eqx.field(static=True)
@@ -139,8 +140,10 @@ class Attention(eqx.Module):
             self.w_qkv = None
             self.w_q, self.w_k, self.w_v = flat(kq, (d, n, h)), flat(kk, (d, kv, h)), flat(kv_, (d, kv, h))
         self.w_o = init(ko, (n * h, d)).reshape(n, h, d)
-        zeros = lambda *s: jnp.zeros(s, jnp.float32) if cfg.use_bias else None
-        self.b_q, self.b_k, self.b_v, self.b_o = zeros(n, h), zeros(kv, h), zeros(kv, h), zeros(d)
+        zeros = lambda on, *s: jnp.zeros(s, jnp.float32) if on else None
+        qkv = cfg.use_bias or cfg.qkv_bias  # qkv_bias: Qwen2's biases on q, k, v and none on the output
+        self.b_q, self.b_k, self.b_v = zeros(qkv, n, h), zeros(qkv, kv, h), zeros(qkv, kv, h)
+        self.b_o = zeros(cfg.use_bias, d)
         self.per_dim_scale = jnp.zeros((h,), jnp.float32) if cfg.per_dim_scale else None
         projections = ("qkv", "o") if cfg.combine_qkv else ("q", "k", "v", "o")
         self.fp8 = {name: Fp8Scales() for name in projections} if fp8 else None
@@ -153,6 +156,8 @@ class Attention(eqx.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = n, kv, h
         self.causal = cfg.causal
         self.rotary_max_timescale = cfg.rotary_max_timescale if use_rotary else None
+        inv = cfg.rotary_scaling.inverse_timescales(h, cfg.rotary_max_timescale) if use_rotary else None
+        self.rotary_inv_timescales = None if inv is None else tuple(float(f) for f in inv)
         self.logit_cap = cfg.logit_cap
         self.dropout_prob = cfg.dropout_prob
         self.implementation = cfg.implementation
@@ -234,7 +239,8 @@ class Attention(eqx.Module):
             return x
         if positions is None:
             raise ValueError("this attention layer has rotary positions: pass the tokens' positions.")
-        return apply_rotary(x, positions, max_timescale=self.rotary_max_timescale)
+        inv = None if self.rotary_inv_timescales is None else jnp.asarray(self.rotary_inv_timescales, jnp.float32)
+        return apply_rotary(x, positions, max_timescale=self.rotary_max_timescale, inv_timescales=inv)
 
     def _scale(self) -> float:
         return 1.0 if self.per_dim_scale is not None else 1.0 / math.sqrt(self.head_dim)

@@ -78,19 +78,25 @@ def apply_rotary(
     positions: Int[Array, "*batch seq"],
     min_timescale: float = 1.0,
     max_timescale: float = 10_000.0,
+    inv_timescales: Float[Array, " half"] | None = None,
 ) -> Float[Array, "*batch seq heads dim"]:
     """Rotary position embedding (RoPE), Praxis' RotaryPositionalEmbedding.
 
     Each head's first half (x1) and second half (x2) are rotated by angle p / timescale_i:
     [x1 cos - x2 sin, x2 cos + x1 sin]. Dot products of rotated q and k depend only on the
-    position difference, which is what makes attention shift-invariant.
+    position difference, which is what makes attention shift-invariant. `inv_timescales`
+    ([dim / 2]), when given, are the frequencies 1 / timescale_i instead (a scaled rotary, as
+    Llama 3.1's: `layers.rotary_scaling`); the angle is then p * inv_timescales_i.
     """
     dim = x.shape[-1]
     if dim % 2:
         raise ConfigError(f"rotary embedding needs an even head dimension, got {dim}.")
-    fraction = 2.0 * jnp.arange(dim // 2, dtype=jnp.float32) / dim
-    timescale = min_timescale * (max_timescale / min_timescale) ** fraction
-    angle = positions.astype(jnp.float32)[..., None] / timescale  # [..., seq, dim/2]
+    if inv_timescales is not None:
+        angle = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_timescales, jnp.float32)
+    else:
+        fraction = 2.0 * jnp.arange(dim // 2, dtype=jnp.float32) / dim
+        timescale = min_timescale * (max_timescale / min_timescale) ** fraction
+        angle = positions.astype(jnp.float32)[..., None] / timescale  # [..., seq, dim/2]
     # The tables are made once, into a buffer: XLA fuses an elementwise producer into each of its
     # consumers, so sin and cos would be evaluated again for every element each rotation writes
     # (every head, both halves, forward and backward: on CPU a scalar libm call each, +11% of

@@ -163,9 +163,11 @@ class TransformerConfig(Config):
         )  # fmt: skip
         cross = None
         if cross_attention:
+            plain = AttentionConfig()  # cross-attention has no rotary positions to set up
             cross_cfg = self.attention.replace(
-                causal=False, combine_qkv=False, rotary_max_timescale=AttentionConfig().rotary_max_timescale
-            )
+                causal=False, combine_qkv=False, rotary_max_timescale=plain.rotary_max_timescale,
+                rotary_scaling=plain.rotary_scaling,
+            )  # fmt: skip
             cross = cross_cfg.build(
                 k_cross[0], input_dims=model_dims, num_heads=num_heads, dim_per_head=dim_per_head,
                 num_kv_heads=num_kv_heads, init=init, use_rotary=False, fp8=self.fp8,

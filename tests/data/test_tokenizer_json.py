@@ -81,15 +81,15 @@ def test_metaspace_with_byte_fallback_puts_bos_first_and_counts_bytes(files):
     assert tok.decode(ids) == "☃ light"
     sizes = tok.token_bytes()
     assert sizes[tok.bos_id] == 0 and sizes[tok.vocab_size - 1] > 0
-    assert int(sizes[ids].sum()) == len(" ☃ light".encode("utf-8"))  # the Metaspace prefix counts one space
+    assert int(sizes[ids].sum()) == len(" ☃ light".encode())  # the Metaspace prefix counts one space
 
 
 def test_build_tokenizer_and_an_input_use_it(files, tmp_path):
     corpus = tmp_path / "docs.jsonl"
     corpus.write_text("".join(f'{{"text": "{line}"}}\n' for line in TEXT.splitlines() * 4))
     data = DataConfig(
-        source="jsonl", path=str(corpus), tokenizer=TokenizerJsonConfig(path=files["byte_level"], eos_token="<|endoftext|>"),
-        seq_len=16, train=InputConfig(batch_size=2),
+        source="jsonl", path=str(corpus), seq_len=16, train=InputConfig(batch_size=2),
+        tokenizer=TokenizerJsonConfig(path=files["byte_level"], eos_token="<|endoftext|>"),
     )  # fmt: skip
     tok = build_tokenizer(data)
     assert isinstance(tok, TokenizerJsonTokenizer) and tok.vocab_size == 300

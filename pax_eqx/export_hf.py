@@ -1,0 +1,110 @@
+"""`python -m pax_eqx.export_hf --job-log-dir DIR --out OUT [--dtype bfloat16] [--step N]`
+
+Writes the newest (or step N's) parameters of a job dir that `import_hf` started into OUT in the
+Hugging Face layout: config.json (the imported model's own, with the chosen dtype), model.safetensors
+(or shards of at most --max-shard-gb with model.safetensors.index.json) and the tokenizer files,
+so that `transformers.AutoModelForCausalLM.from_pretrained(OUT)` loads it. The parameters are the
+ones eval and decode use (the EMA where the learner keeps one). A model whose config no longer
+matches the imported config.json (another vocabulary, more layers) is refused: its config.json
+could not say what it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pax_eqx.command_line import entry
+
+DESCRIPTION = (
+    "Export a job dir that import_hf started (fine-tuned or not) to a Hugging Face directory: config.json, "
+    "safetensors in the chosen dtype, tokenizer files."
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m pax_eqx.export_hf", description=DESCRIPTION)
+    parser.add_argument("--job-log-dir", "--job_log_dir", dest="job_log_dir", required=True, metavar="DIR")
+    parser.add_argument("--out", required=True, metavar="OUT", help="the directory to write (new or empty)")
+    parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--step", type=int, default=None, help="the checkpoint step (default: the newest)")
+    parser.add_argument("--max-shard-gb", type=float, default=5.0, help="the largest safetensors file, in GiB")
+    ns = parser.parse_args(argv)
+    files = export(Path(ns.job_log_dir), Path(ns.out), ns.dtype, ns.step, int(ns.max_shard_gb * 2**30))
+    print(f"Exported {ns.job_log_dir} to {ns.out} ({ns.dtype}): {', '.join(files)} and the tokenizer.", flush=True)
+    return 0
+
+
+def export(job_dir: Path, out: Path, dtype: str = "bfloat16", step: int | None = None,
+           max_shard_bytes: int = 5 * 2**30) -> list[str]:  # fmt: skip
+    import jax
+    import numpy as np
+
+    from pax_eqx.checkpoint import Checkpointer
+    from pax_eqx.config import ConfigError, MissingFileError
+    from pax_eqx.experiment import ExperimentConfig
+    from pax_eqx.hf.exporter import copy_tokenizer, write_hf
+    from pax_eqx.hf.families import model_config, model_type
+    from pax_eqx.hf.importer import SOURCE_DIR, TOKENIZER_DIR
+    from pax_eqx.learners.variables import path_name
+    from pax_eqx.programs.compiled import Programs
+    from pax_eqx.programs.job_dir import prepare
+    from pax_eqx.programs.runtime import build_task
+    from pax_eqx.sharding.distributed import initialize
+    from pax_eqx.sharding.mesh import build_mesh
+
+    initialize()
+    path = prepare(job_dir, create=False)
+    source = path / SOURCE_DIR / "config.json"
+    if not source.is_file():
+        raise MissingFileError(
+            f"{str(source)!r} does not exist: --job-log-dir {str(job_dir)!r} was not started by import_hf, so there is "
+            "no Hugging Face config.json to export with; export works on job dirs import_hf wrote."
+        )
+    hf_config = json.loads(source.read_text())
+    exp = ExperimentConfig.from_dict(json.loads((path / "config.json").read_text()))
+    imported, _ = model_config(hf_config)
+    if _function(imported) != _function(exp.model):
+        raise ConfigError(
+            f"the model of {str(path / 'config.json')!r} is no longer the one {str(source)!r} describes (a size or "
+            "option changed after the import); export_hf writes the imported architecture only."
+        )
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"--out {str(out)!r} is not empty; choose a new directory.")
+    exp.validate(num_devices=jax.device_count())
+    programs = Programs(build_task(exp), build_mesh(exp.mesh), exp.mesh.rules)
+    ckpt = Checkpointer(path / "checkpoints", exp.checkpoint, read_only=True)
+    if ckpt.latest_step() is None:
+        raise MissingFileError(f"no checkpoint in {path / 'checkpoints'} to export.")
+    restored, state, _ = ckpt.restore(programs.abstract_with_shardings(), step=step, restore_data=False)
+    ckpt.close()
+    params = programs.task.inference_params(state)
+    leaves = {path_name(p): a for p, a in jax.tree_util.tree_flatten_with_path(params)[0]}
+    files = write_hf(
+        out, model_type(hf_config), hf_config, list(leaves), lambda name: np.asarray(jax.device_get(leaves[name])),
+        dtype=dtype, max_shard_bytes=max_shard_bytes,
+    )  # fmt: skip
+    copy_tokenizer(path / TOKENIZER_DIR, out)
+    if (path / SOURCE_DIR / "generation_config.json").is_file():
+        (out / "generation_config.json").write_text((path / SOURCE_DIR / "generation_config.json").read_text())
+    print(f"Read step {restored} of {path}.", flush=True)
+    return files
+
+
+def _function(model) -> dict:
+    """The model's fields that decide what its weights compute (dropout and run options aside)."""
+    d = model.to_dict()
+    block = d.get("block", {})
+    block.pop("residual_dropout_prob", None)
+    block.get("attention", {}).pop("dropout_prob", None)
+    for key in ("repeat", "remat_policy", "unroll", "loss_chunk_size", "pipeline"):
+        d.pop(key, None)
+    return d
+
+
+if __name__ == "__main__":
+    entry.run(main)

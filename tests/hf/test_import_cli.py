@@ -1,0 +1,64 @@
+"""The command line, end to end, as a user runs it: import a Hugging Face directory into a job dir,
+decode text from it, fine-tune it on a JSONL file; and the refusals that leave nothing behind."""
+
+import json
+import os
+import subprocess
+import sys
+
+from hf_models import FIXTURES
+
+ENV = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1", "JAX_PLATFORMS": "cpu"}
+LINES = [
+    "Now is the winter of our discontent made glorious summer by this sun of York;",
+    "And all the clouds that lour'd upon our house in the deep bosom of the ocean buried.",
+    "Grim-visaged war hath smooth'd his wrinkled front; and now, instead of mounting barded steeds",
+]
+
+
+def _run(module: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, env=ENV, timeout=600)
+
+
+def test_import_decode_and_fine_tune_through_the_cli(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": line}) + "\n" for line in LINES * 8))
+    job = tmp_path / "job"
+    data = ["--data.source", "jsonl", "--data.path", str(corpus), "--data.seq-len", "16",
+            "--data.train.batch-size", "2", "--data.eval.batch-size", "2"]  # fmt: skip
+    out = _run("pax_eqx.import_hf", str(FIXTURES / "llama"), "--job-log-dir", str(job), *data)
+    assert out.returncode == 0, out.stderr
+    assert "Imported llama" in out.stdout and (job / "tokenizer" / "tokenizer.json").is_file()
+    saved = json.loads((job / "config.json").read_text())
+    assert saved["data"]["tokenizer"]["kind"] == "tokenizer_json" and saved["model"]["num_kv_heads"] == 2
+
+    out = _run("pax_eqx.decode", "--job-log-dir", str(job), "--prompt", "Now is the", "--max-new-tokens", "6")
+    assert out.returncode == 0, out.stderr
+    assert "Now is the" in out.stdout and "step 0" in out.stdout
+
+    out = _run(
+        "pax_eqx.train", "--exp", str(job / "config.json"), "--job-log-dir", str(job), "--train.num-steps", "2",
+        "--train.eval-interval-steps", "2", "--train.no-sample-at-end",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "Resuming" in out.stdout and "from checkpoint at step 0" in out.stdout
+    assert (job / "checkpoints" / "2").is_dir()
+
+
+def test_a_refused_import_writes_nothing(tmp_path):
+    """In process (the exit status of a ConfigError is entry.run's, tested for every program)."""
+    import shutil
+
+    import pytest
+
+    from pax_eqx import import_hf
+    from pax_eqx.hf.families import HfConfigError
+
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "gpt2", src)
+    cfg = json.loads((src / "config.json").read_text()) | {"n_ctx": 32}
+    (src / "config.json").write_text(json.dumps(cfg))
+    job = tmp_path / "job"
+    with pytest.raises(HfConfigError, match="n_ctx=32: it differs from n_positions=64"):
+        import_hf.main([str(src), "--job-log-dir", str(job)])
+    assert not job.exists()
