@@ -203,12 +203,12 @@ def recommend(
             f"batch axes ({' x '.join(table['batch'])}: at least {least} ways); use a multiple of {least} "
             f"(--data.train.batch-size) or fewer devices."
         )
-    sizes = _sizes(memory_model)
+    sizes = model_sizes(memory_model)
     candidates = []
     for layout in layouts:
         for variant, choice in _variants(exp, layout, table):
             memory = memory_model.bytes_for(variant).total
-            time = _step_time(variant, layout, kind, sizes)
+            time = step_time(variant, layout, kind, sizes)
             mfu = sizes.model_flops_per_token * batch * exp.data.seq_len / (num_devices * kind.peak_flops * time.total)
             candidates.append(Candidate(layout, *choice, memory, time, mfu))
     fit = [c for c in candidates if c.memory <= memory_gb * GIB]
@@ -326,17 +326,20 @@ def _pipelined(m: LanguageModelConfig) -> bool:
 
 # Time model -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class _Sizes:
+class ModelSizes:
+    """What the time model reads off the parameters: their count, those inside the layer stack
+    (what full remat recomputes), and PaLM's model FLOPs per token (6 N + 12 L d S)."""
+
     params: int
     layer_params: int
     model_flops_per_token: float
 
 
-def _sizes(memory_model: MemoryModel) -> _Sizes:
+def model_sizes(memory_model: MemoryModel) -> ModelSizes:
     m, seq = memory_model.exp.model, memory_model.exp.data.seq_len
     layer = sum(leaf.size for path, leaf in memory_model.leaves if _group_name(path).startswith("stack."))
     n = memory_model.param_count
-    return _Sizes(n, layer, 6.0 * n + 12.0 * m.num_layers * m.model_dims * seq)
+    return ModelSizes(n, layer, 6.0 * n + 12.0 * m.num_layers * m.model_dims * seq)
 
 
 def _collective(nbytes: float, layout: Layout, axis: str, kind: DeviceKind) -> float:
@@ -345,7 +348,8 @@ def _collective(nbytes: float, layout: Layout, axis: str, kind: DeviceKind) -> f
     return (i - 1) / i * nbytes / kind.ici_bytes_per_s + (c - 1) / c * nbytes / i / kind.dcn_bytes_per_s
 
 
-def _step_time(exp: ExperimentConfig, layout: Layout, kind: DeviceKind, sizes: _Sizes) -> StepTime:
+def step_time(exp: ExperimentConfig, layout: Layout, kind: DeviceKind, sizes: ModelSizes) -> StepTime:
+    """The predicted seconds of one train step of `exp` on `layout`, by cause (module docstring)."""
     m = exp.model
     shape = layout.shape
     n = math.prod(shape.values())

@@ -20,7 +20,7 @@ from pax_eqx import train
 from pax_eqx.config import ConfigError
 from pax_eqx.programs.device_kinds import DEVICE_KINDS
 from pax_eqx.programs.dry_run import MemoryModel
-from pax_eqx.programs.recommend import GIB, Layout, _sizes, _step_time, recommend
+from pax_eqx.programs.recommend import GIB, Layout, model_sizes, step_time, recommend
 
 ROWS = re.compile(r"^\s+(\d) (.+?)\s+(\S+)\s+(\d+)\s+(\d+)\s+([\d.]+) GiB\s+([\d.]+) (ms|s)\s+([\d.]+)%", re.M)
 
@@ -58,8 +58,11 @@ def test_gpt3_xl_on_8_h100s_ranks_five_and_its_winner_fits_by_its_own_dry_run(ca
     assert "--job-log-dir runs/gpt3_xl --mesh.ici-mesh-shape" in out
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
 def readme_commands() -> list[list[str]]:
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text().replace("\\\n", " ")
+    text = (ROOT / "README.md").read_text().replace("\\\n", " ")
     return [shlex.split(line.split("  #")[0])[3:] for line in text.splitlines() if line.startswith("python -m pax_eqx.train")]
 
 
@@ -98,14 +101,14 @@ def test_a_collective_costs_what_the_docstring_says():
     exp = registry.load_experiment("gpt3_xl")
     exp = exp.replace(data=exp.data.replace(train=exp.data.train.replace(batch_size=32)))
     h100 = DEVICE_KINDS["h100"]
-    sizes = _sizes(MemoryModel(exp))
+    sizes = model_sizes(MemoryModel(exp))
     layout = Layout((1, 8, 1, 1), (1, 2, 1, 1))
-    time = _step_time(exp, layout, h100, sizes)
+    time = step_time(exp, layout, h100, sizes)
     g = sizes.params * 4
     assert time.data == pytest.approx(2 * (7 / 8 * g / 450e9 + 1 / 2 * g / 8 / 50e9))
     assert time.fsdp == 0 and time.tensor == 0 and time.stage == 0
     # tensor 8 inside a host: 4 all-reduces a layer (the policy recomputes no layer) of [tokens, d] bf16
-    tensor = _step_time(exp, Layout((1, 1, 1, 8), (1, 2, 1, 1)), h100, sizes)
+    tensor = step_time(exp, Layout((1, 1, 1, 8), (1, 2, 1, 1)), h100, sizes)
     rows_tokens = 32 * 2048 / 2
     assert tensor.tensor == pytest.approx(4 * 24 * 2 * 7 / 8 * rows_tokens * 2048 * 2 / 450e9)
 
@@ -114,8 +117,23 @@ def test_the_matmul_efficiency_reproduces_the_h100_step_it_was_fitted_to():
     """gpt3_xl on one H100: 625.7 ms measured (docs/performance.md); the model, with the efficiency
     fitted to it, must land within 5% (this guards the constants, it does not validate the model)."""
     exp = registry.load_experiment("gpt3_xl")
-    time = _step_time(exp, Layout((1, 1, 1, 1), (1, 1, 1, 1)), DEVICE_KINDS["h100"], _sizes(MemoryModel(exp)))
+    time = step_time(exp, Layout((1, 1, 1, 1), (1, 1, 1, 1)), DEVICE_KINDS["h100"], model_sizes(MemoryModel(exp)))
     assert time.total == pytest.approx(0.6257, rel=0.05)
+
+
+def test_predicted_steps_against_the_recorded_h100_sweep():
+    """The seven gpt3_xl variants measured on one H100 (benchmarks/sweeps/recommend_time_model_h100.jsonl,
+    2026-11-26, jax 0.11.2): every prediction within 20% of its measured step, and the order of the
+    batch-16 policies kept (remat full slower than the dot-saving policies)."""
+    from benchmarks.time_model_check import table
+
+    rows = [row.split(" | ") for row in table(str(ROOT / "benchmarks/sweeps/recommend_time_model_h100.jsonl"))[2:]]
+    assert len(rows) == 7
+    ratios = {row[0].strip("| `"): float(row[3]) for row in rows}
+    assert all(0.8 <= r <= 1.2 for r in ratios.values()), ratios
+    measured = {row[0].strip("| `"): float(row[1].split()[0]) for row in rows}
+    full, dots = "--exp gpt3_xl --model.remat-policy full", "--exp gpt3_xl"
+    assert measured[full] > measured[dots] and ratios[full] * measured[full] > ratios[dots] * measured[dots]
 
 
 def test_nothing_fits_exits_1_and_says_the_least_memory(capsys):
