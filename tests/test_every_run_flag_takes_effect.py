@@ -45,7 +45,10 @@ from pax_eqx.data import DataConfig, build_input, build_tokenizer
 from pax_eqx.data.input_config import eval_num_batches
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.programs.runtime import Runtime, build_task
+from pax_eqx.programs.example_decoding import decode_records
 from pax_eqx.programs.sampling import beam_text, sample_text
+from pax_eqx.programs.decode_modes import check_decode
+from pax_eqx.programs.seq2seq_decoding import decodes_examples, print_seq2seq
 from pax_eqx.programs.train_loop import train
 
 BASE = "shakespeare_char"
@@ -103,6 +106,32 @@ def _base() -> ExperimentConfig:
     return _tiny(registry.load_experiment(BASE))
 
 
+# One experiment per other model family, walked on the sections whose observables differ by
+# family (the task's step, the mesh's shardings, what decode prints); the run sections' whole
+# tiny runs stay on the base (the train loop does not look at the model's family).
+REPRESENTATIVES = {
+    "digits_mlp": {"model.network.hidden_dims": (16,), "data.train.batch_size": 16, "data.eval.batch_size": 16},
+    "shakespeare_span_corruption": {
+        "model.num_encoder_layers": 1, "model.num_decoder_layers": 1, "model.model_dims": 16,
+        "model.hidden_dims": 32, "model.num_heads": 2, "data.seq_len": 32, "data.train.batch_size": 8,
+        "data.eval.batch_size": 8, "data.eval.eval_loop_num_batches": 1, "decode.max_new_tokens": 4,
+        "decode.num_samples": 2,
+    },
+}  # fmt: skip
+REPRESENTED = ("task", "mesh", "decode")
+
+
+@functools.cache
+def _experiment(name: str) -> ExperimentConfig:
+    """The base, or a representative made tiny (data parallel over this process's devices)."""
+    if name == BASE:
+        return _base()
+    exp = registry.load_experiment(name).override("mesh.ici_mesh_shape", (jax.device_count(), 1, 1))
+    for path, value in REPRESENTATIVES[name].items():
+        exp = exp.override(path, value)
+    return exp
+
+
 # The observables -------------------------------------------------------------------------------
 def _batches_digest(batches: list[dict]) -> str:
     return digest(*(arrays_digest({k: np.asarray(v) for k, v in sorted(b.items())}) for b in batches))
@@ -157,21 +186,30 @@ sample (the Gumbel noise decides alone); scaled, its logits spread over a few na
 
 
 @functools.cache
-def _decoder() -> tuple[Runtime, Any]:
+def _decoder(name: str) -> tuple[Runtime, Any]:
+    """The tiny model of experiment `name` (the base or a representative), sharpened."""
     job_dir = tempfile.mkdtemp()
-    rt = Runtime.create(_base(), Path(job_dir))
+    rt = Runtime.create(_experiment(name), Path(job_dir))
     state = rt.programs.init_state(0)
     sharp = jax.tree.map(lambda p: p * DECODE_SHARPNESS if jnp.issubdtype(p.dtype, jnp.floating) else p, state.params)
     return rt, eqx.tree_at(lambda s: s.params, state, sharp)
 
 
 def decoded(exp: ExperimentConfig) -> list:
-    rt, state = _decoder()
+    """What the decode program shows for exp.decode: a classifier's records, an encoder-decoder's
+    outputs for its eval examples (or a prompt), a language model's samples or beams."""
+    rt, state = _decoder(exp.name)
+    if exp.model.decodes_examples:
+        return decode_records(rt, state, exp.decode)
+    if exp.model.decodes_inputs:  # what it prints: every beam with its score, not the best alone
+        lines = []
+        print_seq2seq(rt, state, exp.decode, log=lines.append)
+        return lines
     return beam_text(rt, state, exp.decode) if exp.decode.beam_size > 1 else sample_text(rt, state, exp.decode)
 
 
 def decode_observable(exp: ExperimentConfig) -> str:
-    """What the tiny (untrained, seeded, sharpened) model samples, or beam-searches, for exp.decode."""
+    """What the tiny (untrained, seeded, sharpened) model decodes for exp.decode."""
     return digest(decoded(exp))
 
 
@@ -240,20 +278,40 @@ def _values(exp: ExperimentConfig, path: str) -> list[Any]:
         from pax_eqx.checkpoint.config import InitFromCheckpointConfig
 
         return [(InitFromCheckpointConfig(job_dir="/nonexistent/job_dir", rules=(("(.*)", "{0}"),)),)]
-    if path == "decode.eos_id":  # the first token the base decode samples: it must end there
+    if path == "decode.eos_id" and not exp.model.decodes_examples:  # the first token decoded: it must end there
+        rt, state = _decoder(exp.name)
+        if exp.model.decodes_inputs:
+            return [_first_decoded(rt, state, exp)]
         text = decoded(exp)[0]
-        rt, _ = _decoder()
-        return [rt.tokenizer.encode(text)[len(rt.tokenizer.encode(exp.decode.prompt))]]
+        return [rt.tokenizer.encode(text)[len(rt.tokenizer.encode(exp.decode.prompt))]]  # an LM echoes its prompt
     if path in VALUES:
         return VALUES[path]
     tp, value = field_type(exp, path)
     return new_values(tp, value)
 
 
+def _first_decoded(rt: Runtime, state: Any, exp: ExperimentConfig) -> int:
+    """The first token an encoder-decoder's decode writes for its first input (the ids, not the
+    text: sentinels and bytes do not round-trip through text)."""
+    from pax_eqx.programs.decode_modes import for_mode
+    from pax_eqx.programs.seq2seq_decoding import decode_rows, source_rows
+
+    cfg = for_mode(exp.decode, examples=True).replace(eos_id=rt.tokenizer.eos_id)
+    model = rt.programs.task.model(rt.programs.task.inference_params(state))
+    rows = [r for r, _ in source_rows(rt, cfg)]
+    tokens, _, beams = decode_rows(model, rows, cfg, rt.tokenizer.pad_id, rt.tokenizer.bos_id)
+    first = np.asarray(beams.tokens[0, 0] if beams is not None else tokens[0])
+    return int(first[0])
+
+
 def _refused(exp: ExperimentConfig, path: str) -> str | None:
-    """The reason `--path` is refused at start on `exp` (as inert, or by validation), else None."""
+    """The reason `--path` is refused at start on `exp` (as inert, by validation, or, for a
+    decode field, because the decode mode does not read it, as the decode program refuses it),
+    else None."""
     try:
         refuse_inert_flags(exp, ["--" + path])
+        if path.startswith("decode.") and exp.model.decodes:
+            check_decode(exp.decode, given={path.split(".")[1]}, examples=decodes_examples(exp))
         if path.startswith("data."):  # what reads the data: the experiment's mesh may want 1,024 devices
             exp.data.validate()
             exp.model.check_data(exp.data)
@@ -274,7 +332,6 @@ def check_takes_effect(exp: ExperimentConfig, path: str) -> str:
     """Some new value of `path` changes its section's observable, or every one is refused; says
     which (the value that took effect, or the refusals)."""
     section = "train" if path in BY_A_RUN else path.split(".", 1)[0]
-    baseline = _baseline(section, exp)
     refusals = []
     for new in _values(exp, path):
         try:
@@ -294,7 +351,7 @@ def check_takes_effect(exp: ExperimentConfig, path: str) -> str:
             )
             refusals.append(str(error))
             continue
-        assert observed != baseline, (
+        assert observed != _baseline(section, exp), (
             f"--{path} {new!r} (was {field_type(exp, path)[1]!r}) was accepted and changed nothing the "
             f"{section} section does. Refuse it in inert_fields or validate, or make it take effect."
         )
@@ -375,6 +432,21 @@ def test_every_data_flag_of_every_experiment_takes_effect_or_is_refused(name, pa
 @pytest.mark.parametrize("path", _base_cases())
 def test_every_run_flag_takes_effect_or_is_refused(path):
     check_takes_effect(_base(), path)
+
+
+def _representative_cases() -> list:
+    return [
+        pytest.param(name, path, id=f"{name}-{path}")
+        for name in REPRESENTATIVES
+        for section in REPRESENTED
+        for path in _section_paths(_experiment(name), section)
+        if path not in NO_EFFECT_HERE
+    ]
+
+
+@pytest.mark.parametrize("name, path", _representative_cases())
+def test_every_task_mesh_and_decode_flag_of_the_other_families_takes_effect_or_is_refused(name, path):
+    check_takes_effect(_experiment(name), path)
 
 
 @pytest.mark.parametrize("path", sorted(NO_EFFECT_HERE))
