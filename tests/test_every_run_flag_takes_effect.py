@@ -44,10 +44,10 @@ from pax_eqx.config import config, switch_variant
 from pax_eqx.data import DataConfig, build_input, build_tokenizer
 from pax_eqx.data.input_config import eval_num_batches
 from pax_eqx.experiment import ExperimentConfig
-from pax_eqx.programs.runtime import Runtime, build_task
-from pax_eqx.programs.example_decoding import decode_records
-from pax_eqx.programs.sampling import beam_text, sample_text
 from pax_eqx.programs.decode_modes import check_decode
+from pax_eqx.programs.example_decoding import decode_records
+from pax_eqx.programs.runtime import Runtime, build_task
+from pax_eqx.programs.sampling import beam_text, sample_text
 from pax_eqx.programs.seq2seq_decoding import decodes_examples, print_seq2seq
 from pax_eqx.programs.train_loop import train
 
