@@ -33,7 +33,8 @@ def predictions(record: dict[str, Any]) -> dict[str, float]:
 
 def table(path: str) -> list[str]:
     lines = [
-        "| variant | step measured | predicted | predicted / measured | peak memory measured | planned | planned / measured |",
+        "| variant | step measured | predicted | predicted / measured | peak memory measured | planned "
+        "| planned / measured |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in open(path):

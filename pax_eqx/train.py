@@ -64,7 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     default=None,
                     choices=sorted(DEVICE_KIND_NAMES),
                     metavar="KIND",
-                    help="with --recommend: the accelerator whose speeds and networks are priced: h100, tpu_v4, tpu_v5e or tpu_v5p (default h100)",
+                    help="with --recommend: the accelerator whose speeds and networks are priced: h100, tpu_v4, "
+                    "tpu_v5e or tpu_v5p (default h100)",
                 ),
             ),
             (

@@ -130,7 +130,9 @@ class MemoryModel:
         table = parse_rules(exp.mesh.rules)
         specs = self.param_specs(mesh_shape, table)
         spec_leaves = jtu.tree_leaves(specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
-        params = sum(_shard_bytes(leaf.shape, leaf.dtype, s, mesh_shape) for (_, leaf), s in zip(self.leaves, spec_leaves))
+        params = sum(
+            _shard_bytes(leaf.shape, leaf.dtype, s, mesh_shape) for (_, leaf), s in zip(self.leaves, spec_leaves)
+        )
         opt = _opt_state_bytes(self.task, self.state, specs, mesh_shape)
         micro = exp.learner.num_microbatches
         batch, seq, dtype = exp.data.train.batch_size, exp.data.seq_len, exp.train.fprop_dtype
@@ -211,8 +213,8 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None, model: Me
         lines.append(f"  activations (estimate)    {memory.activations / gib:10.2f} GiB  ({note})")
     if memory.update > memory.activations:
         lines.append(
-            f"  optimizer update          {memory.update / gib:10.2f} GiB  (a float32 update the size of the parameters, "
-            "live after the activations are freed: counted instead of them, the larger)"
+            f"  optimizer update          {memory.update / gib:10.2f} GiB  (a float32 update the size of the "
+            "parameters, live after the activations are freed: counted instead of them, the larger)"
         )
     total = memory.total
     lines.append(f"  total                     {total / gib:10.2f} GiB")

@@ -234,8 +234,8 @@ def recommend(
         )
         return Recommendation("\n".join(lines), None, [])
     lines.append(
-        f"  {'#':>2} {('stage ' if stages > 1 else '') + 'data fsdp tensor':<24} {'remat':<36} {'micro':>5} {'chunk':>5}"
-        f"{' pipe-mb' if stages > 1 else ''} {'memory':>9} {'step':>9} {'MFU':>6}  most time in"
+        f"  {'#':>2} {('stage ' if stages > 1 else '') + 'data fsdp tensor':<24} {'remat':<36} {'micro':>5} "
+        f"{'chunk':>5}{' pipe-mb' if stages > 1 else ''} {'memory':>9} {'step':>9} {'MFU':>6}  most time in"
     )
     for i, c in enumerate(fit[:TOP], 1):
         pipe = f" {c.pipeline_microbatches:>7}" if stages > 1 else ""
@@ -402,7 +402,8 @@ def _count(n: int, noun: str) -> str:
 
 
 def _describe(c: Candidate) -> str:
-    return f"mesh {_mesh_label(c.layout)}, remat {c.remat}, {c.microbatches} microbatch{'' if c.microbatches == 1 else 'es'}, loss chunk {c.loss_chunk}"
+    micro = f"{c.microbatches} microbatch{'' if c.microbatches == 1 else 'es'}"
+    return f"mesh {_mesh_label(c.layout)}, remat {c.remat}, {micro}, loss chunk {c.loss_chunk}"
 
 
 def _seconds(s: float) -> str:
@@ -436,7 +437,9 @@ def _why_others_lose(best: Candidate, shown: list[Candidate], candidates: list[C
             if other.time.total > best.time.total * (1 + 1e-6)
             else f"as fast, but {_size(other.memory)}"
         )
-        said.append(f"the best mesh not shown, {_mesh_label(other.layout)}, takes {_seconds(other.time.total)}: {loses}")
+        said.append(
+            f"the best mesh not shown, {_mesh_label(other.layout)}, takes {_seconds(other.time.total)}: {loses}"
+        )
     return "Rejected: " + ("; ".join(said) if said else "nothing else was searched") + "."
 
 

@@ -81,7 +81,9 @@ def xla_bytes(exp) -> int:
     mesh = build_mesh(exp.mesh)
     programs = Programs(build_task(exp), mesh, exp.mesh.rules)
     state = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), programs.abstract_state, programs.state_shardings
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+        programs.abstract_state,
+        programs.state_shardings,
     )
     rows = batch_sharding(mesh, exp.mesh.rules, 2)
     shape = (exp.data.train.batch_size, exp.data.seq_len)

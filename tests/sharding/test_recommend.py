@@ -20,8 +20,9 @@ from pax_eqx import train
 from pax_eqx.config import ConfigError
 from pax_eqx.programs.device_kinds import DEVICE_KINDS
 from pax_eqx.programs.dry_run import MemoryModel
-from pax_eqx.programs.recommend import GIB, Layout, model_sizes, step_time, recommend
+from pax_eqx.programs.recommend import Layout, model_sizes, recommend, step_time
 
+RECOMMEND = ("--dry-run", "--recommend", "--dry-run-devices")
 ROWS = re.compile(r"^\s+(\d) (.+?)\s+(\S+)\s+(\d+)\s+(\d+)\s+([\d.]+) GiB\s+([\d.]+) (ms|s)\s+([\d.]+)%", re.M)
 
 
@@ -40,9 +41,7 @@ def command_after(label: str, out: str) -> list[str]:
 
 
 def test_gpt3_xl_on_8_h100s_ranks_five_and_its_winner_fits_by_its_own_dry_run(capsys):
-    code, out, err = run_main(
-        capsys, "--exp", "gpt3_xl", "--dry-run", "--recommend", "--dry-run-devices", "8", "--dry-run-device-memory-gb", "80"
-    )
+    code, out, err = run_main(capsys, "--exp", "gpt3_xl", *RECOMMEND, "8", "--dry-run-device-memory-gb", "80")
     assert code == 0, err
     rows = ROWS.findall(out)
     assert [r[0] for r in rows] == ["1", "2", "3", "4", "5"], out
@@ -63,7 +62,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def readme_commands() -> list[list[str]]:
     text = (ROOT / "README.md").read_text().replace("\\\n", " ")
-    return [shlex.split(line.split("  #")[0])[3:] for line in text.splitlines() if line.startswith("python -m pax_eqx.train")]
+    lines = [line for line in text.splitlines() if line.startswith("python -m pax_eqx.train")]
+    return [shlex.split(line.split("  #")[0])[3:] for line in lines]
 
 
 def test_175b_on_1024_chips_of_80_gib(capsys):
@@ -137,9 +137,7 @@ def test_predicted_steps_against_the_recorded_h100_sweep():
 
 
 def test_nothing_fits_exits_1_and_says_the_least_memory(capsys):
-    code, out, _ = run_main(
-        capsys, "--exp", "gpt3_xl", "--dry-run", "--recommend", "--dry-run-devices", "8", "--dry-run-device-memory-gb", "1"
-    )
+    code, out, _ = run_main(capsys, "--exp", "gpt3_xl", *RECOMMEND, "8", "--dry-run-device-memory-gb", "1")
     assert code == 1 and "Nothing fits 1 GiB: the least memory is" in out
 
 
@@ -175,7 +173,7 @@ def test_devices_that_nothing_divides_are_refused_with_the_fix(devices, extra, m
 def test_a_tpu_is_planned_with_xla_attention(capsys):
     """On a TPU "auto" attention is XLA's: the [heads, S, S] scores are priced, and the printed dry
     run says so (its flag), so it plans the same bytes as the table."""
-    argv = ["--exp", "gpt3_xl", "--dry-run", "--recommend", "--dry-run-devices", "8", "--dry-run-device-kind", "tpu_v5p"]
+    argv = ["--exp", "gpt3_xl", *RECOMMEND, "8", "--dry-run-device-kind", "tpu_v5p"]
     code, out, err = run_main(capsys, *argv)
     assert code == 0, err
     dry = command_after("Its dry run:", out)
