@@ -99,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not low <= value <= high:
             flag = "--" + name.replace("_", "-")
             raise cli.fail(f"{flag} {value} is out of range: it must be in [{low}, {high}].")
+    _refuse_inert_tuner_flags(ns, argv, cli)
     user_args = _without_exp(rest)
     space = _search_space(exp_arg, ns)
     trainer_args = [*space.overrides, *user_args]
@@ -175,6 +176,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: no trial completed; {study_dir / 'trials.csv'} has each failed trial's error.", file=sys.stderr)
         return 1
     return 0
+
+
+def _refuse_inert_tuner_flags(ns: argparse.Namespace, argv: list[str], cli) -> None:
+    """A tuner flag its sampler or pruner does not read is refused, as an experiment's flag is."""
+    given = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
+    inert = {
+        "--pruner-startup-trials": ns.pruner != "median" and f"--pruner {ns.pruner} has no startup trials",
+        "--pruner-warmup-steps": ns.pruner != "median" and f"--pruner {ns.pruner} has no warmup steps",
+        "--seed": ns.sampler == "grid" and "--sampler grid runs every combination in order and draws nothing",
+    }
+    for flag, why in inert.items():
+        if why and flag in given:
+            raise cli.fail(f"{flag} would do nothing: {why}. Drop {flag}, or use --pruner median / another sampler.")
 
 
 def _without_exp(args: list[str]) -> list[str]:

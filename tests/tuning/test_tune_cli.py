@@ -56,7 +56,7 @@ def test_a_study_prunes_a_hopeless_trial_survives_a_failing_one_and_reports(tmp_
         "                 overrides=('--train.no-sample-at-end',))\n"
     )
     study = tmp_path / "study"
-    args = ["--search-space", "spaces.LR", "--sampler", "grid", "--seed", "0", "--num-trials", "3",
+    args = ["--search-space", "spaces.LR", "--sampler", "grid", "--num-trials", "3",
             "--pruner-startup-trials", "1", "--train.num-steps", "100", *TINY_TRIAL]  # fmt: skip
     result = subprocess.run(tune_command(study, *args), env=env(PYTHONPATH=str(tmp_path)), capture_output=True,
                             text=True, timeout=600)  # fmt: skip
@@ -147,6 +147,12 @@ def test_a_killed_study_resumes_its_trial_and_two_processes_share_it(tmp_path):
          "--storage 'postgresql://u:***@127.0.0.1:1/db': its driver, psycopg2, is not installed; pip install "
          "psycopg2-binary."),
         (["--storage", "bogus://x"], "--storage 'bogus://x' is not a database URL SQLAlchemy knows"),
+        (["--pruner", "none", "--pruner-startup-trials", "5"],
+         "--pruner-startup-trials would do nothing: --pruner none has no startup trials"),
+        (["--pruner", "asha", "--pruner-warmup-steps", "100"],
+         "--pruner-warmup-steps would do nothing: --pruner asha has no warmup steps"),
+        (["--sampler", "grid", "--param", "learner.learning_rate=choice:1e-3,2e-3", "--seed", "3"],
+         "--seed would do nothing: --sampler grid runs every combination in order and draws nothing"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_before_anything_is_written(tmp_path, capsys, args, message):
