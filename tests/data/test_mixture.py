@@ -105,3 +105,14 @@ def test_a_mixture_of_two_prepared_corpora_packs_documents_at_the_weights(tmp_pa
         data.replace(mixture_weights=(1.0,)).validate()
     with pytest.raises(ConfigError, match="names one prepared directory"):
         data.replace(path=str(tmp_path / "a"), mixture_weights=(1.0, 2.0)).validate()
+
+
+def test_mixture_weights_are_refused_where_nothing_mixes():
+    from pax_eqx.command_line import cli
+
+    with pytest.raises(cli.FlagError, match="does not read data.mixture_weights"):
+        cli.parse_fields(DataConfig(), ["--mixture-weights", "1", "2"], "t")
+    with pytest.raises(ConfigError, match="would do nothing"):
+        DataConfig(mixture_weights=(1.0, 2.0)).validate()
+    one = DataConfig(source="array_record", path="prepared/a", layout="packed")
+    assert "mixture_weights" in one.inert_fields() and "mixture_weights" not in one.replace(path="a,b").inert_fields()
