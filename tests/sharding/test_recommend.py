@@ -49,6 +49,7 @@ def test_gpt3_xl_on_8_h100s_ranks_five_and_its_winner_fits_by_its_own_dry_run(ca
     assert seconds == sorted(seconds)
     assert all(float(r[5]) <= 80 for r in rows)
     assert "Rejected:" in out
+    assert ("remat none: its activations are under-counted" in out) == any(r[2] == "none" for r in rows)
     # The printed dry run of the winner: the same memory, and it fits.
     code, plan_out, _ = run_main(capsys, *command_after("Its dry run:", out))
     assert code == 0 and "Verdict: fits in 80 GiB per device." in plan_out
