@@ -99,8 +99,17 @@ _C4_FILES = (
     "needs C4's files; tests/data/test_prepare_data.py runs the same pipeline on the C4-shaped fixture (2 workers, "
     "kill -9, rerun) and tests/data/test_array_record_experiments.py trains c4_spmd_adam on it"
 )
+_HF = "the model directory is not on this machine; tests/hf/test_import_cli.py runs import, decode and train on a "
+_HF += "tiny fixture model, tests/hf/test_export.py the export"
 NOT_RUN = {
     "python -m pytest -n 2": "the test suite itself",
+    # docs/fine_tune.md: an open model downloaded beforehand
+    "python -m pax_eqx.import_hf ~/models/Llama-3.2-1B --job-log-dir runs/llama --data.source jsonl --data.path "
+    "my_data.jsonl --data.seq-len 512 --learner.optimizer adamw --learner.learning-rate 1e-5": _HF,
+    'python -m pax_eqx.decode --job-log-dir runs/llama --prompt "The capital of France is" --max-new-tokens 50': _HF,
+    "python -m pax_eqx.train --exp runs/llama/config.json --job-log-dir runs/llama --train.num-steps 200": _HF,
+    "python -m pax_eqx.eval --job-log-dir runs/llama": _HF,
+    "python -m pax_eqx.export_hf --job-log-dir runs/llama --out exported/llama --dtype bfloat16": _HF,
     "python -m pax_eqx.tune --exp shakespeare_char --study-dir runs/study2 --num-trials 8 "
     "--param model.block.activation.name=choice:gelu_exact,relu --param learner.weight-decay=loguniform:1e-3:0.3":
         "8 trials are minutes of CPU; tests/tuning/test_space.py checks --param spaces against the experiment",

@@ -2,20 +2,23 @@
 
     params = load_params(abstract_params, shardings, plan, files, family)
 
-Each parameter is a `jax.make_array_from_callback` of its sharding: JAX asks for the block of the
-global array each device holds, and the callback reads just the HF tensors that block needs (the
-layers of its rows of a stacked [num_layers, ...] leaf), from memory maps of the safetensors files,
-converted to the pax_eqx layout and cast to the parameter's dtype. No whole-model copy is ever
-made on the host: beside the parameters themselves (their device buffers, which on CPU devices are
-host memory), the most held at once is one block of one parameter and the one HF tensor it is
-being cut from. benchmarks/hf_import_memory.py measures the peak.
+A parameter that is one HF tensor (the embedding) is a `jax.make_array_from_callback` of its
+sharding: JAX asks for the block of the global array each device holds, and the callback cuts it
+from a memory map of the safetensors file. A scanned stack's [num_layers, ...] parameter is
+allocated in its sharding and filled one layer at a time by a jitted in-place update (its buffer
+donated), each layer read from its memory map, converted to the pax_eqx layout and cast to the
+parameter's dtype. No whole-model copy is ever made on the host: beside the parameters themselves
+(their device buffers, which on CPU devices are host memory), the most held at once is one HF
+tensor (and its layout change). benchmarks/hf_import_memory.py measures the peak.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from pax_eqx.hf.safetensors_files import SafetensorsFiles
@@ -29,7 +32,7 @@ def load_params(abstract: Any, shardings: Any, plan: WeightPlan, files: Safetens
     producer = plan.producer()
     names = set(files.names())
 
-    def read_layer(entry, k: int, layer: int | None) -> np.ndarray:
+    def read(entry, k: int, layer: int | None) -> np.ndarray:
         name = entry.hf.format(i=layer) if layer is not None else entry.hf
         return entry.to_pax(files.read(hf_name_in(names, name, family)))[k]
 
@@ -38,13 +41,25 @@ def load_params(abstract: Any, shardings: Any, plan: WeightPlan, files: Safetens
             return None
         entry, k = producer[path_name(path)]
         dtype = np.dtype(leaf.dtype)
-
-        def block(index: tuple[slice, ...]) -> np.ndarray:
-            if not entry.per_layer:
-                return np.asarray(read_layer(entry, k, None)[index], dtype)
-            rows = range(leaf.shape[0])[index[0]]
-            return np.stack([np.asarray(read_layer(entry, k, i)[index[1:]], dtype) for i in rows])
-
-        return jax.make_array_from_callback(tuple(leaf.shape), sharding, block)
+        if not entry.per_layer:  # each device's block straight from the memory map
+            return jax.make_array_from_callback(
+                tuple(leaf.shape), sharding, lambda index: np.asarray(read(entry, k, None)[index], dtype)
+            )
+        # A stacked [num_layers, ...] leaf: allocated in its sharding, then filled a layer at a time
+        # in place (the buffer is donated), so the host holds one layer's tensor, not the stack.
+        stacked = _zeros(tuple(leaf.shape), dtype, sharding)
+        for i in range(leaf.shape[0]):
+            stacked = _set_row(stacked, np.asarray(read(entry, k, i), dtype), np.int32(i))
+        return stacked
 
     return jax.tree_util.tree_map_with_path(build, abstract, shardings, is_leaf=lambda x: x is None)
+
+
+def _zeros(shape: tuple[int, ...], dtype: np.dtype, sharding: Any) -> jax.Array:
+    return jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=sharding)()
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def _set_row(stacked: jax.Array, row: jax.Array, i: jax.Array) -> jax.Array:
+    """stacked[i] = row, in place: the output keeps the input's buffer and sharding."""
+    return jax.lax.dynamic_update_index_in_dim(stacked, row.astype(stacked.dtype), i, axis=0)
