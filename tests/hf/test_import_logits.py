@@ -133,3 +133,13 @@ def test_bfloat16_checkpoints_are_read(tmp_path):
     model, _ = imported_model(src)
     wte = np.asarray(SafetensorsFiles.open(FIXTURES / "gpt2").read("transformer.wte.weight"))
     np.testing.assert_array_equal(np.asarray(model.embedding.w), wte.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def test_a_directory_without_tokenizer_json_is_refused_with_the_fix(tmp_path):
+    from pax_eqx.config import MissingFileError
+
+    src = _copy(tmp_path, "gpt2")
+    (src / "tokenizer.json").unlink()
+    (src / "tokenizer.model").write_bytes(b"spm")
+    with pytest.raises(MissingFileError, match=r"no tokenizer.json \(it has tokenizer.model: .*save_pretrained"):
+        HfSource.open(src)
