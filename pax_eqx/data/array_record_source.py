@@ -55,6 +55,11 @@ from pax_eqx.data.tokenizers import ByteTokenizer, SentencePieceTokenizer, Token
 PACKED = "packed"
 
 
+class PreparedCorpusError(ConfigError):
+    """A prepared directory whose shards are not what its manifest says (cut short, overwritten,
+    replaced): found at start, before anything is written."""
+
+
 class PreparedCorpus:
     """A prepared directory: its manifest and its shard files (checked to exist)."""
 
@@ -74,7 +79,30 @@ class PreparedCorpus:
         """All records of all shards, in shard order (grain's ArrayRecordDataSource)."""
         if self.manifest.num_records == 0:
             raise ConfigError(f"{self.field}={self.directory!r} holds no records; prepare a corpus with documents.")
-        return grain.sources.ArrayRecordDataSource(self.paths)
+        try:
+            source = grain.sources.ArrayRecordDataSource(self.paths)
+        except (RuntimeError, OSError, ValueError) as e:  # a truncated or overwritten shard file
+            raise PreparedCorpusError(f"{self.field}={self.directory!r}: {self._unreadable_shard(e)}") from None
+        if len(source) != self.manifest.num_records:
+            raise PreparedCorpusError(
+                f"{self.field}={self.directory!r}: its shards hold {len(source)} records but its manifest "
+                f"{self.manifest.num_records}: a shard was replaced or cut; copy the whole prepared directory "
+                "again, or prepare it again."
+            )
+        return source
+
+    def _unreadable_shard(self, error: BaseException) -> str:
+        """Which shard file cannot be read, and what to do (the reader's error names no file)."""
+        for path, shard in zip(self.paths, self.manifest.shards):
+            try:
+                records = len(grain.sources.ArrayRecordDataSource([path]))
+            except (RuntimeError, OSError, ValueError) as e:
+                return (f"shard {shard['file']!r} cannot be read ({e}; {os.path.getsize(path):,} bytes): it was cut "
+                        "short or overwritten; copy the whole prepared directory again, or prepare it again.")  # fmt: skip
+            if records != shard["records"]:
+                return (f"shard {shard['file']!r} holds {records} records, its manifest {shard['records']}; copy "
+                        "the whole prepared directory again, or prepare it again.")  # fmt: skip
+        return f"its shards cannot be read ({error}); prepare it again."
 
     def describe(self) -> str:
         m = self.manifest

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -165,3 +166,30 @@ def test_manifest_mismatches_are_refused_with_one_line(prepared, tmp_path):
     refused(data_config(tmp_path), "has no manifest.json.*prepare_data", MissingFileError)
     (tmp_path / "manifest.json").write_text("{}")
     refused(data_config(tmp_path), "not 'pax_eqx.prepared.v1'")
+
+
+def test_a_cut_or_replaced_shard_is_named_in_one_line(prepared, tmp_path):
+    """A truncated shard was a raw `RuntimeError: ArrayRecord file should be at least 64KB big`
+    traceback from the reader, naming no file."""
+    import shutil
+
+    from pax_eqx.data.array_record_source import PreparedCorpusError
+
+    cut = tmp_path / "cut"
+    shutil.copytree(prepared["documents"], cut)
+    shard = sorted(cut.glob("shard-*.array_record"))[-1]
+    os.truncate(shard, 1000)
+    data = data_config(cut)
+    with pytest.raises(
+        PreparedCorpusError, match=rf"shard '{shard.name}' cannot be read .*1,000 bytes.*cut short"
+    ) as e:
+        build_input(data, "train", build_tokenizer(data))
+    assert "\n" not in str(e.value)
+
+    swapped = tmp_path / "swapped"
+    shutil.copytree(prepared["documents"], swapped)
+    first, last = sorted(swapped.glob("shard-*.array_record"))[0], sorted(swapped.glob("shard-*.array_record"))[-1]
+    shutil.copyfile(first, last)  # another shard's records in its place
+    data = data_config(swapped)
+    with pytest.raises(PreparedCorpusError, match="its shards hold .* records but its manifest"):
+        build_input(data, "train", build_tokenizer(data))
