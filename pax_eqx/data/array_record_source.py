@@ -97,11 +97,16 @@ class PreparedCorpus:
             try:
                 records = len(grain.sources.ArrayRecordDataSource([path]))
             except (RuntimeError, OSError, ValueError) as e:
-                return (f"shard {shard['file']!r} cannot be read ({e}; {os.path.getsize(path):,} bytes): it was cut "
-                        "short or overwritten; copy the whole prepared directory again, or prepare it again.")  # fmt: skip
+                size = os.path.getsize(path)
+                return (
+                    f"shard {shard['file']!r} cannot be read ({e}; {size:,} bytes): it was cut short or overwritten; "
+                    "copy the whole prepared directory again, or prepare it again."
+                )
             if records != shard["records"]:
-                return (f"shard {shard['file']!r} holds {records} records, its manifest {shard['records']}; copy "
-                        "the whole prepared directory again, or prepare it again.")  # fmt: skip
+                return (
+                    f"shard {shard['file']!r} holds {records} records, its manifest {shard['records']}; copy the "
+                    "whole prepared directory again, or prepare it again."
+                )
         return f"its shards cannot be read ({error}); prepare it again."
 
     def describe(self) -> str:
