@@ -45,47 +45,45 @@ def main(argv: Sequence[str] | None = None) -> int:
                     type=float,
                     default=None,
                     metavar="GIB",
-                    help="with --dry-run: the memory of one device; exit 1 when the plan does not fit it "
-                    "(with --recommend: default the device kind's)",
+                    help="with --dry-run: GiB per device; exit 1 when the plan does not fit",
                 ),
             ),
             (
                 "--recommend",
                 dict(
                     action="store_true",
-                    help="with --dry-run: search the layouts (mesh ICI x DCN, remat, microbatches, loss chunk) of "
-                    "--dry-run-devices devices, print the five fastest that fit and the command that trains the best",
+                    help="with --dry-run: the five fastest layouts of --dry-run-devices that fit (docs/sharding.md)",
                 ),
             ),
             ("--dry-run-devices", dict(type=int, default=None, metavar="N", help="with --recommend: devices in all")),
             (
                 "--dry-run-device-kind",
                 dict(
+                    detail=True,
                     default=None,
                     choices=sorted(DEVICE_KIND_NAMES),
                     metavar="KIND",
-                    help="with --recommend: the accelerator whose speeds and networks are priced: h100, tpu_v4, "
-                    "tpu_v5e or tpu_v5p (default h100)",
+                    help="with --recommend: h100 (default), tpu_v4, tpu_v5e or tpu_v5p",
                 ),
             ),
             (
                 "--dry-run-devices-per-host",
                 dict(
+                    detail=True,
                     type=int,
                     default=None,
                     metavar="K",
-                    help="with --recommend: devices per host (default the kind's: 8 for h100 and tpu_v5e, 4 for "
-                    "tpu_v4 and tpu_v5p)",
+                    help="with --recommend: devices per host (default: the kind's)",
                 ),
             ),
             (
                 "--dry-run-ici-size",
                 dict(
+                    detail=True,
                     type=int,
                     default=None,
                     metavar="D",
-                    help="with --recommend: devices joined by the fast interconnect, the rest over DCN (default a "
-                    "host on a GPU, NVLink; all devices on a TPU, one slice)",
+                    help="with --recommend: devices on the fast interconnect (default: a GPU host, a TPU slice)",
                 ),
             ),
         ],

@@ -112,8 +112,13 @@ def parse(
         metavar="BOOL",
         help="true: shorthand for --data.source synthetic (rows of the experiment's shapes, no data files)",
     )
+    detailed = []  # extra flags whose help only --help-all shows (`"detail": True` in their kwargs)
     for flag, kwargs in extra:
-        pre.add_argument(flag, **kwargs)
+        kwargs = dict(kwargs)
+        detail = kwargs.pop("detail", False)
+        action = pre.add_argument(flag, **kwargs)
+        if detail:
+            detailed.append(action)
     pre.add_argument(
         "--verbose",
         action="store_true",
@@ -137,7 +142,13 @@ def parse(
         _refuse_other_experiment(default, saved, prog, ns.job_log_dir, rest)
     if ns.help and not ns.help_all:
         width = shutil.get_terminal_size().columns
-        print(pre.format_help())
+        for action in detailed:
+            action.help = argparse.SUPPRESS
+        print(pre.format_help().rstrip("\n"))
+        if detailed:
+            print(f"  {', '.join(a.option_strings[0] for a in detailed)}: see --help-all\n")
+        else:
+            print()
         print(f"experiments (--exp NAME; --help-all describes each):\n{short_help.experiments_line(width)}\n")
         print(short_help.short_help(apply_switches(default, rest)[0] if rest else default, width))
         if python_only_fields(default):

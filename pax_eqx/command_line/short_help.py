@@ -24,10 +24,22 @@ from pax_eqx.config import variant_choices
 
 
 def experiments_line(width: int) -> str:
-    """Every registered experiment's name, comma-separated and wrapped."""
+    """Every registered experiment's name, comma-separated and wrapped; three or more that share
+    their first three words are written once as `prefix_{a, b, c}` (Pax's C4 and LmCloud
+    families are a dozen variants each)."""
     registry.load_entry_points()
-    names = ", ".join(registry.names())
-    return textwrap.fill(names, width, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False)
+    groups: dict[str, list[str]] = {}
+    for name in registry.names():
+        words = name.split("_")
+        groups.setdefault("_".join(words[:3]) if len(words) > 3 else name, []).append(name)
+    shown = []
+    for prefix, members in groups.items():
+        if len(members) < 3:
+            shown += members
+        else:
+            rest = [m[len(prefix) + 1 :] if m != prefix else "" for m in members]
+            shown.append(f"{prefix}_{{{', '.join(rest)}}}")
+    return textwrap.fill(", ".join(shown), width, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False)
 
 
 def _value_text(value: Any) -> str:
