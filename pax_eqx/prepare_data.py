@@ -23,6 +23,7 @@ PROG = "python -m pax_eqx.prepare_data"
 
 def main(argv: Sequence[str] | None = None) -> int:
     from pax_eqx.command_line import cli
+    from pax_eqx.command_line.entry import verbose
 
     args = list(sys.argv[1:] if argv is None else argv)
     if "-h" in args or "--help" in args:  # each flag with its sentence of PrepareConfig's docstring
@@ -43,7 +44,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise cli.fail(
             f"preparing a corpus needs Apache Beam and ArrayRecord ({e}); install them: pip install -e '.[prepare]'."
         ) from None
-    manifest = pipeline.prepare(cfg)
+    if not verbose():  # the workers' own error logs repeat, as tracebacks, the one line printed below
+        logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
+    try:
+        manifest = pipeline.prepare(cfg)
+    except pipeline.PipelineError as e:
+        from pax_eqx.programs.errors import RunError
+
+        raise RunError(f"{e}; rerun the same command (complete shards are kept), or add --verbose for its log.") from e
     print(
         f"{cfg.output_dir}: {len(manifest.shards)} shards, {manifest.num_records} records, "
         f"{manifest.num_documents} documents, {manifest.num_tokens} tokens, layout {manifest.layout}, "

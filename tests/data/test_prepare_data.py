@@ -208,11 +208,31 @@ def test_prepare_flags_refused_with_one_line(tmp_path):
         pipeline.prepare(PrepareConfig(input=str(tmp_path / "missing.jsonl"), output_dir=str(tmp_path / "o")))
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"body": "no text field"}\n')
-    with pytest.raises(ConfigError, match="line 1 has no 'text' field"):
+    with pytest.raises(ConfigError, match=r"line 1 has no 'text' field \(it has \['body'\]\); set --text-key\.$"):
         pipeline.prepare(PrepareConfig(input=str(bad), output_dir=str(tmp_path / "o"), num_workers=1))
+    assert not (tmp_path / "o").exists()  # bad input: the refused run leaves no directory behind
+    # A worker process's error reaches the runner as a RuntimeError with the worker's traceback in
+    # its text: the same one line comes out (it was that traceback, exit 1).
+    not_json = tmp_path / "not_json.jsonl"
+    not_json.write_text('{"text": "fine"}\n{bad json\n')
+    last = error(["--input", str(not_json), "--output-dir", str(tmp_path / "o2"), "--num-workers", "2"])
+    assert last.startswith(f"error: --input: '{not_json}' line 2 is not JSON (") and last.endswith(").")
+    assert not (tmp_path / "o2").exists()
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(ConfigError, match="hold no documents .* nothing was prepared"):
+        pipeline.prepare(PrepareConfig(input=str(tmp_path / "empty.jsonl"), output_dir=str(tmp_path / "o3"),
+                                       num_workers=1))  # fmt: skip
+    assert not (tmp_path / "o3").exists()
+    with pytest.raises(ConfigError, match="--output-dir .* is a file, not a directory"):
+        pipeline.prepare(PrepareConfig(input=str(bad), output_dir=str(bad)))
+    with pytest.raises(ConfigError, match="'FlinkRuner' is not a Beam runner. Did you mean 'FlinkRunner'"):
+        PrepareConfig(input="x", output_dir="y", runner="FlinkRuner").validate()
     # A rerun into the directory with other settings would mix two preparations' shards.
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"text": "a page"}\n')
+    pipeline.prepare(PrepareConfig(input=str(good), output_dir=str(tmp_path / "o4"), num_workers=1, num_shards=2))
     with pytest.raises(ConfigError, match="num_shards differ"):
-        pipeline.prepare(PrepareConfig(input=str(bad), output_dir=str(tmp_path / "o"), num_workers=1, num_shards=3))
+        pipeline.prepare(PrepareConfig(input=str(good), output_dir=str(tmp_path / "o4"), num_workers=1, num_shards=3))
     assert prepare_data.PROG == "python -m pax_eqx.prepare_data"
 
 

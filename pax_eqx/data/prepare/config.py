@@ -8,6 +8,7 @@ shards of two configurations.
 
 from __future__ import annotations
 
+import difflib
 from typing import Literal
 
 from pax_eqx.config import Config, ConfigError, check_number, config
@@ -16,6 +17,8 @@ from pax_eqx.data.tokenizers import ByteTokenizerConfig, TokenizerConfig
 InputFormat = Literal["auto", "jsonl", "parquet", "text", "hf_dataset"]
 Layout = Literal["documents", "rows"]
 DIRECT_RUNNER = "DirectRunner"
+# Beam's runners by the names its --runner takes (a fully qualified class name is taken as it is).
+RUNNERS = (DIRECT_RUNNER, "FlinkRunner", "SparkRunner", "DataflowRunner", "PortableRunner", "PrismRunner")
 
 
 @config
@@ -84,5 +87,12 @@ class PrepareConfig(Config):
             raise ConfigError(
                 f"--seq-len {self.seq_len} would do nothing with --layout documents (the reader packs documents to "
                 "its own data.seq_len); remove it, or use --layout rows."
+            )
+        if "." not in self.runner and self.runner not in RUNNERS:
+            close = difflib.get_close_matches(self.runner, RUNNERS, n=1)
+            hint = f"Did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(
+                f"--runner {self.runner!r} is not a Beam runner. {hint}Use one of {', '.join(RUNNERS)}, or a "
+                "runner's fully qualified class name."
             )
         self.tokenizer.validate()

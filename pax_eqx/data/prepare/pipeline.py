@@ -22,6 +22,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import re
+import shutil
 import sys
 from typing import Any
 
@@ -65,6 +68,26 @@ class TokenizerSpec:
         raise ConfigError(f"--tokenizer {self.kind!r} is not byte, sentencepiece or tokenizer_json.")
 
 
+class PipelineError(RuntimeError):
+    """The pipeline failed for a reason that is not the input's (a worker lost, a runner's error)."""
+
+
+_OUR_ERROR = re.compile(r"(pax_eqx[\w.]*\.\w*Error): (.*?)(?: \[while running '[^']*'\])?$", re.MULTILINE)
+
+
+def pipeline_error(error: BaseException) -> BaseException:
+    """The one-line error for a failed pipeline. A DoFn's ConfigError (a record that is not JSON,
+    a missing --text-key) reaches the caller as the runner's RuntimeError with the worker's
+    traceback in its text: that error's own message is taken back out of it."""
+    if isinstance(error, ConfigError):  # run in this process: Beam only added where it was raised
+        return ConfigError(re.sub(r" \[while running '[^']*'\]$", "", str(error)))
+    ours = _OUR_ERROR.findall(str(error))
+    if ours:
+        return ConfigError(ours[-1][1])
+    last = next((line for line in reversed(str(error).strip().splitlines()) if line.strip()), type(error).__name__)
+    return PipelineError(f"the Beam pipeline failed: {last.strip()}")
+
+
 def _fs() -> type[FileSystems]:
     return FileSystems
 
@@ -79,8 +102,15 @@ def prepare(cfg: PrepareConfig) -> Manifest:
     fs = _fs()
     out = cfg.output_dir
     files = readers.list_inputs(cfg.input, cfg.format)
-    if not fs.exists(out):
-        fs.mkdirs(out)
+    local = "://" not in out
+    if local and os.path.exists(out) and not os.path.isdir(out):
+        raise ConfigError(f"--output-dir {out!r} is a file, not a directory; choose another path.")
+    created = not fs.exists(out)
+    if created:
+        try:
+            fs.mkdirs(out)
+        except OSError as e:
+            raise ConfigError(f"--output-dir {out!r} cannot be created ({e}); choose a writable path.") from None
     _check_or_write_plan(cfg, files)
     if fs.exists(fs.join(out, MANIFEST)):
         _log(f"{out} is already prepared (its {MANIFEST} exists); nothing to do.")
@@ -93,8 +123,21 @@ def prepare(cfg: PrepareConfig) -> Manifest:
         f"{len(files)} input file(s) -> {cfg.num_shards} shard(s) in {out}; {len(done)} complete from an earlier run "
         f"(skipped){f', {removed} half-written file(s) removed' if removed else ''}; runner {cfg.runner}."
     )
-    _run_pipeline(cfg, files, spec, frozenset(done))
+    try:
+        _run_pipeline(cfg, files, spec, frozenset(done))
+    except Exception as e:  # noqa: BLE001 -- a worker's error comes back as the runner's, its text inside
+        error = pipeline_error(e)
+        if isinstance(error, ConfigError) and created and local:
+            shutil.rmtree(out, ignore_errors=True)  # bad input: a refused run leaves no directory behind
+        raise error from None
     manifest = _manifest(cfg, spec)
+    if manifest.num_documents == 0:
+        if created and local:
+            shutil.rmtree(out, ignore_errors=True)  # a refused run leaves nothing behind
+        raise ConfigError(
+            f"--input {cfg.input!r}: its {len(files)} file(s) hold no documents (empty, or no record has text in "
+            f"--text-key {cfg.text_key!r}); nothing was prepared."
+        )
     shards.write_bytes_atomically(fs.join(out, MANIFEST), manifest.to_json().encode())
     _log(
         f"wrote {manifest.num_records} records ({manifest.num_documents} documents, {manifest.num_tokens} tokens) "
