@@ -88,6 +88,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
         ],
     )
+    for flag, value in (
+        ("--dry-run-device-memory-gb", ns.dry_run_device_memory_gb),
+        ("--dry-run-devices", ns.dry_run_devices),
+    ):
+        if value is not None and value <= 0:
+            raise cli.fail(f"{flag} {value:g} is out of range: it must be > 0.")
     recommend_flags = [f for f in _RECOMMEND_ONLY if getattr(ns, f.lstrip("-").replace("-", "_")) not in (None, False)]
     if recommend_flags and not ns.recommend:
         raise cli.fail(f"{recommend_flags[0]} is read only by --recommend: add --dry-run --recommend, or drop it.")

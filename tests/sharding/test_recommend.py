@@ -183,3 +183,25 @@ def test_a_tpu_is_planned_with_xla_attention(capsys):
     assert code == 0 and "attention XLA, with S x S scores" in plan_out
     total = float(re.search(r"total\s+([\d.]+) GiB", plan_out).group(1))
     assert total == pytest.approx(float(ROWS.findall(out)[0][5]), abs=0.06)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dry-run-devices", "0"], "error: --dry-run-devices 0 is out of range: it must be > 0."),
+        (["--dry-run-devices", "8", "--dry-run-device-memory-gb", "0"],
+         "error: --dry-run-device-memory-gb 0 is out of range: it must be > 0."),
+        (["--dry-run-devices", "8", "--dry-run-device-kind", "a100"],
+         "error: argument --dry-run-device-kind: invalid choice: 'a100' (choose from 'h100', 'tpu_v4', 'tpu_v5e', "
+         "'tpu_v5p'); see python -m pax_eqx.train --help."),
+    ],
+)  # fmt: skip
+def test_recommend_flags_out_of_range_are_one_line(args, message, capsys):
+    """`--dry-run-device-kind a100` printed argparse's usage block and a second line; a memory of
+    0 GiB was searched and nothing fit."""
+    from pax_eqx import train
+
+    with pytest.raises(SystemExit) as info:
+        train.main(["--exp", "gpt3_xl", "--dry-run", "--recommend", *args])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [message]
