@@ -7,7 +7,6 @@ OUT (default `plots_compare/`), one PNG per metric, labelled by experiment and j
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +17,7 @@ DESCRIPTION = "Draw a job dir's training curves (DIR/plots/), or lay several run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pax_eqx.plots", description=DESCRIPTION)
+    parser = entry.OneLineParser(prog="python -m pax_eqx.plots", description=DESCRIPTION)
     parser.add_argument("job_dirs", nargs="+", metavar="DIR", help="job dirs (each with a metrics.jsonl)")
     parser.add_argument("--out", type=Path, default=Path("plots_compare"), help="where several runs' overlay goes")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)

@@ -35,7 +35,7 @@ _OURS = ("study.db", "trials", "trials.csv", "best", "plots")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = entry.OneLineParser(
         prog="python -m pax_eqx.tune",
         usage="python -m pax_eqx.tune --exp NAME --study-dir DIR [--num-trials N] [options] "
         "[--section.field VALUE ...]",

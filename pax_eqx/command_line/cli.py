@@ -59,14 +59,6 @@ def fail(message: str, code: int = 2) -> CliError:
     return CliError(code)
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse, with its errors (a bad choice, a value that is not a number) one `error:` line
-    like every other flag error, not the usage block and a second line."""
-
-    def error(self, message: str):
-        raise fail(f"{message}; see {self.prog} --help.")
-
-
 def parse(
     argv: Sequence[str] | None,
     prog: str,
@@ -86,7 +78,7 @@ def parse(
     usage = f"{prog} {'[--exp NAME]' if saved_experiment else '--exp NAME'}"
     usage += " --job-log-dir DIR" if job_dir_required else " [--job-log-dir DIR]"
     usage += "".join(f" [{flag}{' ' + _metavar(flag, kw) if _takes_value(kw) else ''}]" for flag, kw in extra)
-    pre = _OneLineParser(
+    pre = entry.OneLineParser(
         prog=prog,
         usage=usage + " [--verbose] [--section.field VALUE ...]",
         description=description,

@@ -36,6 +36,7 @@ can only be an instance of a class whose module is imported.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
@@ -43,7 +44,7 @@ import traceback
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pax_eqx.command_line.host_memory import retain_freed_pages
 
@@ -117,6 +118,15 @@ def _is(error: BaseException, pairs: tuple[tuple[str, str], ...]) -> bool:
         if cls is not None and isinstance(error, cls):
             return True
     return False
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with its errors (a bad choice, a value that is not a number, a missing value)
+    one `error:` line like every other flag error, not the usage block and a second line."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message}; see {self.prog} --help.", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def run(main: Callable[[], int]) -> None:
