@@ -11,7 +11,6 @@ could not say what it is.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ DESCRIPTION = (
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m pax_eqx.export_hf", description=DESCRIPTION)
+    parser = entry.OneLineParser(prog="python -m pax_eqx.export_hf", description=DESCRIPTION)
     parser.add_argument("--job-log-dir", "--job_log_dir", dest="job_log_dir", required=True, metavar="DIR")
     parser.add_argument("--out", required=True, metavar="OUT", help="the directory to write (new or empty)")
     parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16", "float16"))

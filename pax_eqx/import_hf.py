@@ -24,7 +24,6 @@ touched.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,7 +39,7 @@ DESCRIPTION = (
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m pax_eqx.import_hf", description=DESCRIPTION)
+    parser = entry.OneLineParser(prog="python -m pax_eqx.import_hf", description=DESCRIPTION)
     parser.add_argument("src", metavar="SRC", help="a local Hugging Face model directory")
     parser.add_argument("--job-log-dir", "--job_log_dir", dest="job_log_dir", required=True, metavar="DIR")
     ns, rest = parser.parse_known_args(argv)
