@@ -72,6 +72,8 @@ def export(job_dir: Path, out: Path, dtype: str = "bfloat16", step: int | None =
             f"the model of {str(path / 'config.json')!r} is no longer the one {str(source)!r} describes (a size or "
             "option changed after the import); export_hf writes the imported architecture only."
         )
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {str(out)!r} is a file, not a directory; choose a new directory.")
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {str(out)!r} is not empty; choose a new directory.")
     exp.validate(num_devices=jax.device_count())

@@ -24,6 +24,7 @@ touched.
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,10 +62,9 @@ def _write(source, exp, job_dir: Path) -> int:
     import jax
 
     from pax_eqx.checkpoint import Checkpointer
-    from pax_eqx.hf.state import state_with_params
     from pax_eqx.import_pax import _refuse_used_job_dir
     from pax_eqx.programs.compiled import Programs
-    from pax_eqx.programs.job_dir import exclusive, prepare, write_config
+    from pax_eqx.programs.job_dir import prepare
     from pax_eqx.programs.runtime import build_task
     from pax_eqx.sharding.distributed import initialize
     from pax_eqx.sharding.mesh import build_mesh
@@ -75,7 +75,24 @@ def _write(source, exp, job_dir: Path) -> int:
     programs = Programs(build_task(exp), build_mesh(exp.mesh), exp.mesh.rules)
     abstract = programs.abstract_state.params
     source.plan(exp.model, _names(abstract))  # tensors that do not fit: before DIR is touched
+    created = not job_dir.exists()
     path = prepare(job_dir)
+    try:
+        return _import_into(source, exp, path, programs, abstract)
+    except BaseException:
+        if created and jax.process_index() == 0 and not (path / "config.json").exists():
+            shutil.rmtree(path, ignore_errors=True)  # a failed import leaves no half-written job dir
+        raise
+
+
+def _import_into(source, exp, path: Path, programs, abstract) -> int:
+    import jax
+
+    from pax_eqx.checkpoint import Checkpointer
+    from pax_eqx.hf.state import state_with_params
+    from pax_eqx.import_pax import _refuse_used_job_dir
+    from pax_eqx.programs.job_dir import exclusive, write_config
+
     with exclusive(path, lock=jax.process_index() == 0):
         _refuse_used_job_dir(Checkpointer(path / "checkpoints", read_only=True), path)
         if jax.process_index() == 0:

@@ -62,6 +62,7 @@ def read_header(file: Path) -> dict[str, TensorEntry]:
     except (OSError, ValueError, struct.error) as e:
         raise HfCheckpointError(f"{str(file)!r} is not a safetensors file ({e}).") from None
     start = 8 + length
+    size = os.path.getsize(file)
     out = {}
     for name, info in header.items():
         if name == "__metadata__":
@@ -70,7 +71,12 @@ def read_header(file: Path) -> dict[str, TensorEntry]:
             raise HfCheckpointError(
                 f"{str(file)!r}: tensor {name!r} has dtype {info['dtype']}, which is not supported."
             )
-        begin, _ = info["data_offsets"]
+        begin, end = info["data_offsets"]
+        if start + end > size:  # an interrupted download or copy: the memory map would fail mid-import
+            raise HfCheckpointError(
+                f"{str(file)!r} is cut short: tensor {name!r} ends at byte {start + end:,} of a {size:,}-byte file; "
+                "download or copy it again."
+            )
         out[name] = TensorEntry(file, np.dtype(DTYPES[info["dtype"]]), tuple(info["shape"]), start + begin)
     return out
 

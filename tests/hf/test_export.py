@@ -59,6 +59,8 @@ def test_export_refusals_name_the_problem(qwen_job, tmp_path):
     (busy / "x").write_text("x")
     with pytest.raises(ConfigError, match="is not empty"):
         export_hf.export(qwen_job, busy)
+    with pytest.raises(ConfigError, match="is a file, not a directory"):  # it was a NotADirectoryError traceback
+        export_hf.export(qwen_job, busy / "x")
 
 
 def test_transformers_loads_the_export(qwen_job, tmp_path):

@@ -62,3 +62,23 @@ def test_a_refused_import_writes_nothing(tmp_path):
     with pytest.raises(HfConfigError, match="n_ctx=32: it differs from n_positions=64"):
         import_hf.main([str(src), "--job-log-dir", str(job)])
     assert not job.exists()
+
+
+def test_a_safetensors_file_cut_short_is_named_and_the_job_dir_is_not_left_behind(tmp_path):
+    """An interrupted download: it was numpy's `ValueError: mmap length is greater than file size`
+    traceback in the middle of the import, and a half-written job dir."""
+    import os
+    import shutil
+
+    import pytest
+
+    from pax_eqx import import_hf
+    from pax_eqx.hf.safetensors_files import HfCheckpointError
+
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "llama", src)
+    os.truncate(src / "model.safetensors", 5000)
+    job = tmp_path / "job"
+    with pytest.raises(HfCheckpointError, match=r"model.safetensors' is cut short: tensor .* of a 5,000-byte file"):
+        import_hf.main([str(src), "--job-log-dir", str(job)])
+    assert not job.exists()
