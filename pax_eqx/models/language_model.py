@@ -100,6 +100,7 @@ class LanguageModelConfig(ModelConfig):
 
     decodes: ClassVar[bool] = True
     per_example_keys: ClassVar[tuple[str, ...]] = ("labels", "token_weights", "weight")
+    prices_step_time: ClassVar[bool] = True
 
     vocab_size: int = 0
     max_seq_len: int = 0

@@ -134,12 +134,15 @@ class ModelConfig(Config):
     decodes: ClassVar[bool] = False
     """True when the built model can decode (`Model.incremental_decoder`)."""
     decodes_inputs: ClassVar[bool] = False
-    # True: decode maps each example to a record (Model.decode_examples), e.g. a classifier.
-    decodes_examples: ClassVar[bool] = False
-    # The keys Model.per_example_outputs gives (what score metrics of data.eval.metrics can read).
-    per_example_keys: ClassVar[tuple[str, ...]] = ()
     """True when decoding maps inputs to outputs (an encoder-decoder): with no prompt, the
     decode program reads eval examples' inputs and shows their targets."""
+    decodes_examples: ClassVar[bool] = False
+    """True when decode maps each example to a record (Model.decode_examples), e.g. a classifier."""
+    per_example_keys: ClassVar[tuple[str, ...]] = ()
+    """The keys Model.per_example_outputs gives (what score metrics of data.eval.metrics can read)."""
+    prices_step_time: ClassVar[bool] = False
+    """True when `--dry-run --recommend` can price the model's step (programs/recommend.py reads a
+    decoder-only transformer's block, layers, heads and vocabulary)."""
 
     def validate(self) -> None:
         """Every check of this config's own fields (ConfigError names the field); the default

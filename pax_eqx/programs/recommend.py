@@ -179,7 +179,7 @@ def recommend(
             f"--dry-run-ici-size {ici} does not divide --dry-run-devices {num_devices}: the devices are whole ICI "
             f"domains (hosts on a GPU, slices on a TPU); use a divisor of {num_devices}."
         )
-    if not isinstance(exp.model, LanguageModelConfig):
+    if not exp.model.prices_step_time:
         raise ConfigError(
             f"--recommend prices a language model's step (its time and activation model); the model of "
             f"{exp.name} is a {type(exp.model).__name__}; plan its layouts with --dry-run and --mesh flags."

@@ -165,9 +165,8 @@ def requeue(study: optuna.Study, trial: FrozenTrial, kills: int = 0) -> None:
     """Enqueues `trial`'s params again, in its job dir: the new trial resumes its checkpoint.
     kills: how many times in a row the trial's trainer was killed (see MAX_KILLS)."""
     job_dir = trial.user_attrs.get("job_dir", _job_dir(trial.number))
-    study.enqueue_trial(
-        dict(trial.params), user_attrs={"resumes_trial": trial.number, "job_dir": job_dir, "kills": kills}
-    )
+    attrs = {"resumes_trial": trial.number, "job_dir": job_dir} | ({"kills": kills} if kills else {})
+    study.enqueue_trial(dict(trial.params), user_attrs=attrs)
 
 
 def _job_dir(number: int) -> str:
