@@ -181,14 +181,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _refuse_inert_tuner_flags(ns: argparse.Namespace, argv: list[str], cli) -> None:
     """A tuner flag its sampler or pruner does not read is refused, as an experiment's flag is."""
     given = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
+    median = "--pruner median"
     inert = {
-        "--pruner-startup-trials": ns.pruner != "median" and f"--pruner {ns.pruner} has no startup trials",
-        "--pruner-warmup-steps": ns.pruner != "median" and f"--pruner {ns.pruner} has no warmup steps",
-        "--seed": ns.sampler == "grid" and "--sampler grid runs every combination in order and draws nothing",
-    }
-    for flag, why in inert.items():
-        if why and flag in given:
-            raise cli.fail(f"{flag} would do nothing: {why}. Drop {flag}, or use --pruner median / another sampler.")
+        "--pruner-startup-trials": (ns.pruner != "median", f"--pruner {ns.pruner} has no startup trials", median),
+        "--pruner-warmup-steps": (ns.pruner != "median", f"--pruner {ns.pruner} has no warmup steps", median),
+        "--seed": (ns.sampler == "grid", "--sampler grid runs every combination in order and draws nothing",
+                   "--sampler tpe or random"),
+    }  # fmt: skip
+    for flag, (unread, why, reader) in inert.items():
+        if unread and flag in given:
+            raise cli.fail(f"{flag} would do nothing: {why}. Drop {flag}, or use {reader}.")
 
 
 def _without_exp(args: list[str]) -> list[str]:

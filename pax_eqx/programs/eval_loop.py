@@ -41,11 +41,11 @@ def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = Non
     cfg = rt.exp.data.eval
     source = rt.input("eval")
     num_batches = eval_num_batches(cfg)
+    step = int(jax.device_get(state.step))
     if cfg.reset_for_eval:
         source.reset()
     else:  # a rolling window: where it starts, for `eval` on this step's checkpoint to read it again
-        step_now = int(jax.device_get(state.step))
-        rt.last_eval_window = {"state": source.get_state(), "first": rt.eval_batches_read + 1, "step": step_now}
+        rt.last_eval_window = {"state": source.get_state(), "first": rt.eval_batches_read + 1, "step": step}
     unfed = rt.exp.unfed_metrics()  # an experiment's own metric another model cannot feed: skipped
     kinds = {name: resolve(name).kind for name in cfg.metrics if name not in unfed}
     score_names = [n for n, kind in kinds.items() if kind == "scores"]
@@ -93,7 +93,6 @@ def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = Non
     which = which_batches(cfg, rt.eval_batches_read, count)
     rt.eval_batches_read += count
     job_dir = (rt.job_dir if files_dir is None else files_dir) if jax.process_index() == 0 else None
-    step = int(jax.device_get(state.step))
     if score_names:
         rows = eval_metrics.real_rows(per_example)
         result.update(eval_metrics.score(score_names, rows, merged, EvalContext(rt.tokenizer, job_dir, step)))
