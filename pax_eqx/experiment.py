@@ -21,6 +21,7 @@ from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.config import SEED_MAX, Config, ConfigError, check_range, config
 from pax_eqx.data import DataConfig
 from pax_eqx.learners import LearnerConfig
+from pax_eqx.learners.lora_config import LoraConfig
 from pax_eqx.models.decoding import SampleConfig, check_utf8
 from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.models.model import ModelConfig
@@ -189,6 +190,7 @@ class ExperimentConfig(Config):
     mesh: the device mesh (data, fsdp, tensor), ICI x DCN, and the sharding rules.
     decode: what decode and the end of training print.
     profile: JAX profiler traces and XLA's profile-guided latency estimation.
+    lora: low-rank adapters on chosen weights of a trained base, which stays frozen (off by default).
     """
 
     name: str = ""
@@ -201,6 +203,7 @@ class ExperimentConfig(Config):
     mesh: MeshConfig = MeshConfig()
     decode: DecodeConfig = DecodeConfig()
     profile: ProfileConfig = ProfileConfig()
+    lora: LoraConfig = LoraConfig()
 
     def unfed_metrics(self) -> dict[str, str]:
         """{metric: why} for the eval metrics this model or data cannot feed (metric_fns.unfeedable):
@@ -252,6 +255,7 @@ class ExperimentConfig(Config):
         self.checkpoint.validate()
         self.decode.validate(modes=False)  # the decode program checks what its mode reads
         self.profile.validate()
+        self.lora.validate()
         self.mesh.validate(num_devices)
         backend = jax.default_backend() if num_devices is not None else "gpu"  # devices known: the run's
         if self.profile.auto_pgle and backend != "gpu":

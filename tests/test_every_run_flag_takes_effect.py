@@ -52,7 +52,7 @@ from pax_eqx.programs.seq2seq_decoding import decodes_examples, print_seq2seq
 from pax_eqx.programs.train_loop import train
 
 BASE = "shakespeare_char"
-SECTIONS = ("data", "task", "mesh", "decode", "train", "checkpoint", "profile")
+SECTIONS = ("data", "task", "mesh", "decode", "train", "checkpoint", "profile", "lora")
 
 NO_EFFECT_HERE = {
     "train.steps_per_loop": "how many steps one compiled call runs: the same run, fewer dispatches "
@@ -264,6 +264,7 @@ OBSERVABLES = {
     "train": run_observable,
     "checkpoint": run_observable,
     "profile": run_observable,
+    "lora": run_observable,
 }
 
 

@@ -19,6 +19,7 @@ from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.layers.base import DEFAULT_SUMMARY_VERBOSITY, LAYER_STATISTICS_VERBOSITY
 from pax_eqx.programs.compiled import Programs
 from pax_eqx.sharding.mesh import build_mesh
+from pax_eqx.tasks.lora_task import LoraTask
 from pax_eqx.tasks.task import Task
 
 
@@ -28,6 +29,10 @@ def build_task(exp: ExperimentConfig) -> Task:
     experiment becomes a Task."""
     verbosity = LAYER_STATISTICS_VERBOSITY if exp.train.layer_summaries else DEFAULT_SUMMARY_VERBOSITY
     per_example = bool(exp.data.eval.metrics)
+    if exp.lora.enabled:
+        return LoraTask(
+            exp.model, exp.resolved_learner(), exp.lora, exp.task, exp.train.fprop_dtype, verbosity, per_example
+        )
     return Task(exp.model, exp.resolved_learner(), exp.task, exp.train.fprop_dtype, verbosity, per_example)
 
 
