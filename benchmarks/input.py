@@ -1,5 +1,6 @@
-"""`python -m benchmarks.input [--docs N] [--workers 0 1 2] [--beam-workers 1 2] [--seconds S]
-[--mfu 0.482] [--gpus-per-host 8] [--vocab-size 4000]`
+"""`python -m benchmarks.input [--part all|corpus|images] [--docs N] [--workers 0 1 2]
+[--beam-workers 1 2] [--seconds S] [--mfu 0.482] [--gpus-per-host 8] [--vocab-size 4000]
+[--images 256] [--resnet50-images-per-s 5538]`
 
 Is the input pipeline ever the bottleneck? Three numbers, measured on this machine:
 
@@ -15,6 +16,12 @@ Is the input pipeline ever the bottleneck? Three numbers, measured on this machi
    the recorded one, docs/performance.md), from PaLM's FLOPs per token of its real parameter
    count (benchmarks/flops.py), times --gpus-per-host. Cores per host = that / the tokens/s of
    one core (2, in this process).
+4. Images (`--data.source imagenet_folder`, imagenet_resnet50's training input): images/s of
+   JPEGs decoded, Inception-cropped to 224, flipped and normalised, in this process (one core)
+   and with N grain workers, beside what ResNet-50 eats: --resnet50-images-per-s per H100 (the
+   measured 5,538, bf16, batch 256, docs/performance.md) times --gpus-per-host. The JPEGs are
+   --images files of ImageNet's typical 500 x 375, smooth random content plus noise at quality
+   90 (about ImageNet's ~110 KB a file), written here with Pillow.
 
 Prints a table and, last, one JSON object with every number.
 """
@@ -107,6 +114,45 @@ def loader_throughput(prepared: Path, workers: int, seconds: float, vocab_size: 
     return {"grain_workers": workers, "batches": batches, "tokens_per_s": tokens / wall, "batch_shape": shape}
 
 
+def write_jpegs(root: Path, num: int, classes: int = 4) -> None:
+    """`num` 500 x 375 JPEGs in root/train/<class>/ (module doc): a coarse random image
+    upsampled (smooth regions and edges, as photos have) plus pixel noise, quality 90."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for i in range(num):
+        folder = root / "train" / f"n{i % classes:08d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        coarse = Image.fromarray(rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)).resize((500, 375), Image.BICUBIC)
+        pixels = np.asarray(coarse, np.int16) + rng.integers(-12, 13, (375, 500, 3))
+        Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(folder / f"{i:06d}.JPEG", quality=90)
+
+
+def image_loader_throughput(root: Path, workers: int, seconds: float) -> dict[str, Any]:
+    """imagenet_resnet50's training input (batch 64) on the JPEGs at `root`: images/s."""
+    from pax_eqx.command_line import registry
+    from pax_eqx.data import build_input
+    from pax_eqx.data.tokenizers import ByteTokenizer
+
+    exp = registry.load_experiment("imagenet_resnet50")
+    train = exp.data.train.replace(batch_size=64, num_infeed_hosts=1, infeed_host_index=0, num_workers=workers)
+    data = exp.data.replace(path=str(root), train=train)
+    data.validate()
+    inp = build_input(data, "train", ByteTokenizer())
+    for _ in range(2):  # warm up: workers started, buffers filled
+        inp.get_next()
+    batches, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        batch = inp.get_next()
+        batches += 1
+    wall = time.perf_counter() - start
+    inp.close()
+    shape = batch["inputs"].shape
+    return {"grain_workers": workers, "batches": batches, "images_per_s": batches * shape[0] / wall,
+            "batch_shape": shape}  # fmt: skip
+
+
 def gpt3_xl_consumption(mfu: float, gpus_per_host: int) -> dict[str, Any]:
     """Tokens/s of gpt3_xl's train step on one H100 at `mfu`, from its real parameter count."""
     from pax_eqx.command_line import registry
@@ -140,7 +186,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--mfu", type=float, default=0.482, help="gpt3_xl's MFU on one H100 (default: recorded 48.2%%)")
     parser.add_argument("--gpus-per-host", type=int, default=8)
     parser.add_argument("--vocab-size", type=int, default=4000, help="SentencePiece vocabulary of the corpus")
+    parser.add_argument("--part", choices=("all", "corpus", "images"), default="all", help="what to measure")
+    parser.add_argument("--images", type=int, default=256, help="JPEG files for the image loader (default 256)")
+    parser.add_argument("--resnet50-images-per-s", type=float, default=5538.0, help="ResNet-50 on one H100")
     args = parser.parse_args(argv)
+    if args.part == "images":
+        return images_main(args)
 
     from pax_eqx.data.tokenizers import SentencePieceConfig
 
@@ -196,7 +247,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Cores per host so the loader is never the bottleneck: {cores} "
         f"({need['tokens_per_s_per_host']:,.0f} / {per_core:,.0f} tokens/s per core)."
     )
-    print(json.dumps({"preparation": prep, "loading": load, "gpt3_xl": need, "cores_per_host": cores}, default=str))
+    result = {"preparation": prep, "loading": load, "gpt3_xl": need, "cores_per_host": cores}
+    if args.part == "all":
+        print()
+        result["images"] = images_main(args, print_json=False)
+    print(json.dumps(result, default=str))
+    return 0
+
+
+def images_main(args: argparse.Namespace, print_json: bool = True):
+    """Part 4 (module doc): prints its table; returns 0 after printing its JSON, or its numbers."""
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    with tempfile.TemporaryDirectory() as tmp:
+        log(f"writing {args.images} JPEGs of 500 x 375 ...")
+        write_jpegs(Path(tmp), args.images)
+        size = sum(f.stat().st_size for f in Path(tmp).rglob("*.JPEG")) / args.images
+        load = []
+        for w in args.workers:
+            log(f"loading imagenet_resnet50 batches with {w} grain worker(s) for {args.seconds:.0f} s ...")
+            load.append(image_loader_throughput(Path(tmp), w, args.seconds))
+    per_core = next((r["images_per_s"] for r in load if r["grain_workers"] == 0), load[0]["images_per_s"])
+    need = args.resnet50_images_per_s * args.gpus_per_host
+    cores = math.ceil(need / per_core)
+    print(f"ImageNet JPEGs ({args.images} files of 500 x 375, {size / 1e3:.0f} KB each) on {os.cpu_count()} CPU cores:")
+    print("decoded, Inception-cropped to 224 x 224, flipped, normalised (imagenet_resnet50's training input, batch 64)")
+    print("| grain workers | batches | images/s |")
+    print("|---:|---:|---:|")
+    for r in load:
+        label = "0 (in this process)" if r["grain_workers"] == 0 else str(r["grain_workers"])
+        print(f"| {label} | {r['batches']} | {r['images_per_s']:,.0f} |")
+    print(
+        f"ResNet-50 eats {args.resnet50_images_per_s:,.0f} images/s per H100, {need:,.0f} per host of "
+        f"{args.gpus_per_host}. Cores per host so the loader is never the bottleneck: {cores} ({need:,.0f} / "
+        f"{per_core:,.0f} images/s per core)."
+    )
+    result = {"jpeg_bytes": size, "loading": load, "images_per_s_per_host": need, "cores_per_host": cores}
+    if not print_json:
+        return result
+    print(json.dumps({"images": result}, default=str))
     return 0
 
 

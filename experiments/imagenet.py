@@ -26,21 +26,25 @@ here `imagenet_resnet50`. Every number below is a constant of `PAX` with its lin
       our rules shard conv_out (and BatchNorm/softmax dims) over fsdp, ZeRO-3 style -- the same
       math; `--mesh.ici-mesh-shape 8 1 1` replicates the weights as Pax does.
 
-Data. Pax reads ImageNet TFRecords. Here the experiment reads a folder of images
-(`data.source="image_folder"`): `--data.path /data/imagenet/train --data.eval-path
-/data/imagenet/val`, laid out `<split>/<class_name>/*.JPEG|png` (the 1000 synset folders sort to
-Pax's label ids 0..999) and resized to 224x224 beforehand. Without `--data.path` a run stops
+Data. Pax reads ImageNet TFRecords of the encoded JPEGs and crops them as it decodes. Here the
+experiment reads the JPEGs themselves (`data.source="imagenet_folder"`, pax_eqx/data/imagenet_source.py):
+`--data.path /data/imagenet`, laid out `train/<wnid>/*.JPEG` and `val/<wnid>/*.JPEG` (the 1000
+synset folders sort to Pax's label ids 0..999), any size, decoded in grain's workers
+(`--data.train.num-workers N`); `--data.source imagenet_array_record` reads the same bytes from
+ArrayRecord shards (python -m pax_eqx.data.image_records). Without `--data.path` a run stops
 before writing anything, with an error naming data.path (as the C4 experiments do); `--dry-run`
 plans without data. `--data.source synthetic_images` trains on random 224x224x3 images (label 0)
 for speed, no files needed.
 
 What cannot be expressed exactly (nearest chosen):
 
-- Preprocessing: Pax's training crop is Inception's random-resized crop (area 8-100%, aspect
-  3/4-4/3, bicubic resize to 224) and its eval crop the central 87.5% resized to 224; pax_eqx's
-  image inputs read fixed-size images, so resize/crop offline; training keeps Pax's random
-  horizontal flip. Pax feeds pixels as 0..255 with no mean/std normalisation: the augment
-  "normalisation" (x - 0) / (1/255) scales our 0..1 pixels back to 0..255.
+- Preprocessing is Pax's: Inception's random-resized crop (area 8-100%, aspect 3/4-4/3, 10
+  tries then the central crop, bicubic resize to 224) and a random horizontal flip for training,
+  the central 224/256 of the shorter side resized to 224 for eval (TF's CROP_PADDING = 32). Two
+  nearest choices: the aspect ratio is drawn log-uniformly (TF draws it uniformly), and the
+  resize is Pillow's bicubic filter, which smooths when it shrinks (TF's does not). Pax feeds
+  pixels as 0..255 with no mean/std normalisation: the augment "normalisation" (x - 0) / (1/255)
+  scales our 0..1 pixels back to 0..255.
 - dtype: the class docstring says Pax "uses bfloat16", but nothing in the experiment sets an
   fprop dtype, so Praxis' float32 default is what it runs; float32 here too.
 - Eval: every epoch on the whole eval split (data.eval.reset_for_eval); Pax's decode interval
@@ -139,7 +143,7 @@ def imagenet_resnet50() -> ExperimentConfig:
         ),
         learner=resnet50_learner(),
         data=DataConfig(
-            source="image_folder",
+            source="imagenet_folder",
             image_shape=(size, size, channels),
             augment=AugmentConfig(horizontal_flip=True, mean=(0.0,) * channels, std=(1.0 / 255.0,) * channels),
             train=InputConfig(batch_size=PAX["TRAIN_BATCH_SIZE"]),

@@ -43,6 +43,10 @@ SHRINK = ["--train.num-steps", "2", "--train.no-sample-at-end"]
 TIMEOUT_S = 600
 
 DRY_RUN = {
+    "python -m pax_eqx.train --exp imagenet_resnet50 --data.path /data/imagenet --data.train.num-workers 16 "
+    "--job-log-dir runs/rn50": "ImageNet is not here (tests/data/test_imagenet_source.py reads tiny JPEGs)",
+    "python -m pax_eqx.train --exp imagenet_resnet50 --data.source imagenet_array_record --data.path "
+    "/data/imagenet_ar --data.train.num-workers 16 --job-log-dir runs/rn50": "ImageNet is not here",
     "python -m pax_eqx.train --exp lm_cloud_spmd_2b_limit_steps --job-log-dir runs/2b": "2.1B parameters: a GPU's job",
     "python -m pax_eqx.train --exp lm_cloud_spmd_2b --job-log-dir runs/2b "
     "--mesh.ici-mesh-shape 1 1 1 --data.train.batch-size 8 --data.eval.batch-size 8": "2.1B parameters on one GPU",
@@ -103,6 +107,8 @@ _HF = "the model directory is not on this machine; tests/hf/test_import_cli.py r
 _HF += "tiny fixture model, tests/hf/test_export.py the export"
 NOT_RUN = {
     "python -m pytest -n 2": "the test suite itself",
+    "python -m pax_eqx.data.image_records --input /data/imagenet --output /data/imagenet_ar --num-shards 1024 "
+    "--val-num-shards 64": "ImageNet is not here; tests/data/test_imagenet_source.py writes shards of tiny JPEGs",
     # docs/fine_tune.md: an open model downloaded beforehand
     "python -m pax_eqx.import_hf ~/models/Llama-3.2-1B --job-log-dir runs/llama --data.source jsonl --data.path "
     "my_data.jsonl --data.seq-len 512 --learner.optimizer adamw --learner.learning-rate 1e-5": _HF,

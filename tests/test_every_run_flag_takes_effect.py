@@ -405,11 +405,12 @@ def _tiny_data(exp: ExperimentConfig) -> ExperimentConfig:
 @functools.cache
 def _data_configs() -> dict[str, ExperimentConfig]:
     """{the first experiment's name: its tiny data} for each distinct data config of the registered
-    experiments; the image-folder ones need a tree of image files, which tests/data covers."""
+    experiments; the image-folder ones need a tree of image files, which tests/data covers
+    (imagenet_resnet50's: tests/data/test_imagenet_source.py walks its data flags)."""
     found: dict[Any, tuple[str, ExperimentConfig]] = {}
     for name in registry.names():
         exp = registry.load_experiment(name)
-        if exp.data.source == "image_folder":
+        if exp.data.source in ("image_folder", "imagenet_folder"):
             continue
         tiny = _tiny_data(exp)
         found.setdefault(tiny.data, (name, tiny))

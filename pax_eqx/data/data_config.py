@@ -28,6 +28,11 @@ Sources (`source`):
   image_folder a folder `path`/<class_name>/*.png|jpg|jpeg (Pillow); eval as images_npz.
   synthetic_images  `num_synthetic_examples` random images of `image_shape` per split, label 0
                (images.py): an image model's shapes without a dataset, for speed and plumbing.
+  imagenet_folder  ImageNet's JPEGs at `path`/train/<wnid>/ and `path`/val/<wnid>/, any size,
+               decoded when read, Inception-cropped (train) or centre-cropped (eval) to
+               `image_shape` (imagenet_source.py).
+  imagenet_array_record  the same files as ArrayRecord shards of their bytes at `path`/train/ and
+               `path`/val/ (written by python -m pax_eqx.data.image_records), read the same way.
 
 Image sources yield inputs [B, H, W, C] float32, labels [B], weights [B]; `augment` crops and
 flips training batches and normalises both splits (augment.py).
@@ -51,7 +56,16 @@ from typing import Literal, NamedTuple
 import grain
 
 from pax_eqx.config import Config, ConfigError, check_range, config
-from pax_eqx.data import array_record_source, digits, images, lm_examples, seq2seq_examples, shakespeare, sources
+from pax_eqx.data import (
+    array_record_source,
+    digits,
+    imagenet_source,
+    images,
+    lm_examples,
+    seq2seq_examples,
+    shakespeare,
+    sources,
+)
 from pax_eqx.data.augment import AugmentConfig
 from pax_eqx.data.host_sharding import (
     HostShard,
@@ -87,8 +101,11 @@ Source = Literal[
     "images_npz",
     "image_folder",
     "synthetic_images",
+    "imagenet_folder",
+    "imagenet_array_record",
 ]
 _FILE_SOURCES = ("text_files", "jsonl", "array_record", "seq2seq_jsonl", "images_npz", "image_folder")  # data.path
+_FILE_SOURCES += imagenet_source.SOURCES  # data.path is the root of train/ and val/
 _TEXT_SOURCES = ("shakespeare", "text_files", "jsonl")  # documents: the LM and span-corruption layouts
 _TRAINABLE_SOURCES = _TEXT_SOURCES + ("seq2seq_jsonl",)  # text a SentencePiece model can train on
 _ID_SOURCES = ("synthetic", "random")  # token ids without text: nothing to train a tokenizer on
@@ -174,6 +191,12 @@ class DataConfig(Config):
             inert["mixture_weights"] = "data.path names one prepared directory; weights mix several (comma-separated)"
         if self.eval_path and source in _FILE_SOURCES:
             inert["eval_fraction"] = "data.eval_path is the eval split, so no fraction is held out"
+        if source in imagenet_source.SOURCES:
+            inert["eval_path"] = inert["eval_fraction"] = f"data.source={source!r} evaluates on data.path/val"
+            inert["augment.crop_padding"] = (
+                f"data.source={source!r} crops with Inception's random-resized crop (train) and the central crop "
+                "(eval); crop_padding is the padded crop of pre-resized images"
+            )
         if source in images.IMAGE_SOURCES + ("digits",):
             inert["seq_len"] = f"data.source={source!r} yields fixed-size examples, not token rows"
             inert["tokenizer"] = f"data.source={source!r} has no text or tokens"
@@ -212,6 +235,7 @@ class DataConfig(Config):
                 or (self.source in _TEXT_SOURCES and self.layout == "span_corruption")
                 or (split == "train" and self.source in _TEXT_SOURCES and self.layout == "stream")
                 or (split == "train" and self.source in images.IMAGE_SOURCES and augments)
+                or (split == "train" and self.source in imagenet_source.SOURCES)  # the random-resized crop
             )
             if not reads_seed:
                 inert[f"{split}.input_random_seed"] = (
@@ -358,7 +382,9 @@ class DataConfig(Config):
             images.check_image_shape_field(self.image_shape)
             check_range(self, "image_shape", gt=0, prefix="data")
             self.augment.check_image_shape(tuple(self.image_shape), self.source)
-        if self.source in ("digits_images", "synthetic_images"):
+        if self.source in imagenet_source.SOURCES:
+            imagenet_source.validate(self, files)
+        elif self.source in ("digits_images", "synthetic_images"):
             for name in ("path", "eval_path"):
                 if getattr(self, name):
                     reads = (
@@ -471,6 +497,9 @@ def build_input(
         if inp.tokenizer is not None:
             check_same_tokenizer({"experiment": tokenizer, f"data.custom_input ({split})": inp.tokenizer})
         return inp
+    if data.source in imagenet_source.SOURCES:
+        data._validate_images()
+        return imagenet_source.imagenet_input(data, split, shard)
     if data.source in images.IMAGE_SOURCES:
         data._validate_images()
         examples = images.split_examples(data, split)

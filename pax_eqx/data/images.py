@@ -28,6 +28,9 @@ Sources (`data.source`):
   them, whatever its class count). For speed and plumbing (ImageNet's shapes without ImageNet),
   not learning. A separate source rather than `synthetic` (the LM source): that one yields
   token rows of `data.seq_len`; the name in config.json says which one a model gets.
+- `imagenet_folder`, `imagenet_array_record`: ImageNet's JPEGs of any size, decoded when read
+  and cropped as Pax's ImageNet input crops them (imagenet_source.py: Inception's random-resized
+  crop and a flip for training, the central crop for eval, to `data.image_shape`).
 - in memory: `array_image_examples(images, labels)` and `held_out_indices` for a
   `data.custom_input` function; `image_input` batches them like the sources above.
 
@@ -44,7 +47,7 @@ import grain
 import numpy as np
 
 from pax_eqx.config import ConfigError, MissingFileError
-from pax_eqx.data import augment, digits
+from pax_eqx.data import augment, digits, imagenet_source
 from pax_eqx.data.host_sharding import HostShard, batch_host_examples, zeros_like_example
 from pax_eqx.data.input import Input
 from pax_eqx.data.input_config import InputConfig, Split
@@ -53,7 +56,7 @@ from pax_eqx.data.sources import array_examples
 if TYPE_CHECKING:
     from pax_eqx.data.data_config import DataConfig
 
-IMAGE_SOURCES = ("images_npz", "image_folder", "digits_images", "synthetic_images")
+IMAGE_SOURCES = ("images_npz", "image_folder", "digits_images", "synthetic_images") + imagenet_source.SOURCES
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 DIGITS_SHAPE = (8, 8, 1)
 _SPLIT_SEED = 0
@@ -310,6 +313,8 @@ def check_paths(data: DataConfig) -> None:
     """The file checks DataConfig.validate(files=True) runs for an image source (no decoding)."""
     if data.source == "digits_images":
         digits.check_available()
+    elif data.source in imagenet_source.SOURCES:
+        imagenet_source.check_paths(data)
     elif data.source == "images_npz":
         npz_file(data.path, "data.path")
         if data.eval_path:

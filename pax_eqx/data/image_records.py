@@ -1,0 +1,111 @@
+"""Write ImageNet's folder layout as ArrayRecord shards of the encoded files, for
+`--data.source imagenet_array_record` (imagenet_source.py).
+
+    python -m pax_eqx.data.image_records --input /data/imagenet --output /data/imagenet_ar \
+        [--num-shards 1024] [--val-num-shards 64]
+
+For each split folder of --input (`train/<wnid>/*.JPEG`, `val/<wnid>/*.JPEG`), writes
+`<output>/<split>/shard-KKKKK-of-NNNNN.array_record` and `<output>/<split>/images.json`. A
+record is the label (int32, little-endian; the class's position among the train folder's sorted
+class names) followed by the file's bytes, unchanged: nothing is decoded or resized, so the
+crops are still taken from the original pixels when training reads them. Files are taken in
+(class, name) order and cut into contiguous shards of near-equal counts, so the same folder
+gives the same shards; each shard is written under a temporary name and renamed, and the
+manifest is written last (a directory with images.json is complete). Each file's header is
+opened with Pillow first, so a file that is no image is named here, not in a training worker.
+
+One process, limited by the disk: ImageNet's 1.28 M training files (~140 GB) are one pass of
+reading and writing them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pax_eqx.config import ConfigError
+from pax_eqx.data.imagenet_source import FORMAT, MANIFEST, SPLIT_FOLDERS, encode_record
+
+
+def _check_image(path: Path) -> None:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path):
+            pass
+    except (OSError, UnidentifiedImageError) as e:
+        raise ConfigError(f"--input: {str(path)!r} is not a readable image ({e}); remove or replace it.") from None
+
+
+def write_split(files: list[Path], labels: list[int], classes: list[str], directory: Path, num_shards: int) -> dict:
+    """`files` (with their `labels`) as `num_shards` ArrayRecord shards plus images.json in
+    `directory`; returns the manifest. Shard k holds files [k N / S, (k + 1) N / S)."""
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    if not files:
+        raise ConfigError(f"--input: no image files for {directory.name}/.")
+    num_shards = max(1, min(num_shards, len(files)))
+    directory.mkdir(parents=True, exist_ok=True)
+    shards = []
+    for k in range(num_shards):
+        lo, hi = k * len(files) // num_shards, (k + 1) * len(files) // num_shards
+        name = f"shard-{k:05d}-of-{num_shards:05d}.array_record"
+        tmp = directory / f".{name}.tmp"
+        writer = ArrayRecordWriter(str(tmp), "group_size:1")
+        for path, label in zip(files[lo:hi], labels[lo:hi]):
+            _check_image(path)
+            writer.write(encode_record(label, path.read_bytes()))
+        writer.close()
+        os.replace(tmp, directory / name)
+        shards.append({"file": name, "records": hi - lo})
+    manifest = {"format": FORMAT, "classes": classes, "num_records": len(files), "shards": shards}
+    tmp = directory / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, directory / MANIFEST)
+    return manifest
+
+
+def write_image_records(input_root: str, output_root: str, num_shards: int = 1024, val_num_shards: int = 64) -> dict:
+    """Both splits of the folder layout at `input_root` as ArrayRecord shards under
+    `output_root` (module doc); returns {split folder: manifest}. val/ is optional."""
+    from pax_eqx.data.imagenet_source import folder_source
+
+    if num_shards < 1 or val_num_shards < 1:
+        raise ConfigError(f"--num-shards {num_shards} / --val-num-shards {val_num_shards}: both must be >= 1.")
+    written = {}
+    for split, shards in (("train", num_shards), ("eval", val_num_shards)):
+        folder = SPLIT_FOLDERS[split]
+        if split == "eval" and not os.path.isdir(os.path.join(input_root, folder)):
+            continue
+        source, classes = folder_source(input_root, split, "--input")
+        files = [Path(source[i][2]) for i in range(len(source))]
+        labels = [int(source[i][1]) for i in range(len(source))]
+        written[folder] = write_split(files, labels, classes, Path(output_root) / folder, shards)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from pax_eqx.command_line.entry import OneLineParser
+
+    parser = OneLineParser(prog="python -m pax_eqx.data.image_records", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--input", required=True, help="root of train/<wnid>/*.JPEG (and val/<wnid>/*.JPEG)")
+    parser.add_argument("--output", required=True, help="root to write train/ (and val/) shards into")
+    parser.add_argument("--num-shards", type=int, default=1024, help="shards of the train split")
+    parser.add_argument("--val-num-shards", type=int, default=64, help="shards of the val split")
+    args = parser.parse_args(argv)
+    try:
+        written = write_image_records(args.input, args.output, args.num_shards, args.val_num_shards)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for folder, manifest in written.items():
+        print(f"{args.output}/{folder}: {manifest['num_records']} images of {len(manifest['classes'])} classes in "
+              f"{len(manifest['shards'])} shards")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
