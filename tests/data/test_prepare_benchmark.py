@@ -14,7 +14,20 @@ def test_input_benchmark_prints_its_table_and_the_cores_per_host(capsys):
 
     assert (
         bench.main(
-            ["--docs", "300", "--seconds", "0.5", "--workers", "0", "--beam-workers", "1", "--vocab-size", "500"]
+            [
+                "--docs",
+                "300",
+                "--seconds",
+                "0.5",
+                "--workers",
+                "0",
+                "--beam-workers",
+                "1",
+                "--vocab-size",
+                "500",
+                "--images",
+                "8",
+            ]  # fmt: skip
         )
         == 0
     )
@@ -30,3 +43,8 @@ def test_input_benchmark_prints_its_table_and_the_cores_per_host(capsys):
     assert need["tokens_per_s_per_host"] == pytest.approx(8 * 0.482 * 989.4e12 / per_token)
     assert result["cores_per_host"] == -(-need["tokens_per_s_per_host"] // load["tokens_per_s"])
     assert "Cores per host so the loader is never the bottleneck" in out
+    images = result["images"]  # imagenet_resnet50's input on 8 JPEGs; ResNet-50's 5,538 images/s per H100 x 8
+    (image_load,) = images["loading"]
+    assert image_load["batch_shape"] == [64, 224, 224, 3] and image_load["images_per_s"] > 0
+    assert images["images_per_s_per_host"] == 8 * 5538
+    assert images["cores_per_host"] == -(-images["images_per_s_per_host"] // image_load["images_per_s"])
