@@ -89,9 +89,9 @@ def _import_into(source, exp, path: Path, programs, abstract) -> int:
     import jax
 
     from pax_eqx.checkpoint import Checkpointer
-    from pax_eqx.hf.state import state_with_params
     from pax_eqx.import_pax import _refuse_used_job_dir
     from pax_eqx.programs.job_dir import exclusive, write_config
+    from pax_eqx.programs.state_from_params import state_with_params
 
     with exclusive(path, lock=jax.process_index() == 0):
         _refuse_used_job_dir(Checkpointer(path / "checkpoints", read_only=True), path)
@@ -110,8 +110,8 @@ def _import_into(source, exp, path: Path, programs, abstract) -> int:
             write_config(path, exp.to_dict())
     print(
         f"Imported {source.family} into {path} at step 0. Sample: python -m pax_eqx.decode --job-log-dir {path} "
-        f"--prompt TEXT; fine-tune: python -m pax_eqx.train --exp {path / 'config.json'} --job-log-dir {path} "
-        "--train.num-steps N.",
+        f"--prompt TEXT; fine-tune: python -m pax_eqx.train --job-log-dir {path} --data.source jsonl --data.path "
+        "FILE.jsonl --train.num-steps N (the learner and data flags are yours to choose).",
         flush=True,
     )
     return 0

@@ -37,6 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "python -m pax_eqx.train",
         DESCRIPTION,
         job_dir_required=False,
+        saved_experiment=True,
         extra=[
             ("--dry-run", dict(action="store_true", help="print the sharding and memory plan, then exit")),
             (

@@ -70,7 +70,7 @@ def parse(
 ) -> tuple[ExperimentConfig, str | None, argparse.Namespace]:
     """Returns (experiment, job dir, namespace of `extra` flags).
 
-    saved_experiment: the program reads a trained job dir (eval, decode): without `--exp` the
+    saved_experiment: the program reads or continues a job dir (train, eval, decode): without `--exp` the
     experiment is DIR/config.json's, every field as the run saved it, and the flags given
     change only what they name; an `--exp` naming another experiment than the saved one is
     refused with the command that works."""

@@ -88,14 +88,17 @@ def verbose() -> bool:
 
 def experiment_named(argv: list[str]) -> str:
     """The `--exp` value of a command line, read without the parser (for a first line printed
-    before the parser's imports)."""
-    name = DEFAULT_EXPERIMENT
+    before the parser's imports); without one, the job dir's saved config.json if it has one
+    (what `cli.parse(saved_experiment=True)` reads), else the default experiment."""
+    value = {"--exp": None, "--job-log-dir": None}
     for i, arg in enumerate(argv):
-        if arg == "--exp" and i + 1 < len(argv):
-            name = argv[i + 1]
-        elif arg.startswith("--exp="):
-            name = arg.partition("=")[2]
-    return name
+        flag, eq, given = arg.replace("--job_log_dir", "--job-log-dir").partition("=")
+        if flag in value:
+            value[flag] = given if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+    if value["--exp"]:
+        return value["--exp"]
+    saved = os.path.join(value["--job-log-dir"], "config.json") if value["--job-log-dir"] else None
+    return saved if saved and os.path.isfile(saved) else DEFAULT_EXPERIMENT
 
 
 def note_run(program: str, exp: Any, job_dir: str | None) -> None:

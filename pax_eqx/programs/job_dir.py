@@ -50,6 +50,11 @@ _RESUMABLE = (
     "train.", "checkpoint.", "decode.", "mesh.", "name:", "profile.", "data.eval.", "model.remat_policy:",
     "model.loss_chunk_size:", "learner.num_microbatches:", "model.pipeline.",
 )  # fmt: skip
+# Fine-tuning from a start point (a step-0 import: parameters and no data positions, see
+# checkpoint/start_point.py) also chooses its own learner and data; only the model, and the
+# tokenizer that gives the model's ids their meaning, must stay the imported ones.
+_FINE_TUNABLE = ("learner.", "data.")
+_FIXED_FOR_FINE_TUNING = ("data.tokenizer",)
 
 
 LOCK_FILE = "train.lock"
@@ -281,6 +286,7 @@ def check_config(
     program: str = "resume",
     resumable: bool = True,
     saved: tuple[int, dict[str, Any]] | None = None,
+    start_point: bool = False,
 ) -> list[str]:
     """Compares `config` with DIR/config.json (if any) without writing; returns the changed fields.
 
@@ -291,6 +297,7 @@ def check_config(
     start afresh; another experiment is still refused: one dir, one experiment. `saved`: (step,
     experiment) from the newest checkpoint, compared instead when config.json is missing (deleted
     by hand): a resume with another data seed is then refused as it would have been.
+    `start_point`: DIR's only checkpoint is a step-0 import, so the learner and the data may change too.
     """
     file = path / "config.json"
     where = "saved"
@@ -305,6 +312,8 @@ def check_config(
         return []
     changed = config_diff(_as_today(old), config)
     blocking = [c for c in changed if not c.startswith(_RESUMABLE)]
+    if start_point:
+        blocking = [c for c in blocking if not c.startswith(_FINE_TUNABLE) or c.startswith(_FIXED_FOR_FINE_TUNING)]
     afresh = not resumable and isinstance(old, dict) and old.get("name") == config.get("name")
     if blocking and not (allow_change or afresh):
         raise JobDirError(

@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pax_eqx.checkpoint import Checkpointer, CheckpointSaveError
+from pax_eqx.checkpoint.start_point import restore_start_point, start_point_manifest
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.learners import skipped_steps
 from pax_eqx.programs.decode_modes import check_decode
@@ -66,6 +67,7 @@ from pax_eqx.programs.run_report import banner, closing_block
 from pax_eqx.programs.runtime import Runtime
 from pax_eqx.programs.sampling import check_prompt, print_samples
 from pax_eqx.programs.seq2seq_decoding import decodes_examples
+from pax_eqx.programs.state_from_params import state_with_params
 from pax_eqx.sharding.distributed import any_host
 from pax_eqx.summaries import Progress, SummaryWriter, step_scalars, write_plots
 from pax_eqx.summaries.writer import SummaryWriteError
@@ -147,9 +149,11 @@ def _lock_everywhere(stack: contextlib.ExitStack, job_dir: Path) -> None:
         )
 
 
-def _check_config_everywhere(exp: ExperimentConfig, job_dir: Path) -> list[str]:
+def _check_config_everywhere(exp: ExperimentConfig, job_dir: Path, start_point: bool) -> list[str]:
     """Process 0 owns config.json and compares it; every host learns the verdict, so a refused
-    resume stops all of them instead of leaving the others waiting in the first collective."""
+    resume stops all of them instead of leaving the others waiting in the first collective.
+    `start_point`: the job dir holds a step-0 import, which a run may fine-tune with its own
+    learner and data."""
     refusal, changed = None, []
     if jax.process_index() == 0:
         reader = Checkpointer(job_dir / "checkpoints", read_only=True)
@@ -162,6 +166,7 @@ def _check_config_everywhere(exp: ExperimentConfig, job_dir: Path) -> list[str]:
                 exp.checkpoint.allow_config_change,
                 resumable=resumable,
                 saved=reader.saved_config() if lost else None,
+                start_point=start_point,
             )
         except JobDirError as e:
             refusal = e
@@ -179,7 +184,9 @@ def _train(exp: ExperimentConfig, job_dir: Path, log, stop: _StopFlag, argv: lis
     if exp.profile.auto_pgle:
         enable_auto_pgle()
     rt = Runtime.create(exp, job_dir, log=log)
-    changed = _check_config_everywhere(exp, job_dir)
+    committed = Checkpointer(job_dir / "checkpoints", read_only=True).committed_steps()
+    start = start_point_manifest(job_dir / "checkpoints", committed)
+    changed = _check_config_everywhere(exp, job_dir, start is not None)
     if exp.train.sample_at_end or exp.train.decode_interval_steps:  # not after hours of training
         check_prompt(rt.tokenizer, exp.decode.prompt)
         check_decode(exp.decode, examples=decodes_examples(exp))
@@ -191,7 +198,7 @@ def _train(exp: ExperimentConfig, job_dir: Path, log, stop: _StopFlag, argv: lis
     ckpt = Checkpointer(job_dir / "checkpoints", exp.checkpoint)
     run = None
     try:
-        run = _Run(exp, job_dir, log, stop, rt, ckpt, train_input, argv)
+        run = _Run(exp, job_dir, log, stop, rt, ckpt, train_input, argv, start)
         return run.run(changed)
     except BaseException:
         if run is not None and run.progress:
@@ -214,6 +221,7 @@ class _Run:
     ckpt: Checkpointer
     train_input: Any
     argv: list[str] | None = None
+    start_point: dict[str, Any] | None = None  # the manifest of a step-0 import to fine-tune from
     primary: bool = field(default_factory=lambda: jax.process_index() == 0)
     started: float = field(default_factory=time.time)
     step: int = 0
@@ -279,6 +287,11 @@ class _Run:
             log(f"Starting {exp.name or 'experiment'} from scratch in {self.job_dir}.")
             if exp.checkpoint.init_from_checkpoint_rules:
                 self.state = _init_from_checkpoints(self.rt, self.state, exp, log)
+        elif self.start_point is not None:
+            read = restore_start_point(ckpt.directory, self.start_point, self.rt.programs.abstract_with_shardings())
+            self.state = state_with_params(self.rt.programs, read["params"], exp.train.seed, read["nt_state"])
+            log(f"Fine-tuning {exp.name or 'the model'} from the imported step-0 checkpoint in {self.job_dir}: its "
+                "parameters, with this run's learner state and data starting afresh.")  # fmt: skip
         else:
             self.step, self.state, data_state = ckpt.restore(self.rt.programs.abstract_with_shardings())
             if self.step >= exp.train.num_steps:
@@ -301,7 +314,11 @@ class _Run:
             record_command(self.job_dir, self.argv)
             self.log = log = tee_to_log(self.job_dir, log)
             if changed:
-                afresh = " (no checkpoint to resume: this run starts afresh with them)" if self.step == 0 else ""
+                afresh = ""
+                if self.start_point is not None:
+                    afresh = " (fine-tuning the imported step-0 checkpoint with them)"
+                elif self.step == 0:
+                    afresh = " (no checkpoint to resume: this run starts afresh with them)"
                 log(f"Config changes since the last run in this job dir{afresh}:\n  " + "\n  ".join(changed))
             for line in banner(
                 exp, self.rt.programs.abstract_state.params, self.rt.programs.mesh, self.job_dir, self.step

@@ -21,28 +21,39 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_import_decode_and_fine_tune_through_the_cli(tmp_path):
+    """Imported with its defaults, then fine-tuned as the issue asks: `train --job-log-dir DIR`
+    without --exp reads the saved experiment, and the user's data and another optimizer are
+    taken (the step-0 import is a start point: its parameters, a fresh learner state)."""
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": line}) + "\n" for line in LINES * 8))
     job = tmp_path / "job"
-    data = ["--data.source", "jsonl", "--data.path", str(corpus), "--data.seq-len", "16",
-            "--data.train.batch-size", "2", "--data.eval.batch-size", "2"]  # fmt: skip
-    out = _run("pax_eqx.import_hf", str(FIXTURES / "llama"), "--job-log-dir", str(job), *data)
+    out = _run("pax_eqx.import_hf", str(FIXTURES / "llama"), "--job-log-dir", str(job), "--data.seq-len", "16")
     assert out.returncode == 0, out.stderr
     assert "Imported llama" in out.stdout and (job / "tokenizer" / "tokenizer.json").is_file()
     saved = json.loads((job / "config.json").read_text())
     assert saved["data"]["tokenizer"]["kind"] == "tokenizer_json" and saved["model"]["num_kv_heads"] == 2
+    assert saved["learner"]["optimizer"]["kind"] != "sgd" and saved["data"]["source"] != "jsonl"
 
     out = _run("pax_eqx.decode", "--job-log-dir", str(job), "--prompt", "Now is the", "--max-new-tokens", "6")
     assert out.returncode == 0, out.stderr
     assert "Now is the" in out.stdout and "step 0" in out.stdout
 
+    data = ["--data.source", "jsonl", "--data.path", str(corpus), "--data.train.batch-size", "2",
+            "--data.eval.batch-size", "2"]  # fmt: skip
     out = _run(
-        "pax_eqx.train", "--exp", str(job / "config.json"), "--job-log-dir", str(job), "--train.num-steps", "2",
+        "pax_eqx.train", "--job-log-dir", str(job), *data, "--learner.optimizer", "sgd", "--train.num-steps", "2",
         "--train.eval-interval-steps", "2", "--train.no-sample-at-end",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert "Resuming" in out.stdout and "from checkpoint at step 0" in out.stdout
+    assert f"Loading experiment {job / 'config.json'}" in out.stdout
+    assert "Fine-tuning" in out.stdout and "imported step-0 checkpoint" in out.stdout
+    assert "learner.optimizer" in out.stdout and "data.source: " in out.stdout  # the changes, listed
     assert (job / "checkpoints" / "2").is_dir()
+    fine_tuned = json.loads((job / "config.json").read_text())
+    assert fine_tuned["learner"]["optimizer"]["kind"] == "sgd" and fine_tuned["data"]["path"] == str(corpus)
+
+    out = _run("pax_eqx.train", "--job-log-dir", str(job), "--learner.optimizer", "adam", "--train.num-steps", "3")
+    assert out.returncode == 2 and "learner.optimizer" in out.stderr  # past step 0 it resumes: no learner change
 
 
 def test_a_refused_import_writes_nothing(tmp_path):
