@@ -24,6 +24,7 @@ from pax_eqx.config import MissingFileError
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.programs.input_positions import replay_eval_window
 from pax_eqx.programs.job_dir import check_config, prepare
+from pax_eqx.programs.lora_base import restore_state
 from pax_eqx.programs.runtime import Runtime
 from pax_eqx.programs.sampling import check_prompt
 
@@ -52,12 +53,12 @@ def restore_for_inference(
         )
     replay = program == "evaluate" and not exp.data.eval.reset_for_eval
     try:
-        step, state, data_state = ckpt.restore(rt.programs.abstract_with_shardings(), restore_data=replay)
+        step, state, data_state = restore_state(ckpt, rt.programs, exp, path, restore_data=replay)
     except CheckpointMismatchError:
         if not replay:
             raise
         # another process count than the trainer's: its hosts' positions cannot be mapped; no replay
-        step, state, data_state = ckpt.restore(rt.programs.abstract_with_shardings(), restore_data=False)
+        step, state, data_state = restore_state(ckpt, rt.programs, exp, path, restore_data=False)
     ckpt.close()
     if replay and replay_eval_window(rt, exp, data_state, step):
         log(f"Reading the eval batches the training eval at step {step} read: the same batches, the same number.")

@@ -48,6 +48,7 @@ from pax_eqx.checkpoint import Checkpointer, CheckpointSaveError
 from pax_eqx.checkpoint.start_point import restore_start_point, start_point_manifest
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.learners import skipped_steps
+from pax_eqx.programs import lora_base
 from pax_eqx.programs.decode_modes import check_decode
 from pax_eqx.programs.early_stopping import EarlyStopping
 from pax_eqx.programs.errors import DataPipelineError, NonFiniteLossError, RunError, raised_at
@@ -285,6 +286,8 @@ class _Run:
         if ckpt.latest_step() is None:
             self.state = self.rt.programs.init_state(exp.train.seed)
             log(f"Starting {exp.name or 'experiment'} from scratch in {self.job_dir}.")
+            if exp.lora.enabled:
+                self.state = lora_base.start(self.rt.programs, self.state, exp, self.job_dir, log)
             if exp.checkpoint.init_from_checkpoint_rules:
                 self.state = _init_from_checkpoints(self.rt, self.state, exp, log)
         elif self.start_point is not None:
@@ -293,7 +296,7 @@ class _Run:
             log(f"Fine-tuning {exp.name or 'the model'} from the imported step-0 checkpoint in {self.job_dir}: its "
                 "parameters, with this run's learner state and data starting afresh.")  # fmt: skip
         else:
-            self.step, self.state, data_state = ckpt.restore(self.rt.programs.abstract_with_shardings())
+            self.step, self.state, data_state = lora_base.restore_state(ckpt, self.rt.programs, exp, self.job_dir)
             if self.step >= exp.train.num_steps:
                 ckpt.close()
                 log(f"{exp.name or 'The experiment'} in {self.job_dir} is already trained to step {self.step} "
@@ -400,7 +403,8 @@ class _Run:
         finite = {k: float(self.outputs.metrics[k].value) for k in ("total_loss", "grad_norm")}
         _check_finite(self.exp, self.step, finite, self.ckpt)
         data = input_states(self.rt, self.exp, self.early)
-        self.ckpt.save(self.step, self.state, data, force=True, config=self.exp.to_dict())
+        state = lora_base.adapters_only(self.state) if self.exp.lora.enabled else self.state  # the base is referenced
+        self.ckpt.save(self.step, state, data, force=True, config=self.exp.to_dict())
 
     # -- closing: the last eval, plots, the summary line and a sample ---------------------------
     def finish(self) -> TrainResult:
