@@ -53,6 +53,7 @@ from pax_eqx.layers.initializers import WeightInit, gaussian
 from pax_eqx.layers.linears import dense
 from pax_eqx.layers.position_embeddings import apply_rotary
 from pax_eqx.layers.relative_position_bias import RelativePositionBias
+from pax_eqx.sharding.activations import constrain
 
 if TYPE_CHECKING:  # the config builds this layer (layers.attention_config imports this module)
     from pax_eqx.layers.attention_config import AttentionConfig
@@ -246,7 +247,7 @@ class Attention(eqx.Module):
         return 1.0 if self.per_dim_scale is not None else 1.0 / math.sqrt(self.head_dim)
 
     def _output(self, o: Float[Array, "batch time heads head_dim"]) -> Float[Array, "batch time embed"]:
-        o = checkpoint_name(o, "context")
+        o = checkpoint_name(constrain(o, ("batch", "seq", "heads", "kv")), "context")
         n, h, d = self.w_o.shape
         y = dense(o.reshape(*o.shape[:-2], n * h), self.w_o.reshape(n * h, d), self._fp8("o"))
         y = checkpoint_name(y, "out_proj")
@@ -304,6 +305,8 @@ class Attention(eqx.Module):
         bias = self._with_relative_bias(bias, 0, t, t)
         positions = segment_pos if segment_pos is not None else jnp.broadcast_to(jnp.arange(t), (b, t))
         q, k, v = self.project_qkv(x, positions)
+        q = constrain(q, ("batch", "seq", "heads", "kv"))  # sharding.activations: the heads over tensor
+        k, v = (constrain(a, ("batch", "seq", "kv_heads", "kv")) for a in (k, v))
         key_valid = None if paddings is None else paddings < 0.5
         mask = kernels.make_mask(
             t, t, causal=self.causal, segment_ids_q=segment_ids, segment_ids_k=segment_ids, key_valid=key_valid,

@@ -24,6 +24,7 @@ from pax_eqx.config import Config, check_range, config, require_positive
 from pax_eqx.layers.chunked_xent import chunked_softmax_xent
 from pax_eqx.layers.initializers import WeightInit, gaussian
 from pax_eqx.layers.linears import dense
+from pax_eqx.sharding.activations import constrain
 
 
 @config
@@ -202,7 +203,12 @@ def _chunked_sums(softmax: FullSoftmax | SharedEmbeddingSoftmax, w_vocab_embed: 
 
 
 def _lookup(table: Array, ids: Array, scale_sqrt_depth: bool) -> Array:
-    embs = jnp.take(table, ids, axis=0)
+    """The rows of `table` [vocab, embed] at `ids` [batch, (seq)]: [batch, (seq), embed], the batch
+    over the data axes (sharding.activations). The table's embed dimension is gathered first (its
+    fsdp shards, as FSDP gathers every weight before use): a lookup from the sharded table comes
+    out sharded on embed, which the partitioner can turn into batch rows only by replicating it."""
+    names = ("batch", "seq", *[None] * (ids.ndim - 2))[: ids.ndim] + (None,)
+    embs = constrain(jnp.take(constrain(table, ("vocab", None)), ids, axis=0), names)
     return embs * math.sqrt(table.shape[-1]) if scale_sqrt_depth else embs
 
 

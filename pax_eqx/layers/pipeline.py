@@ -46,6 +46,7 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from pax_eqx.config import Config, ConfigError, check_range, config
+from pax_eqx.sharding.activations import axes_taken
 
 
 @config
@@ -167,6 +168,10 @@ def run_pipeline(
     keys = None if key is None else jax.random.split(key, (iterations, s))
 
     def one_stage(stage_weights, repeat, h, stage_inputs, stage_key):
+        if r == 1:  # GPipe: the stage's one chunk, the same every iteration (see below)
+            return stage_fn(jax.tree.map(lambda a: a[0], stage_weights), h, stage_inputs, stage_key)
+        # Circular: the round's chunk, a slice that varies with the iteration, which the backward
+        # keeps for every iteration ([M R + S - 1, ...] copies of a chunk; the planner counts them).
         chunk = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, repeat, 0, keepdims=False), stage_weights)
         return stage_fn(chunk, h, stage_inputs, stage_key)
 
@@ -191,7 +196,8 @@ def run_pipeline(
         state = _shard(jnp.where(first, following[None], shifted), "stage", "batch")
         return (state, buffer), (summaries, aux)
 
-    (_, buffer), (summaries, aux) = jax.lax.scan(iteration, (state, buffer), (jnp.arange(iterations), keys))
+    with axes_taken("stage"):  # the vmapped stage dimension holds `stage`: the layers' batch is data x fsdp's
+        (_, buffer), (summaries, aux) = jax.lax.scan(iteration, (state, buffer), (jnp.arange(iterations), keys))
     # Which (iteration, stage) ran round q of microbatch j on stage p: t = q * M + j + p. Static.
     t_index = (np.arange(r)[:, None, None] * m + np.arange(m)[None, None, :] + np.arange(s)[None, :, None]).astype(
         np.int32

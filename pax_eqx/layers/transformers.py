@@ -62,8 +62,12 @@ from pax_eqx.layers.moe import MoEFeedForward, MoEFeedForwardConfig
 from pax_eqx.layers.normalizations import LayerNormConfig, NormConfig
 from pax_eqx.layers.relative_position_bias import RelativePositionBiasConfig
 from pax_eqx.layers.stochastics import Dropout, DropoutConfig, drop_path
+from pax_eqx.sharding.activations import constrain
 
 NormPolicy = Literal["pre", "post", "primer_hybrid"]
+# The residual stream [batch, time, model_dims] between blocks: rows over the data axes, the model
+# dimension whole (Megatron's layout; the weights' `embed` is fsdp's, not the activations').
+RESIDUAL = ("batch", "seq", None)
 
 
 @config
@@ -273,6 +277,7 @@ class Transformer(eqx.Module):
         the layer's own residual_droppath_prob.
         """
         self._check_memory(memory is not None, "memory")
+        x = constrain(x, RESIDUAL)  # the block boundary: batch over the data axes (sharding.activations)
         if droppath_prob is None:
             droppath_prob = self.residual_droppath_prob
         survival = 1.0 - droppath_prob
@@ -306,7 +311,7 @@ class Transformer(eqx.Module):
         if ctx.records(LAYER_STATISTICS_VERBOSITY):
             rms = jnp.sqrt(jnp.mean(jnp.square(x.astype(jnp.float32))))
             ctx = ctx.add_summary("activation_rms", rms, LAYER_STATISTICS_VERBOSITY)
-        return x, ctx
+        return constrain(x, RESIDUAL), ctx
 
     def decode(
         self,
@@ -359,7 +364,7 @@ class Transformer(eqx.Module):
         """The dense feed-forward; `paddings` (ff_paddings): zero its hidden activations and its
         output at padded positions, where Praxis' TransformerFeedForward does."""
         keep = None if paddings is None else (1.0 - paddings)[..., None]
-        h = self.ff_in(h)
+        h = constrain(self.ff_in(h), ("batch", "seq", "mlp"))
         if keep is not None:
             h = h * keep.astype(h.dtype)
         if ctx is not None:

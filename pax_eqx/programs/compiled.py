@@ -29,6 +29,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pax_eqx.layers import fp8
+from pax_eqx.sharding.activations import activation_rules
 from pax_eqx.sharding.rules import (
     batch_sharding,
     opt_state_shardings,
@@ -40,19 +41,20 @@ from pax_eqx.tasks.train_state import TrainState
 
 
 class UnderMesh:
-    """A jitted function traced, lowered and run with `mesh` as the current mesh (`jax.set_mesh`),
-    so that layers may constrain activations with bare PartitionSpecs (the pipeline puts its
-    stage buffer on the `stage` axis); on a mesh without such axes nothing changes."""
+    """A jitted function traced, lowered and run with `mesh` as the current mesh (`jax.set_mesh`)
+    and the run's logical-axis `rules` active (`sharding.activations`), so that layers may
+    constrain activations by logical name or bare PartitionSpec (the batch over the data axes, the
+    pipeline's stage buffer on `stage`); on a one-device mesh nothing changes."""
 
-    def __init__(self, fn: Any, mesh: Mesh):
-        self.fn, self.mesh = fn, mesh
+    def __init__(self, fn: Any, mesh: Mesh, rules: tuple[str, ...] = ()):
+        self.fn, self.mesh, self.rules = fn, mesh, rules
 
     def __call__(self, *args: Any) -> Any:
-        with jax.set_mesh(self.mesh):
+        with jax.set_mesh(self.mesh), activation_rules(self.rules):
             return self.fn(*args)
 
     def lower(self, *args: Any) -> Any:
-        with jax.set_mesh(self.mesh):
+        with jax.set_mesh(self.mesh), activation_rules(self.rules):
             return self.fn.lower(*args)
 
 
@@ -71,8 +73,8 @@ class Programs:
             out_shardings=(self.state_shardings, rep),
             compiler_options=self.compiler_options,
         )
-        self.train_step = UnderMesh(jax.jit(task.train_step, **stepping, donate_argnums=(0,)), mesh)
-        self.train_steps = UnderMesh(jax.jit(self._train_steps, **stepping, donate_argnums=(0,)), mesh)
+        self.train_step = UnderMesh(jax.jit(task.train_step, **stepping, donate_argnums=(0,)), mesh, rules)
+        self.train_steps = UnderMesh(jax.jit(self._train_steps, **stepping, donate_argnums=(0,)), mesh, rules)
         self.eval_step = UnderMesh(
             jax.jit(
                 task.eval_step,
@@ -81,6 +83,7 @@ class Programs:
                 compiler_options=self.compiler_options,
             ),
             mesh,
+            rules,
         )
 
     def _train_steps(self, state: TrainState, batches: dict) -> tuple[TrainState, Any]:
