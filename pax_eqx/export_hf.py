@@ -7,6 +7,12 @@ so that `transformers.AutoModelForCausalLM.from_pretrained(OUT)` loads it. The p
 ones eval and decode use (the EMA where the learner keeps one). A model whose config no longer
 matches the imported config.json (another vocabulary, more layers) is refused: its config.json
 could not say what it is.
+
+A LoRA run's job dir (`lora.targets`) exports its base with the adapters merged in, W + (alpha /
+r) A @ B in each weight's HF orientation; the config.json, tokenizer and generation config are
+its base job dir's. `--adapters-only` writes the adapters alone in PEFT's layout instead
+(adapter_config.json, adapter_model.safetensors: `pax_eqx.hf.peft_export`), for
+`peft.PeftModel.from_pretrained(base_model, OUT)`.
 """
 
 from __future__ import annotations
@@ -32,14 +38,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--step", type=int, default=None, help="the checkpoint step (default: the newest)")
     parser.add_argument("--max-shard-gb", type=float, default=5.0, help="the largest safetensors file, in GiB")
+    parser.add_argument(
+        "--adapters-only", action="store_true",
+        help="a LoRA run: write its adapters alone in PEFT's layout (default: the base with the adapters merged)",
+    )  # fmt: skip
     ns = parser.parse_args(argv)
-    files = export(Path(ns.job_log_dir), Path(ns.out), ns.dtype, ns.step, int(ns.max_shard_gb * 2**30))
+    files = export(
+        Path(ns.job_log_dir), Path(ns.out), ns.dtype, ns.step, int(ns.max_shard_gb * 2**30), ns.adapters_only
+    )
     print(f"Exported {ns.job_log_dir} to {ns.out} ({ns.dtype}): {', '.join(files)} and the tokenizer.", flush=True)
     return 0
 
 
 def export(job_dir: Path, out: Path, dtype: str = "bfloat16", step: int | None = None,
-           max_shard_bytes: int = 5 * 2**30) -> list[str]:  # fmt: skip
+           max_shard_bytes: int = 5 * 2**30, adapters_only: bool = False) -> list[str]:  # fmt: skip
     import jax
     import numpy as np
 
@@ -52,20 +64,27 @@ def export(job_dir: Path, out: Path, dtype: str = "bfloat16", step: int | None =
     from pax_eqx.learners.variables import path_name
     from pax_eqx.programs.compiled import Programs
     from pax_eqx.programs.job_dir import prepare
+    from pax_eqx.programs.lora_base import restore_state
     from pax_eqx.programs.runtime import build_task
     from pax_eqx.sharding.distributed import initialize
     from pax_eqx.sharding.mesh import build_mesh
 
     initialize()
     path = prepare(job_dir, create=False)
-    source = path / SOURCE_DIR / "config.json"
+    exp = ExperimentConfig.from_dict(json.loads((path / "config.json").read_text()))
+    if adapters_only and not exp.lora.enabled:
+        raise ConfigError(
+            f"--adapters-only: --job-log-dir {str(job_dir)!r} is not a LoRA run (its lora.targets are empty), so it "
+            "has no adapters; drop --adapters-only to export its weights."
+        )
+    home = Path(exp.lora.base_job_dir) if exp.lora.enabled else path  # where import_hf wrote hf/ and tokenizer/
+    source = home / SOURCE_DIR / "config.json"
     if not source.is_file():
         raise MissingFileError(
             f"{str(source)!r} does not exist: --job-log-dir {str(job_dir)!r} was not started by import_hf, so there is "
             "no Hugging Face config.json to export with; export works on job dirs import_hf wrote."
         )
     hf_config = json.loads(source.read_text())
-    exp = ExperimentConfig.from_dict(json.loads((path / "config.json").read_text()))
     imported, _ = model_config(hf_config)
     if _function(imported) != _function(exp.model):
         raise ConfigError(
@@ -81,19 +100,45 @@ def export(job_dir: Path, out: Path, dtype: str = "bfloat16", step: int | None =
     ckpt = Checkpointer(path / "checkpoints", exp.checkpoint, read_only=True)
     if ckpt.latest_step() is None:
         raise MissingFileError(f"no checkpoint in {path / 'checkpoints'} to export.")
-    restored, state, _ = ckpt.restore(programs.abstract_with_shardings(), step=step, restore_data=False)
+    restored, state, _ = restore_state(ckpt, programs, exp, path, step, restore_data=False)
     ckpt.close()
     params = programs.task.inference_params(state)
+    if adapters_only:
+        files = _write_adapters(out, exp, hf_config, programs.task, params, dtype, home)
+        print(f"Read step {restored} of {path}.", flush=True)
+        return files
+    if exp.lora.enabled:
+        params = programs.task.merged_params(params)  # W + alpha / r * A @ B
     leaves = {path_name(p): a for p, a in jax.tree_util.tree_flatten_with_path(params)[0]}
     files = write_hf(
         out, model_type(hf_config), hf_config, list(leaves), lambda name: np.asarray(jax.device_get(leaves[name])),
         dtype=dtype, max_shard_bytes=max_shard_bytes,
     )  # fmt: skip
-    copy_tokenizer(path / TOKENIZER_DIR, out)
-    if (path / SOURCE_DIR / "generation_config.json").is_file():
-        (out / "generation_config.json").write_text((path / SOURCE_DIR / "generation_config.json").read_text())
+    copy_tokenizer(home / TOKENIZER_DIR, out)
+    if (home / SOURCE_DIR / "generation_config.json").is_file():
+        (out / "generation_config.json").write_text((home / SOURCE_DIR / "generation_config.json").read_text())
     print(f"Read step {restored} of {path}.", flush=True)
     return files
+
+
+def _write_adapters(out: Path, exp, hf_config: dict, task, params, dtype: str, home: Path) -> list[str]:
+    """The adapters of `params` (LoraParams) in PEFT's layout (`pax_eqx.hf.peft_export`)."""
+    import jax
+    import numpy as np
+
+    from pax_eqx.hf.families import model_type
+    from pax_eqx.hf.peft_export import write_peft
+    from pax_eqx.learners.variables import param_names
+
+    adapters = {
+        n: (np.asarray(jax.device_get(a.a)), np.asarray(jax.device_get(a.b))) for n, a in params.adapters.items()
+    }
+    base = hf_config.get("_name_or_path") or str(home.absolute())
+    names = param_names(params.base)
+    return write_peft(
+        out, model_type(hf_config), exp.model, task.targets, adapters, rank=exp.lora.rank, alpha=exp.lora.alpha,
+        base=base, all_names=names, dtype=dtype,
+    )  # fmt: skip
 
 
 def _function(model) -> dict:
