@@ -245,7 +245,8 @@ def image_folder_examples(
             f"the classes are {names}."
         )
     files = [f for c in by_class for f in by_class[c]]
-    labels = np.array([names.index(c) for c in by_class for _ in by_class[c]], np.int32)
+    ids = {name: i for i, name in enumerate(names)}  # not names.index per file: O(classes) each
+    labels = np.array([ids[c] for c in by_class for _ in by_class[c]], np.int32)
     if split is not None:
         keep = held_out_indices(len(files), split, eval_fraction, f"{field}={spec!r}")
         files, labels = [files[i] for i in keep], labels[keep]

@@ -228,6 +228,10 @@ def test_bad_setups_are_one_error_naming_the_field(imagenet, tmp_path):
         build_input(data, "eval", TOKENIZER)
     with pytest.raises(ConfigError, match=r"x.JPEG' is not a readable image"):
         build_input(data, "train", TOKENIZER).get_next()
+    (no_val / "val" / "b").mkdir(parents=True)
+    (no_val / "val" / "b" / "y.JPEG").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"val/ has class folder\(s\) \['b'\] that train/ lacks"):
+        build_input(data, "eval", TOKENIZER)
     with pytest.raises(MissingFileError, match=r"has no images.json"):
         data_config(imagenet, source="imagenet_array_record").validate()
 
