@@ -55,10 +55,14 @@ def write_split(files: list[Path], labels: list[int], classes: list[str], direct
         name = f"shard-{k:05d}-of-{num_shards:05d}.array_record"
         tmp = directory / f".{name}.tmp"
         writer = ArrayRecordWriter(str(tmp), "group_size:1")
-        for path, label in zip(files[lo:hi], labels[lo:hi]):
-            _check_image(path)
-            writer.write(encode_record(label, path.read_bytes()))
-        writer.close()
+        try:
+            for path, label in zip(files[lo:hi], labels[lo:hi]):
+                _check_image(path)
+                writer.write(encode_record(label, path.read_bytes()))
+        finally:
+            writer.close()
+            if sys.exc_info()[0] is not None:
+                tmp.unlink(missing_ok=True)  # a refused run leaves no half-written shard
         os.replace(tmp, directory / name)
         shards.append({"file": name, "records": hi - lo})
     manifest = {"format": FORMAT, "classes": classes, "num_records": len(files), "shards": shards}

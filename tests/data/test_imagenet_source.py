@@ -208,7 +208,7 @@ def test_array_record_shards_of_the_jpeg_bytes_read_as_the_files_do(imagenet, tm
         build_input(records, "train", TOKENIZER)
 
 
-def test_bad_setups_are_one_error_naming_the_field(imagenet, tmp_path):
+def test_bad_setups_are_one_error_naming_the_field(imagenet, tmp_path, capsys):
     with pytest.raises(ConfigError, match=r"data.path is empty.*--data.source synthetic_images"):
         data_config("").validate()
     with pytest.raises(MissingFileError, match=r"data.path=.* has no train/ folder"):
@@ -232,6 +232,13 @@ def test_bad_setups_are_one_error_naming_the_field(imagenet, tmp_path):
     (no_val / "val" / "b" / "y.JPEG").write_bytes(b"")
     with pytest.raises(ConfigError, match=r"val/ has class folder\(s\) \['b'\] that train/ lacks"):
         build_input(data, "eval", TOKENIZER)
+    assert image_records_main(["--input", str(tmp_path / "none"), "--output", str(tmp_path / "out")]) == 2
+    assert "error: --input=" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    assert image_records_main(["--input", str(imagenet), "--output", str(tmp_path / "out"), "--num-shards", "0"]) == 2
+    assert "--num-shards 0" in capsys.readouterr().err
+    assert image_records_main(["--input", str(no_val), "--output", str(tmp_path / "bad")]) == 2
+    assert "x.JPEG' is not a readable image" in capsys.readouterr().err
+    assert not list((tmp_path / "bad").rglob("*.tmp")) and not list((tmp_path / "bad").rglob("*.array_record"))
     with pytest.raises(MissingFileError, match=r"has no images.json"):
         data_config(imagenet, source="imagenet_array_record").validate()
 
