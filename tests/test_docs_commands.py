@@ -105,6 +105,8 @@ _C4_FILES = (
 )
 _HF = "the model directory is not on this machine; tests/hf/test_import_cli.py runs import, decode and train on a "
 _HF += "tiny fixture model, tests/hf/test_export.py the export"
+_HF_LORA = "the model directory is not on this machine; tests/hf/test_lora_end_to_end.py imports a tiny fixture, "
+_HF_LORA += "trains it with these --lora flags through train.main and exports it merged and --adapters-only"
 NOT_RUN = {
     "python -m pytest -n 2": "the test suite itself",
     "python -m pax_eqx.data.image_records --input /data/imagenet --output /data/imagenet_ar --num-shards 1024 "
@@ -116,6 +118,15 @@ NOT_RUN = {
     "python -m pax_eqx.train --exp runs/llama/config.json --job-log-dir runs/llama --train.num-steps 200": _HF,
     "python -m pax_eqx.eval --job-log-dir runs/llama": _HF,
     "python -m pax_eqx.export_hf --job-log-dir runs/llama --out exported/llama --dtype bfloat16": _HF,
+    "python -m pax_eqx.train --exp runs/llama/config.json --job-log-dir runs/llama-lora --lora.base-job-dir runs/llama "
+    "--lora.targets 'stack\\.layers\\.attention\\.w_[qv]' --lora.rank 8 --lora.alpha 16 --data.source jsonl "
+    "--data.path my_data.jsonl --learner.learning-rate 1e-4 --train.num-steps 200": _HF_LORA,
+    "python -m pax_eqx.eval --job-log-dir runs/llama-lora": _HF_LORA,
+    "python -m pax_eqx.export_hf --job-log-dir runs/llama-lora --out exported/llama-lora --dtype bfloat16": _HF_LORA,
+    "python -m pax_eqx.export_hf --job-log-dir runs/llama-lora --out exported/llama-lora-peft --adapters-only":
+        _HF_LORA,
+    "python -m benchmarks.lora": "an 81M-parameter model trained both ways: minutes of CPU; its numbers are in "
+        "docs/fine_tune.md",
     "python -m pax_eqx.tune --exp shakespeare_char --study-dir runs/study2 --num-trials 8 "
     "--param model.block.activation.name=choice:gelu_exact,relu --param learner.weight-decay=loguniform:1e-3:0.3":
         "8 trials are minutes of CPU; tests/tuning/test_space.py checks --param spaces against the experiment",
