@@ -133,6 +133,7 @@ def reference_config(exp: ExperimentConfig, batch: int) -> ReferenceConfig:
         adam_b2=getattr(exp.learner.optimizer, "b2", 0.999),
         adam_eps=getattr(exp.learner.optimizer, "eps", 1e-8),
         grad_clip_norm=exp.learner.clip_grad_norm,
+        num_microbatches=exp.learner.num_microbatches,
     )
 
 

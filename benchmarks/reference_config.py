@@ -66,6 +66,9 @@ class ReferenceConfig:
       "relu" or "silu".
     norm: "layer_norm" or "rms_norm" (x / rms(x) * scale); norm_bias: LayerNorm's bias.
     scan_layers: layers stacked and scanned (True) or a Python loop over per-layer params.
+    num_microbatches: the batch in this many sequential parts, their gradients summed in float32
+      before one optimizer update (what `learner.num_microbatches` does): the same update, a
+      fraction of the activations' memory.
     """
 
     num_layers: int = 24
@@ -94,6 +97,7 @@ class ReferenceConfig:
     norm: str = "layer_norm"
     norm_bias: bool = True
     scan_layers: bool = True
+    num_microbatches: int = 1
 
     def __post_init__(self) -> None:
         if self.hidden_dims is None:
@@ -112,6 +116,11 @@ class ReferenceConfig:
         for name in ("num_layers", "model_dims", "num_heads", "hidden_dims", "seq_len", "vocab_size", "batch_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"ReferenceConfig.{name} must be > 0, got {getattr(self, name)}.")
+        if self.num_microbatches <= 0 or self.batch_size % self.num_microbatches:
+            raise ValueError(
+                f"ReferenceConfig.num_microbatches={self.num_microbatches} must be > 0 and divide "
+                f"batch_size={self.batch_size}."
+            )
         if self.model_dims % self.num_heads:
             raise ValueError(
                 f"ReferenceConfig.model_dims={self.model_dims} is not divisible by num_heads={self.num_heads}; "

@@ -26,6 +26,10 @@ with the performance choices DESIGN.md section 5 found to matter on an H100:
   scan body, so only one layer's bf16 copy is live at a time; LayerNorm statistics and the
   cross-entropy are computed in fp32.
 - AdamW (optax) with global-norm clipping; no weight decay on LayerNorm parameters or biases.
+- with `num_microbatches` M > 1, the batch is split into M parts applied in a `lax.scan`, their
+  float32 gradients summed in the carry, and one update made from the mean: a batch whose
+  activations do not fit at once (gpt3_xl's 24 rows on an 80 GB H100) trains as the framework's
+  `learner.num_microbatches` trains it.
 - the train step is jitted with the state donated, so params and optimizer state update in
   place.
 
@@ -266,12 +270,31 @@ def make_train_step(
         return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params))
 
     def step(state: TrainState, batch: Batch) -> tuple[TrainState, jax.Array]:
-        loss, grads = jax.value_and_grad(loss_fn)(state.params, batch, cfg)
+        loss, grads = _loss_and_grads(state.params, batch, cfg)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         return TrainState(state.step + 1, params, opt_state), loss
 
     return init_state_fn, jax.jit(step, donate_argnums=0)
+
+
+def _loss_and_grads(params: Params, batch: Batch, cfg: ReferenceConfig) -> tuple[jax.Array, Params]:
+    """The batch's mean loss and its gradient, whole or as `cfg.num_microbatches` equal parts
+    (each part's mean loss and gradient averaged: the same numbers, as every part has as many
+    tokens)."""
+    m = cfg.num_microbatches
+    if m == 1:
+        return jax.value_and_grad(loss_fn)(params, batch, cfg)
+    parts = jax.tree.map(lambda x: x.reshape(m, x.shape[0] // m, *x.shape[1:]), batch)
+
+    def accumulate(carry, part):
+        loss_sum, grad_sum = carry
+        loss, grads = jax.value_and_grad(loss_fn)(params, part, cfg)
+        return (loss_sum + loss, jax.tree.map(jnp.add, grad_sum, grads)), None
+
+    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+    (loss_sum, grad_sum), _ = jax.lax.scan(accumulate, (jnp.zeros((), jnp.float32), zeros), parts)
+    return loss_sum / m, jax.tree.map(lambda g, p: (g / m).astype(p.dtype), grad_sum, params)
 
 
 def synthetic_batch(cfg: ReferenceConfig, seed: int = 0) -> dict[str, np.ndarray]:

@@ -169,6 +169,28 @@ def test_scan_and_unrolled_layers_give_the_same_loss_and_grads():
     _assert_same(rolled, _loss_and_grads(unrolled_cfg, params, batch))
 
 
+def test_microbatches_make_the_update_of_the_whole_batch():
+    """Two parts of 2 rows, gradients summed then averaged: the loss and the update of the 4 rows
+    at once (`learner.num_microbatches` in the framework); and a batch they do not divide is refused."""
+    from benchmarks.reference_gpt import _loss_and_grads as reference_loss_and_grads
+
+    params = init_params(TINY, jax.random.key(0))
+    batch = jax.tree.map(jnp.asarray, synthetic_batch(TINY))
+    halves = ReferenceConfig(**{**TINY.__dict__, "num_microbatches": 2})
+    _assert_same(_loss_and_grads(TINY, params, batch), reference_loss_and_grads(params, batch, halves))
+    init, step = make_train_step(halves)
+    _, whole_step = make_train_step(TINY)
+    after_parts, loss_parts = step(init(jax.random.key(1)), batch)
+    after_whole, loss_whole = whole_step(init(jax.random.key(1)), batch)
+    np.testing.assert_allclose(loss_parts, loss_whole, **SAME_PROGRAM)
+    # Adam's first update is lr * g / (|g| + eps): gradients equal to float32 rounding (above)
+    # move a parameter whose gradient is ~1e-6 by a visibly different fraction of lr.
+    for a, b in zip(jax.tree.leaves(after_parts.params), jax.tree.leaves(after_whole.params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=TINY.learning_rate * 1e-2)
+    with pytest.raises(ValueError, match="num_microbatches=3 must be > 0 and divide batch_size=4"):
+        ReferenceConfig(**{**TINY.__dict__, "num_microbatches": 3})
+
+
 @pytest.mark.parametrize("policy", ["dots_with_no_batch_dims_saveable", "full"])
 def test_remat_gives_the_same_loss_and_grads(policy):
     params = init_params(TINY, jax.random.key(0))
