@@ -84,7 +84,7 @@ def restore_state(
     restored, saved, data_state = ckpt.restore(adapters_only(target), step, restore_data=restore_data)
     reference = _reference(Path(job_dir))
     base_dir = Path(exp.lora.base_job_dir)
-    if reference["step"] not in _committed(base_dir):
+    if reference["step"] not in _committed(base_dir, allow_none=True):
         raise ConfigError(
             f"lora.base_job_dir={str(base_dir)!r} no longer holds checkpoint {reference['step']}, the base this LoRA "
             f"run's adapters were trained on ({Path(job_dir) / REFERENCE}); restore it there (its keep-N may have "
@@ -112,14 +112,14 @@ def _reference(job_dir: Path) -> dict[str, Any]:
     return json.loads(file.read_text())
 
 
-def _committed(base_dir: Path) -> list[int]:
+def _committed(base_dir: Path, allow_none: bool = False) -> list[int]:
     if not (base_dir / "config.json").is_file():
         raise ConfigError(
             f"lora.base_job_dir={str(base_dir)!r} holds no config.json; name a pax_eqx job dir (one import_hf or "
             "train wrote)."
         )
     steps = Checkpointer(base_dir / "checkpoints", read_only=True).committed_steps()
-    if not steps:
+    if not steps and not allow_none:
         raise ConfigError(f"lora.base_job_dir={str(base_dir)!r} has no committed checkpoint to adapt.")
     return steps
 

@@ -1,16 +1,26 @@
-"""LoRA through the command line's programs, in process (the conftest's 8 CPU devices): import a tiny
-Llama, fine-tune it with LoRA on a JSONL file, export it merged and re-import it: the same logits as
-the LoRA model's own forward (float32, 1e-5); the PEFT export's tensors checked against the merged
-weights with numpy; refusals of an export that cannot be written."""
+"""LoRA through the command line's programs, in process (the conftest's 8 CPU devices), on a tiny
+imported Llama:
+
+- `train --lora.*` on a JSONL file writes checkpoints that hold the adapters and their optimizer
+  state, never the base; stopped at step 2 and resumed to 4, a run ends with the adapters and
+  optimizer state of an uninterrupted one;
+- the merged export, re-imported, gives the LoRA model's own logits (float32, 1e-5); the PEFT
+  export's tensors are checked against the merged weights with numpy;
+- an export that cannot be written, and a base whose parameters changed since the adapters were
+  trained, are refused by name."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 from hf_models import FIXTURES, forward_logits, imported_model, reference
+from safetensors.numpy import save_file
 
 from pax_eqx import export_hf, import_hf
 from pax_eqx import train as train_cli
@@ -31,33 +41,59 @@ LINES = [
 TARGETS = [r"stack\.layers\.attention\.w_[qv]", r"stack\.layers\.ff_out\.w"]
 
 
-def lora_logits(job, ids):
+def read(job):
+    """(step, state, programs) of a job dir's newest checkpoint, as eval, decode and export read it."""
     exp = ExperimentConfig.from_dict(json.loads((job / "config.json").read_text()))
     programs = Programs(build_task(exp), build_mesh(exp.mesh), exp.mesh.rules)
-    _, state, _ = restore_state(
-        Checkpointer(job / "checkpoints", read_only=True), programs, exp, job, restore_data=False
+    ckpt = Checkpointer(job / "checkpoints", read_only=True)
+    step, state, _ = restore_state(ckpt, programs, exp, job, restore_data=False)
+    return step, state, programs
+
+
+def saved_paths(job, step):
+    """The leaf paths a checkpoint's manifest lists (what its arrays are)."""
+    where = job / "checkpoints" / str(step)
+    restored = ocp.Checkpointer(ocp.CompositeCheckpointHandler()).restore(
+        where, args=ocp.args.Composite(manifest=ocp.args.JsonRestore())
     )
-    model = programs.task.model(programs.task.inference_params(state))
-    return np.asarray(model(jnp.asarray(ids), Context(mode=Mode.EVAL))[0])
+    return [leaf["path"] for leaf in restored["manifest"]["leaves"]]
 
 
-def test_import_lora_fine_tune_export_merged_and_peft(tmp_path):
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"text": line}) + "\n" for line in LINES * 8))
-    base, lora = tmp_path / "base", tmp_path / "lora"
-    assert import_hf.main([str(FIXTURES / "llama"), "--job-log-dir", str(base), "--data.seq-len", "16"]) == 0
+def train_lora(base, job, corpus, steps):
     assert train_cli.main([
-        "--exp", str(base / "config.json"), "--job-log-dir", str(lora),
+        "--exp", str(base / "config.json"), "--job-log-dir", str(job),
         "--lora.targets", *TARGETS, "--lora.rank", "4", "--lora.alpha", "8", "--lora.base-job-dir", str(base),
         "--data.source", "jsonl", "--data.path", str(corpus), "--learner.learning-rate", "0.05",
-        "--train.num-steps", "2", "--train.eval-interval-steps", "2", "--train.no-sample-at-end",
+        "--train.num-steps", str(steps), "--train.eval-interval-steps", "0", "--train.no-sample-at-end",
+        "--checkpoint.every-n-steps", "2",
     ]) == 0  # fmt: skip
-    assert {p.name for p in (lora / "checkpoints").iterdir()} >= {"2"}
+
+
+def test_import_lora_fine_tune_resume_export_merged_and_peft(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": line}) + "\n" for line in LINES * 8))
+    base, lora, whole = tmp_path / "base", tmp_path / "lora", tmp_path / "whole"
+    assert import_hf.main([str(FIXTURES / "llama"), "--job-log-dir", str(base), "--data.seq-len", "16"]) == 0
+    train_lora(base, lora, corpus, 2)  # stops at step 2 with a checkpoint: as a run killed after its save
+    paths = saved_paths(lora, 2)
+    params = [p for p in paths if p.startswith("params/")]
+    assert params and all(p.startswith("params/adapters/") for p in params), params  # no base in it
+    assert any(p.startswith("opt_state/") and "adapters" in p for p in paths)
+    assert json.loads((lora / "lora_base.json").read_text())["step"] == 0  # the import's checkpoint
+    train_lora(base, lora, corpus, 4)  # resumed
+    train_lora(base, whole, corpus, 4)  # uninterrupted
+    (step, resumed, programs), (_, straight, _) = read(lora), read(whole)
+    assert step == 4
+    _, imported, _ = read(base)  # the base comes back from its own job dir, bit for bit
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed.params.base), jax.device_get(imported.params))
+    for a, b in [(resumed.params.adapters, straight.params.adapters), (resumed.opt_state, straight.opt_state)]:
+        jax.tree.map(np.testing.assert_array_equal, jax.device_get(a), jax.device_get(b))
 
     merged = tmp_path / "merged"
     assert export_hf.main(["--job-log-dir", str(lora), "--out", str(merged), "--dtype", "float32"]) == 0
     ids = reference("llama")["ids"]
-    want = lora_logits(lora, ids)
+    model = programs.task.model(programs.task.inference_params(resumed))
+    want = np.asarray(model(jnp.asarray(ids), Context(mode=Mode.EVAL))[0])
     model, _ = imported_model(merged)
     np.testing.assert_allclose(forward_logits(model, ids), want, atol=1e-5, rtol=0)
     assert np.abs(want - reference("llama")["logits"]).max() > 1e-3  # the adapters changed the model
@@ -86,3 +122,18 @@ def test_import_lora_fine_tune_export_merged_and_peft(tmp_path):
 
     with pytest.raises(ConfigError, match=r"--adapters-only: .* is not a LoRA run"):
         export_hf.export(base, tmp_path / "nothing", adapters_only=True)
+
+    # the same model with one weight changed, imported in the base's place: not the adapters' base
+    changed = tmp_path / "changed"
+    shutil.copytree(FIXTURES / "llama", changed)
+    tensors = {n: np.array(before.read(n)) for n in before.names()}
+    tensors["model.norm.weight"] = tensors["model.norm.weight"] + 1.0
+    save_file(tensors, str(changed / "model.safetensors"), metadata={"format": "pt"})
+    shutil.rmtree(base)
+    assert import_hf.main([str(changed), "--job-log-dir", str(base), "--data.seq-len", "16"]) == 0
+    with pytest.raises(ConfigError, match=r"holds other parameters than the base this LoRA run's adapters"):
+        export_hf.export(lora, tmp_path / "refused", dtype="float32")
+    assert not (tmp_path / "refused").exists() or not any((tmp_path / "refused").iterdir())
+    shutil.rmtree(base / "checkpoints" / "0")  # the base's checkpoint gone: named, with the step the adapters need
+    with pytest.raises(ConfigError, match=r"no longer holds checkpoint 0, the base this LoRA run's adapters"):
+        export_hf.export(lora, tmp_path / "refused", dtype="float32")
