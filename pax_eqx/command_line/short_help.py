@@ -86,6 +86,16 @@ def short_help(default: Any, width: int | None = None) -> str:
     ]
     for f in dataclasses.fields(default):
         child = getattr(default, f.name)
-        if dataclasses.is_dataclass(child):
+        if dataclasses.is_dataclass(child) and getattr(child, "enabled", True) is False:
+            lines.append(_off_section_line(f.name, child, width))
+        elif dataclasses.is_dataclass(child):
             lines += section_lines(f.name, child, width)
     return "\n".join(lines)
+
+
+def _off_section_line(name: str, value: Any, width: int) -> str:
+    """A section that is off as the experiment stands (`enabled` False: LoRA without targets) in one
+    line: its fields do nothing until it is turned on, and --help-all lists them."""
+    n = len(dataclasses.fields(value))
+    line = f"{name} ({type(value).__name__}): off; its {n} fields (--{name}.FIELD) are listed by --help-all."
+    return line if len(line) <= width else line[: width - 3].rstrip() + "..."
