@@ -46,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     files = export(
         Path(ns.job_log_dir), Path(ns.out), ns.dtype, ns.step, int(ns.max_shard_gb * 2**30), ns.adapters_only
     )
-    print(f"Exported {ns.job_log_dir} to {ns.out} ({ns.dtype}): {', '.join(files)} and the tokenizer.", flush=True)
+    what = ", ".join(files) + ("" if ns.adapters_only else " and the tokenizer")
+    print(f"Exported {ns.job_log_dir} to {ns.out} ({ns.dtype}): {what}.", flush=True)
     return 0
 
 
