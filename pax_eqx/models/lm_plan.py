@@ -36,8 +36,15 @@ _POLICY_SAVED = {
     "dots_with_no_batch_dims_and_context": lambda d, h: 7 + h / d,
     "dots_saveable": lambda d, h: 7 + h / d,
     "everything_saveable": lambda d, h: 10 + 2 * h / d,
-    "none": lambda d, h: 10 + 2 * h / d,
+    # No remat keeps every intermediate: fitted to XLA:CPU's compiled step (float32, d = 512, H = 1024,
+    # 2048, 4096: 22.3, 31, 47.1 units a layer, i.e. 12 + 4 H/d; the feed-forward's GELU keeps its
+    # pre-activation, intermediate products and output, H-sized each), plus NONE_SCORES below.
+    "none": lambda d, h: 12 + 4 * h / d,
 }
+# With XLA's attention and no remat, each layer also keeps about 2.5 [S x S] float32 score-sized
+# arrays per head (the scores, the probabilities, the mask's share): 8 heads -> 2 heads at S = 64
+# moved the compiled step by 1.9 units a layer for 0.75 units of scores (tests/sharding/test_planner_vs_xla.py).
+NONE_SCORES = 2.5
 
 
 def _bytes(n: int | float) -> str:
@@ -70,6 +77,8 @@ def _activation_bytes(cfg: LanguageModelConfig, step: StepShape) -> int:
     p = _pipeline(cfg)
     if p is None:
         saved = m.num_layers * batch * s * d * c(m.remat_policy) * nbytes
+        if m.remat_policy == "none" and not flash_attention(cfg, step.fprop_dtype):
+            saved += m.num_layers * batch * n_t * s * s * 4 * NONE_SCORES
     else:
         batch = (
             step.global_batch

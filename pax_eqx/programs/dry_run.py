@@ -55,6 +55,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+from jax.sharding import PartitionSpec
 
 from pax_eqx.config import ConfigError
 from pax_eqx.experiment import ExperimentConfig
@@ -97,12 +98,15 @@ class Memory(NamedTuple):
     activations: int
     update: int
     model_plan: Any
+    working_weights: int = 0
 
     @property
     def total(self) -> int:
         """The peak: the state and gradients, plus the larger of what the backward holds (the
-        activations) and what the optimizer's update holds once they are freed."""
-        return self.params + self.opt_state + self.grads + self.grad_accumulator + max(self.activations, self.update)
+        activations and the working copies of weights) and what the optimizer's update holds once
+        they are freed."""
+        backward = self.activations + self.working_weights
+        return self.params + self.opt_state + self.grads + self.grad_accumulator + max(backward, self.update)
 
 
 class MemoryModel:
@@ -144,7 +148,34 @@ class MemoryModel:
         grads = params  # float32 gradients, sharded as the parameters
         accumulator = grads if micro > 1 else 0  # the scan's running sum beside each microbatch's gradients
         update = params  # the optimizer's float32 update (clipped, scaled gradients), sharded as the parameters
-        return Memory(params, opt, grads, accumulator, acts or 0, update, model_plan)
+        working = self.working_weight_bytes(spec_leaves, mesh_shape, dtype)
+        return Memory(params, opt, grads, accumulator, acts or 0, update, model_plan, working)
+
+    def working_weight_bytes(self, spec_leaves: list, mesh_shape: dict[str, int], fprop_dtype: str) -> int:
+        """What the backward holds of a stack's weights beyond their shards (leaves with a leading
+        `layers` axis; checked against XLA:CPU, tests/sharding/test_planner_vs_xla.py):
+
+        - FSDP (a layer's weights sharded over fsdp): the layer being worked on gathered whole over
+          fsdp, in the fprop dtype, and its gradient before the reduce-scatter, float32.
+        - a pipeline (`layers` on a stage axis of more than one device): every iteration runs the
+          stage's weights again, so the backward's scan carries the float32 sum of their gradient
+          and holds one iteration's gradient of them beside it: two float32 copies of the stage's
+          weights (the final gradient is counted with the gradients).
+        """
+        gathered, stage_weights = 0, 0
+        itemsize = jnp.dtype(fprop_dtype).itemsize
+        for (_, leaf), spec, ax in zip(self.leaves, spec_leaves, self.axes):
+            if not tuple(ax) or tuple(ax)[0] != "layers":
+                continue
+            entries = tuple(spec) + (None,) * (leaf.ndim - len(spec))
+            axes_of = lambda e: () if e is None else (e,) if isinstance(e, str) else tuple(e)
+            if any("fsdp" in axes_of(e) for e in entries[1:]) and mesh_shape.get("fsdp", 1) > 1:
+                whole = PartitionSpec(*(tuple(a for a in axes_of(e) if a != "fsdp") or None for e in entries[1:]))
+                one_layer = _shard_bytes(leaf.shape[1:], jnp.float32, whole, mesh_shape)
+                gathered += one_layer // 4 * (itemsize + 4)
+            if "stage" in axes_of(entries[0]) and mesh_shape.get("stage", 1) > 1:
+                stage_weights += _shard_bytes(leaf.shape, jnp.float32, spec, mesh_shape)
+        return gathered + 2 * stage_weights
 
 
 def planned_bytes(exp: ExperimentConfig) -> int:
@@ -211,7 +242,12 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None, model: Me
         if exp.learner.num_microbatches > 1:
             note += f"; one of {exp.learner.num_microbatches} microbatches at a time"
         lines.append(f"  activations (estimate)    {memory.activations / gib:10.2f} GiB  ({note})")
-    if memory.update > memory.activations:
+    if memory.working_weights:
+        lines.append(
+            f"  working weights           {memory.working_weights / gib:10.2f} GiB  (a layer gathered over fsdp with "
+            "its gradient, and a pipeline's gradient sum of the stage's weights: MemoryModel.working_weight_bytes)"
+        )
+    if memory.update > memory.activations + memory.working_weights:
         lines.append(
             f"  optimizer update          {memory.update / gib:10.2f} GiB  (a float32 update the size of the "
             "parameters, live after the activations are freed: counted instead of them, the larger)"
