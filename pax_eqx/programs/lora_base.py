@@ -14,7 +14,11 @@ something else.
 
 The base is read with its own experiment (its config.json), restored read-only onto this run's
 mesh, and its parameters (its EMA where its learner keeps one: what its eval and export use)
-placed in this run's shardings; their names and shapes must be this model's.
+placed in this run's shardings; their names and shapes must be this model's. Its whole checkpoint
+is read (the optimizer state too, which is then dropped): a base of Adam's adds twice its
+parameters to what a LoRA run's start, resume or export holds for a moment. Reading the
+parameters alone (orbax placeholders, as `checkpoint/start_point.py` reads an import) is the
+next step.
 """
 
 from __future__ import annotations
