@@ -26,6 +26,13 @@ _PARAMS = ("params/", "ema/")
 def params_fingerprint(directory: Path, step: int) -> str:
     """SHA-256 of the parameter entries of step `step`'s manifest under `directory` (a job dir's
     checkpoints/); CheckpointError when the manifest cannot be read or is damaged."""
+    entries = [e for e in read_manifest(directory, step)["leaves"] if e["path"].startswith(_PARAMS)]
+    text = json.dumps(entries, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_manifest(directory: Path, step: int) -> dict:
+    """Step `step`'s manifest under `directory`, checked; CheckpointError when unreadable or damaged."""
     where = Path(directory) / str(step)
     try:
         restored = ocp.Checkpointer(ocp.CompositeCheckpointHandler()).restore(
@@ -37,6 +44,4 @@ def params_fingerprint(directory: Path, step: int) -> str:
     problems = manifest_problems(manifest, step)
     if problems:
         raise CheckpointError(f"checkpoint {where} is damaged: {'; '.join(problems)}")
-    entries = [e for e in manifest["leaves"] if e["path"].startswith(_PARAMS)]
-    text = json.dumps(entries, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+    return manifest

@@ -46,15 +46,15 @@ def start_point_manifest(directory: Path, committed_steps: list[int]) -> dict[st
     return manifest
 
 
-def restore_start_point(directory: Path, manifest: dict[str, Any], abstract: Any) -> dict[str, Any]:
-    """{"params": ..., "nt_state": ...} of DIR's step-0 checkpoint, read into `abstract`'s
-    fields of the same names (ShapeDtypeStructs with shardings: a TrainState of the run's own
-    experiment, whose optimizer state is not read)."""
+def restore_start_point(directory: Path, manifest: dict[str, Any], abstract: Any, step: int = 0) -> dict[str, Any]:
+    """{"params": ..., "nt_state": ...} of DIR's step-0 checkpoint (or `step`'s, whose `manifest`
+    it is: a LoRA run's base), read into `abstract`'s fields of the same names (ShapeDtypeStructs
+    with shardings: a TrainState of the run's own experiment, whose optimizer state is not read)."""
     wanted = {name: getattr(abstract, name) for name in _READ}
     saved = {leaf["path"]: leaf for leaf in manifest["leaves"]}
     ours = {"leaves": [leaf for path, leaf in saved.items() if path.split("/")[0] in _READ]}
     problems = structure_mismatches(ours, wanted)
-    path = directory / "0"
+    path = directory / str(step)
     if problems:
         raise CheckpointMismatchError(
             f"checkpoint {path} does not hold this model's parameters ({len(problems)} differences):"

@@ -14,11 +14,10 @@ something else.
 
 The base is read with its own experiment (its config.json), restored read-only onto this run's
 mesh, and its parameters (its EMA where its learner keeps one: what its eval and export use)
-placed in this run's shardings; their names and shapes must be this model's. Its whole checkpoint
-is read (the optimizer state too, which is then dropped): a base of Adam's adds twice its
-parameters to what a LoRA run's start, resume or export holds for a moment. Reading the
-parameters alone (orbax placeholders, as `checkpoint/start_point.py` reads an import) is the
-next step.
+placed in this run's shardings; their names and shapes must be this model's. Only the parameters
+are read (orbax placeholders for the rest, `checkpoint/start_point.py`), so a base trained with
+Adam does not bring twice its size in moments along; a base whose learner keeps an EMA is read
+whole once, its EMA being what it evaluates and exports with.
 """
 
 from __future__ import annotations
@@ -32,7 +31,8 @@ import jax
 import jax.tree_util as jtu
 
 from pax_eqx.checkpoint import Checkpointer
-from pax_eqx.checkpoint.fingerprint import params_fingerprint
+from pax_eqx.checkpoint.fingerprint import params_fingerprint, read_manifest
+from pax_eqx.checkpoint.start_point import restore_start_point
 from pax_eqx.config import ConfigError, MissingFileError
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.learners.variables import path_name
@@ -140,12 +140,18 @@ def _base_params(programs: Programs, base_dir: Path, step: int, ours: Any) -> An
             "(export the LoRA run merged with export_hf and import that with import_hf)."
         )
     base_programs = Programs(build_task(base_exp), programs.mesh, base_exp.mesh.rules)
-    ckpt = Checkpointer(base_dir / "checkpoints", base_exp.checkpoint, read_only=True)
-    try:
-        _, state, _ = ckpt.restore(base_programs.abstract_with_shardings(), step, restore_data=False)
-    finally:
-        ckpt.close()
-    theirs = {path_name(p): a for p, a in jtu.tree_flatten_with_path(base_programs.task.inference_params(state))[0]}
+    abstract = base_programs.abstract_with_shardings()
+    if abstract.ema is None:  # the parameters alone: the optimizer state stays on disk
+        manifest = read_manifest(base_dir / "checkpoints", step)
+        params = restore_start_point(base_dir / "checkpoints", manifest, abstract, step)["params"]
+    else:  # eval and export use the EMA: the whole state, once
+        ckpt = Checkpointer(base_dir / "checkpoints", base_exp.checkpoint, read_only=True)
+        try:
+            _, state, _ = ckpt.restore(abstract, step, restore_data=False)
+        finally:
+            ckpt.close()
+        params = base_programs.task.inference_params(state)
+    theirs = {path_name(p): a for p, a in jtu.tree_flatten_with_path(params)[0]}
     leaves, treedef = jtu.tree_flatten_with_path(ours)
     problems, values = [], []
     for path, mine in leaves:
