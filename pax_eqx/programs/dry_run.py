@@ -34,7 +34,11 @@ input (1) and, by policy, the QKV projection (3), the attention output (1), its 
 the MLP input (H/d) and output (1), the GELU output (H/d), the norms' outputs and the residual
 sum (3): full 1, save_context_and_out_proj 3, save_qkv_context_and_out_proj 6,
 dots_with_no_batch_dims_saveable 6 + H/d, dots_with_no_batch_dims_and_context and dots_saveable
-7 + H/d, everything_saveable and none 10 + 2 H/d.
+7 + H/d, everything_saveable 10 + 2 H/d; none 12 + 4 H/d and, with XLA attention, 2.5 score-sized
+arrays a head (fitted to XLA:CPU's compiled steps, models/lm_plan.py). Beside the activations, the
+backward holds working copies of a stack's weights (`MemoryModel.working_weight_bytes`): under FSDP
+one layer gathered over fsdp (fprop dtype) and its float32 gradient before the reduce-scatter; in a
+pipeline two float32 copies of the stage's weights (their gradient's running sum and one iteration's).
 
 A pipelined model (model.pipeline, S stages, M microbatches, R rounds, N = M R + S - 1
 iterations, chunks of k = L / (S R) layers) keeps, per device, with b_d = B / (M x data x fsdp)

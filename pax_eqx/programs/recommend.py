@@ -246,7 +246,7 @@ def recommend(
     lines.append(f"  (mesh sizes inside an ICI domain x across the DCN; {_count(len(layouts), 'layout')} searched)")
     if any(c.remat == "none" for c in fit[:TOP]):
         lines.append(
-            "  remat none: its activations are under-counted (gpt3_xl at batch 8: 50.6 GiB planned, out of memory "
+            "  remat none: its activations are under-counted (gpt3_xl at batch 8: 65.6 GiB planned, out of memory "
             "on an 80 GiB H100; docs/performance.md): try such a row before relying on it."
         )
     lines.append(_why_others_lose(fit[0], fit[:TOP], candidates, memory_gb))
