@@ -31,7 +31,7 @@ experiment reads the JPEGs themselves (`data.source="imagenet_folder"`, pax_eqx/
 `--data.path /data/imagenet`, laid out `train/<wnid>/*.JPEG` and `val/<wnid>/*.JPEG` (the 1000
 synset folders sort to Pax's label ids 0..999), any size, decoded in grain's workers
 (`--data.train.num-workers N`); `--data.source imagenet_array_record` reads the same bytes from
-ArrayRecord shards (python -m pax_eqx.data.image_records). Without `--data.path` a run stops
+ArrayRecord shards (python -m pax_eqx.prepare_images). Without `--data.path` a run stops
 before writing anything, with an error naming data.path (as the C4 experiments do); `--dry-run`
 plans without data. `--data.source synthetic_images` trains on random 224x224x3 images (label 0)
 for speed, no files needed.

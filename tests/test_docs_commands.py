@@ -109,7 +109,7 @@ _HF_LORA = "the model directory is not on this machine; tests/hf/test_lora_end_t
 _HF_LORA += "trains it with these --lora flags through train.main and exports it merged and --adapters-only"
 NOT_RUN = {
     "python -m pytest -n 2": "the test suite itself",
-    "python -m pax_eqx.data.image_records --input /data/imagenet --output /data/imagenet_ar --num-shards 1024 "
+    "python -m pax_eqx.prepare_images --input /data/imagenet --output /data/imagenet_ar --num-shards 1024 "
     "--val-num-shards 64": "ImageNet is not here; tests/data/test_imagenet_source.py writes shards of tiny JPEGs",
     # docs/fine_tune.md: an open model downloaded beforehand
     "python -m pax_eqx.import_hf ~/models/Llama-3.2-1B --job-log-dir runs/llama --data.source jsonl --data.path "

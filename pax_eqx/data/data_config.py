@@ -32,7 +32,7 @@ Sources (`source`):
                decoded when read, Inception-cropped (train) or centre-cropped (eval) to
                `image_shape` (imagenet_source.py).
   imagenet_array_record  the same files as ArrayRecord shards of their bytes at `path`/train/ and
-               `path`/val/ (written by python -m pax_eqx.data.image_records), read the same way.
+               `path`/val/ (written by python -m pax_eqx.prepare_images), read the same way.
 
 Image sources yield inputs [B, H, W, C] float32, labels [B], weights [B]; `augment` crops and
 flips training batches and normalises both splits (augment.py).

@@ -1,7 +1,7 @@
 """Write ImageNet's folder layout as ArrayRecord shards of the encoded files, for
 `--data.source imagenet_array_record` (imagenet_source.py).
 
-    python -m pax_eqx.data.image_records --input /data/imagenet --output /data/imagenet_ar \
+    python -m pax_eqx.prepare_images --input /data/imagenet --output /data/imagenet_ar \
         [--num-shards 1024] [--val-num-shards 64]
 
 For each split folder of --input (`train/<wnid>/*.JPEG`, `val/<wnid>/*.JPEG`), writes
@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from pax_eqx.config import ConfigError
@@ -89,27 +88,3 @@ def write_image_records(input_root: str, output_root: str, num_shards: int = 102
         labels = [int(source[i][1]) for i in range(len(source))]
         written[folder] = write_split(files, labels, classes, Path(output_root) / folder, shards)
     return written
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from pax_eqx.command_line.entry import OneLineParser
-
-    parser = OneLineParser(prog="python -m pax_eqx.data.image_records", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--input", required=True, help="root of train/<wnid>/*.JPEG (and val/<wnid>/*.JPEG)")
-    parser.add_argument("--output", required=True, help="root to write train/ (and val/) shards into")
-    parser.add_argument("--num-shards", type=int, default=1024, help="shards of the train split")
-    parser.add_argument("--val-num-shards", type=int, default=64, help="shards of the val split")
-    args = parser.parse_args(argv)
-    try:
-        written = write_image_records(args.input, args.output, args.num_shards, args.val_num_shards)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    for folder, manifest in written.items():
-        print(f"{args.output}/{folder}: {manifest['num_records']} images of {len(manifest['classes'])} classes in "
-              f"{len(manifest['shards'])} shards")  # fmt: skip
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

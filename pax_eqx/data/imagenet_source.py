@@ -13,7 +13,7 @@ Storage (`data.path` is the root of both splits; the eval split is always `<root
 - `imagenet_array_record`: `<root>/train/` and `<root>/val/` each hold ArrayRecord shards of
   records `label (int32, little-endian) + the file's bytes, unchanged` and an `images.json`
   listing the classes and each shard's record count, written from the folder layout by
-  `python -m pax_eqx.data.image_records --input /data/imagenet --output /data/imagenet_ar`
+  `python -m pax_eqx.prepare_images --input /data/imagenet --output /data/imagenet_ar`
   (image_records.py). Fewer, larger files than 1.3 M JPEGs for a network file system.
 
 Each example is decoded with Pillow when the batch is made -- in grain's worker processes
@@ -164,7 +164,7 @@ def read_images_manifest(directory: str, field: str) -> dict[str, Any]:
     path = os.path.join(directory, MANIFEST)
     if not os.path.isfile(path):
         raise MissingFileError(
-            f"{field}: {directory!r} has no {MANIFEST}: it was not written by python -m pax_eqx.data.image_records "
+            f"{field}: {directory!r} has no {MANIFEST}: it was not written by python -m pax_eqx.prepare_images "
             "(or the write did not finish); write it again."
         )
     with open(path, encoding="utf-8") as f:
@@ -189,7 +189,7 @@ def records_source(root: str, split: Split, field: str = "data.path") -> tuple[E
     if manifest["classes"] != classes:
         raise ConfigError(
             f"{field}={root!r}: val/{MANIFEST} lists other classes than train/{MANIFEST}; write both splits with one "
-            "python -m pax_eqx.data.image_records run."
+            "python -m pax_eqx.prepare_images run."
         )
     source = EncodedImageRecords([os.path.join(directory, s["file"]) for s in manifest["shards"]])
     if len(source) != manifest["num_records"]:

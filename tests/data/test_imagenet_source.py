@@ -15,11 +15,11 @@ from PIL import Image
 from pax_eqx.config import ConfigError, MissingFileError
 from pax_eqx.data import DataConfig, InputConfig, build_input
 from pax_eqx.data.augment import AugmentConfig
-from pax_eqx.data.image_records import main as image_records_main
 from pax_eqx.data.image_records import write_image_records
 from pax_eqx.data.imagenet_source import train_draw
 from pax_eqx.data.inception_crop import AREA_RANGE, ASPECT_RANGE, Box, central_box, random_resized_box
 from pax_eqx.data.tokenizers import ByteTokenizer
+from pax_eqx.prepare_images import main as image_records_main
 
 S = 16  # the model's image side in these tests
 CLASSES = ("n01440764", "n01443537", "n01484850")
