@@ -112,10 +112,10 @@ NOT_RUN = {
     "python -m pax_eqx.prepare_images --input /data/imagenet --output /data/imagenet_ar --num-shards 1024 "
     "--val-num-shards 64": "ImageNet is not here; tests/data/test_imagenet_source.py writes shards of tiny JPEGs",
     # docs/fine_tune.md: an open model downloaded beforehand
-    "python -m pax_eqx.import_hf ~/models/Llama-3.2-1B --job-log-dir runs/llama --data.source jsonl --data.path "
-    "my_data.jsonl --data.seq-len 512 --learner.optimizer adamw --learner.learning-rate 1e-5": _HF,
+    "python -m pax_eqx.import_hf ~/models/Llama-3.2-1B --job-log-dir runs/llama": _HF,
     'python -m pax_eqx.decode --job-log-dir runs/llama --prompt "The capital of France is" --max-new-tokens 50': _HF,
-    "python -m pax_eqx.train --exp runs/llama/config.json --job-log-dir runs/llama --train.num-steps 200": _HF,
+    "python -m pax_eqx.train --job-log-dir runs/llama --data.source jsonl --data.path my_data.jsonl --data.seq-len "
+    "512 --learner.optimizer adamw --learner.learning-rate 1e-5 --train.num-steps 200": _HF,
     "python -m pax_eqx.eval --job-log-dir runs/llama": _HF,
     "python -m pax_eqx.export_hf --job-log-dir runs/llama --out exported/llama --dtype bfloat16": _HF,
     "python -m pax_eqx.train --exp runs/llama/config.json --job-log-dir runs/llama-lora --lora.base-job-dir runs/llama "
