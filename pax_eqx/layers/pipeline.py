@@ -123,7 +123,7 @@ class PipelineConfig(Config):
             )
 
 
-StageFn = Callable[[Any, jax.Array, dict, Any], tuple[jax.Array, dict, dict]]
+StageFn = Callable[[Any, "int | jax.Array", jax.Array, dict, Any], tuple[jax.Array, dict, dict]]
 
 
 def run_pipeline(
@@ -136,11 +136,15 @@ def run_pipeline(
 ) -> tuple[jax.Array, dict[str, jax.Array], dict[str, jax.Array]]:
     """Applies the stack's layers to `x` [batch, ...] with the schedule of `cfg`.
 
-    stage_fn(stage_units, h, stage_inputs, key) -> (h, summaries, aux_losses): one stage's work
-      on one microbatch (rematerialised as the caller chose): `stage_units` are the stage's
-      layers (a leading [n] axis), h [microbatch, ...], `stage_inputs` the microbatch's rows of
-      `inputs`; summaries have a leading [n] axis, aux losses are scalars summed over the
-      stage's layers.
+    stage_fn(stage_units, round, h, stage_inputs, key) -> (h, summaries, aux_losses): one stage's
+      work on one microbatch (rematerialised as the caller chose): `stage_units` are all the
+      stage's chunks (leading [R, n] axes), `round` which chunk this iteration runs (the Python
+      int 0 under GPipe, a traced int32 under the circular schedule), h [microbatch, ...],
+      `stage_inputs` the microbatch's rows of `inputs`; summaries have a leading [n] axis, aux
+      losses are scalars summed over the stage's layers. A traced `round` should be sliced by
+      inside what the stage rematerialises (each layer's remat): a slice taken outside is a value
+      that varies with the iteration, and the backward would keep one per iteration (M R + S - 1
+      copies of a chunk's weights), where the stage's weights themselves are kept once.
     units: the stack's weights, every leaf with a leading [num_units] axis in layer order.
     inputs: per-example arrays [batch, ...] every layer reads (segment ids, positions, paddings).
     key: split into one key per (iteration, stage); None when the layers draw no randomness.
@@ -168,12 +172,9 @@ def run_pipeline(
     keys = None if key is None else jax.random.split(key, (iterations, s))
 
     def one_stage(stage_weights, repeat, h, stage_inputs, stage_key):
-        if r == 1:  # GPipe: the stage's one chunk, the same every iteration (see below)
-            return stage_fn(jax.tree.map(lambda a: a[0], stage_weights), h, stage_inputs, stage_key)
-        # Circular: the round's chunk, a slice that varies with the iteration, which the backward
-        # keeps for every iteration ([M R + S - 1, ...] copies of a chunk; the planner counts them).
-        chunk = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, repeat, 0, keepdims=False), stage_weights)
-        return stage_fn(chunk, h, stage_inputs, stage_key)
+        # GPipe runs the stage's one chunk every iteration: round 0, a Python int the stage fn
+        # slices by outside any loop. The circular schedule's round varies with the iteration.
+        return stage_fn(stage_weights, 0 if r == 1 else repeat, h, stage_inputs, stage_key)
 
     def iteration(carry, xs):
         state, buffer = carry

@@ -174,11 +174,24 @@ class StackedTransformerRepeated(eqx.Module):
         per_stage = self.pipeline.remat_stage
         layer_policy, stage_policy = ("none", self.remat_policy) if per_stage else (self.remat_policy, "none")
 
-        def stage(stage_params, h, stage_inputs, stage_key):
-            n = jax.tree.leaves(stage_params)[0].shape[0]
+        def stage(stage_params, round_, h, stage_inputs, stage_key):
+            """stage_params: the stage's chunks [R, n, ...]; round_: the chunk this iteration runs."""
+            n = jax.tree.leaves(stage_params)[0].shape[1]
             keys = None if stage_key is None else jax.random.split(stage_key, n)
-            body = remat(self._body(static, ctx, stage_inputs), layer_policy, prevent_cse=False)
-            h, (_, summaries, aux) = jax.lax.scan(body, h, (stage_params, keys, None, None), unroll=self.unroll)
+            body = self._body(static, ctx, stage_inputs)
+            if isinstance(round_, int):  # GPipe: one chunk, loop-invariant, scanned as the stack scans
+                chunk = jax.tree.map(lambda a: a[round_], stage_params)
+                scanned = remat(body, layer_policy, prevent_cse=False)
+                h, (_, summaries, aux) = jax.lax.scan(scanned, h, (chunk, keys, None, None), unroll=self.unroll)
+            else:  # circular: each layer slices its weights from the round's chunk inside its remat
+
+                def from_round(h, xs):
+                    j, key = xs
+                    layer = jax.tree.map(lambda a: a[round_, j], stage_params)
+                    return body(h, (layer, key, None, None))
+
+                scanned = remat(from_round, layer_policy, prevent_cse=False)
+                h, (_, summaries, aux) = jax.lax.scan(scanned, h, (jnp.arange(n), keys), unroll=self.unroll)
             return h, summaries, {name: jnp.sum(value) for name, value in aux.items()}
 
         return run_pipeline(remat(stage, stage_policy, prevent_cse=False), params, x, per_example, key, self.pipeline)

@@ -32,12 +32,12 @@ def _layer(unit, h, scale):
     return out, summary, {"l2": jnp.mean(out**2) * (1.0 + unit["index"])}
 
 
-def _stage(stage_units, h, inputs, key):
+def _stage(stage_units, round_, h, inputs, key):
     def body(h, unit):
         out, summary, aux = _layer(unit, h, inputs["scale"])
         return out, (summary, aux)
 
-    h, (summaries, aux) = jax.lax.scan(body, h, stage_units)
+    h, (summaries, aux) = jax.lax.scan(body, h, jax.tree.map(lambda a: a[round_], stage_units))
     return h, summaries, {name: jnp.sum(value) for name, value in aux.items()}
 
 
@@ -87,7 +87,7 @@ def test_keys_differ_per_iteration_and_stage():
     """A stage that draws randomness gets its own key in each (iteration, stage)."""
     cfg = PipelineConfig(num_stages=2, num_microbatches=2)
 
-    def noisy(stage_units, h, inputs, key):
+    def noisy(stage_units, round_, h, inputs, key):
         return h + jax.random.normal(key, h.shape), {}, {}
 
     x = jnp.zeros((4, 3))

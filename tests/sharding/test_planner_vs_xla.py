@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import pytest
 
 from experiments import registry
+from pax_eqx.layers.pipeline import PipelineConfig
 from pax_eqx.programs.compiled import Programs
 from pax_eqx.programs.dry_run import plan
 from pax_eqx.programs.runtime import build_task
@@ -59,13 +60,21 @@ CONFIGS = {
     "data 8, 2 microbatches": lm(mesh=(8, 1, 1), micro=2, batch=64),
     "data 8, loss chunk 16": lm(mesh=(8, 1, 1), chunk=16, batch=64),
     "MoE, 8 experts": lm("shakespeare_moe", mesh=(8, 1, 1), moe_hidden_dims=1024),
-    # Both were strict xfails (-64%, -56%) while the compiled step was not the planned layout: the
-    # layers put no sharding constraint on activations (FSDP alone all-reduced whole-batch
-    # [tokens, hidden] activations on every device), and GPipe's backward kept one copy of a stage's
-    # weights per iteration. With sharding.activations and the loop-invariant stage weights, the plan
-    # counts what remains: a layer gathered over fsdp with its gradient, a pipeline's gradient sum.
+    # FSDP alone and the pipeline were strict xfails (-64%, -56%; circular -33%) while the compiled
+    # step was not the planned layout: the layers put no sharding constraint on activations (FSDP
+    # alone all-reduced whole-batch [tokens, hidden] activations on every device), and the pipeline's
+    # backward kept one copy of a stage's weights per iteration. With sharding.activations and the
+    # stage weights sliced where they are loop-invariant (GPipe) or inside each layer's remat
+    # (circular), the plan counts what remains: a layer gathered over fsdp with its gradient, and a
+    # pipeline's gradient sum of the stage weights.
     "fsdp 8 alone": lm(mesh=(1, 8, 1)),
     "pipelined, 2 stages x data 4": lm("shakespeare_pipelined", mesh=(2, 4, 1, 1), batch=64),
+    "circular pipeline, 2 rounds": lm(
+        "shakespeare_pipelined",
+        mesh=(2, 4, 1, 1),
+        batch=64,
+        pipeline=PipelineConfig(num_stages=2, num_microbatches=4, circular_repeat=2),
+    ),
 }
 ERRORS: dict[str, float] = {}
 
