@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -39,13 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from pax_eqx.checkpoint import Checkpointer, CheckpointSaveError
-from pax_eqx.checkpoint.start_point import restore_start_point, start_point_manifest
+from pax_eqx.checkpoint.start_point import start_point_manifest
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.learners import skipped_steps
 from pax_eqx.programs import lora_base
@@ -59,17 +56,16 @@ from pax_eqx.programs.eval_loop import (
     evaluate,
     reported_names,
 )
-from pax_eqx.programs.init_from import init_from_checkpoints
 from pax_eqx.programs.input_positions import input_states, restore_inputs
-from pax_eqx.programs.job_dir import JobDirError, check_config, exclusive, write_config
+from pax_eqx.programs.job_dir import write_config
+from pax_eqx.programs.opening import check_config_everywhere, lock_everywhere, open_state
 from pax_eqx.programs.pgle import enable_auto_pgle
 from pax_eqx.programs.run_record import record_command, tee_to_log
 from pax_eqx.programs.run_report import banner, closing_block
 from pax_eqx.programs.runtime import Runtime
 from pax_eqx.programs.sampling import check_prompt, print_samples
 from pax_eqx.programs.seq2seq_decoding import decodes_examples
-from pax_eqx.programs.state_from_params import state_with_params
-from pax_eqx.sharding.distributed import any_host
+from pax_eqx.programs.stop_flag import StopFlag
 from pax_eqx.summaries import Progress, SummaryWriter, step_scalars, write_plots
 from pax_eqx.summaries.writer import SummaryWriteError
 
@@ -85,109 +81,24 @@ class TrainResult:
     stopped_early: str = ""  # why the run stopped early (train.early_stopping), "" if it did not
 
 
-class _StopFlag:
-    """Set by SIGTERM/SIGINT; read once per step. Agreed across hosts when there are several.
-
-    Installed for the whole run, so a preemption notice that arrives while the run is still
-    compiling or restoring is honoured after the first step. A second SIGINT (Ctrl-C twice)
-    stops at once without saving, as a user pressing it again expects; SIGTERM never does,
-    since schedulers resend it while they wait for the save.
-
-    The handler acknowledges the signal on stderr with one unbuffered `os.write`: a `print`
-    there could re-enter a stdout write the main thread was in the middle of, and fail.
-    """
-
-    def __init__(self):
-        self.requested: str | None = None
-        self._previous = {}
-
-    def __enter__(self):
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame):
-        name = signal.Signals(signum).name
-        if self.requested and signum == signal.SIGINT:
-            after = "second SIGINT" if self.requested == "SIGINT" else f"SIGINT after {self.requested}"
-            raise KeyboardInterrupt(f"{after}: stopping without saving")
-        if not self.requested:
-            note = f"{name} received: finishing the current step, then saving a checkpoint and exiting.\n"
-            os.write(2, note.encode())
-        self.requested = self.requested or name
-
-    def __exit__(self, *exc):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    def agreed(self) -> bool:
-        return any_host(bool(self.requested))
-
-
 def train(exp: ExperimentConfig, job_dir: Path, log=print, argv: list[str] | None = None) -> TrainResult:
     """Trains `exp` in `job_dir` (resuming its newest checkpoint); `argv` (the command's flags,
     default sys.argv's) is recorded in DIR/command.txt."""
     with contextlib.ExitStack() as stack:
-        _lock_everywhere(stack, job_dir)
+        lock_everywhere(stack, job_dir)
         log(f"Building {exp.name or 'the experiment'}'s inputs and model, then compiling its train step ...")
         sys.stdout.flush()
-        stop = stack.enter_context(_StopFlag())
+        stop = stack.enter_context(StopFlag())
         return _train(exp, job_dir, log, stop, argv)
 
 
-def _lock_everywhere(stack: contextlib.ExitStack, job_dir: Path) -> None:
-    """Process 0 takes DIR/train.lock for the run (held until `stack` closes); every host learns
-    whether it could, so a refused run stops all of them."""
-    refusal = None
-    try:
-        stack.enter_context(exclusive(job_dir, lock=jax.process_index() == 0))
-    except JobDirError as e:
-        refusal = e
-    if any_host(refusal is not None):
-        raise refusal or JobDirError(
-            f"process 0 could not lock --job-log-dir {str(job_dir)!r} (its error names the holder); another "
-            "training run is using it."
-        )
-
-
-def _check_config_everywhere(exp: ExperimentConfig, job_dir: Path, start_point: bool) -> list[str]:
-    """Process 0 owns config.json and compares it; every host learns the verdict, so a refused
-    resume stops all of them instead of leaving the others waiting in the first collective.
-    `start_point`: the job dir holds a step-0 import, which a run may fine-tune with its own
-    learner and data."""
-    refusal, changed = None, []
-    if jax.process_index() == 0:
-        reader = Checkpointer(job_dir / "checkpoints", read_only=True)
-        resumable = bool(reader.committed_steps())
-        lost = resumable and not (job_dir / "config.json").exists()  # deleted: the checkpoint's copy stands in
-        try:
-            changed = check_config(
-                job_dir,
-                exp.to_dict(),
-                exp.checkpoint.allow_config_change,
-                resumable=resumable,
-                saved=reader.saved_config() if lost else None,
-                start_point=start_point,
-            )
-        except JobDirError as e:
-            refusal = e
-    if any_host(refusal is not None) and refusal is None:
-        refusal = JobDirError(
-            f"process 0 refused to resume --job-log-dir {str(job_dir)!r} with this config (its error names "
-            "the changed fields); pass the flags the run was started with, or a new --job-log-dir."
-        )
-    if refusal is not None:
-        raise refusal
-    return changed
-
-
-def _train(exp: ExperimentConfig, job_dir: Path, log, stop: _StopFlag, argv: list[str] | None) -> TrainResult:
+def _train(exp: ExperimentConfig, job_dir: Path, log, stop: StopFlag, argv: list[str] | None) -> TrainResult:
     if exp.profile.auto_pgle:
         enable_auto_pgle()
     rt = Runtime.create(exp, job_dir, log=log)
     committed = Checkpointer(job_dir / "checkpoints", read_only=True).committed_steps()
     start = start_point_manifest(job_dir / "checkpoints", committed)
-    changed = _check_config_everywhere(exp, job_dir, start is not None)
+    changed = check_config_everywhere(exp, job_dir, start is not None)
     if exp.train.sample_at_end or exp.train.decode_interval_steps:  # not after hours of training
         check_prompt(rt.tokenizer, exp.decode.prompt)
         check_decode(exp.decode, examples=decodes_examples(exp))
@@ -217,7 +128,7 @@ class _Run:
     exp: ExperimentConfig
     job_dir: Path
     log: Callable[[str], None]
-    stop: _StopFlag
+    stop: StopFlag
     rt: Runtime
     ckpt: Checkpointer
     train_input: Any
@@ -283,34 +194,23 @@ class _Run:
         TrainResult when there is nothing to train (already at num_steps, stopped early)."""
         exp, ckpt, log = self.exp, self.ckpt, self.log
         self.early = EarlyStopping(exp.train.early_stopping)
-        if ckpt.latest_step() is None:
-            self.state = self.rt.programs.init_state(exp.train.seed)
-            log(f"Starting {exp.name or 'experiment'} from scratch in {self.job_dir}.")
-            if exp.lora.enabled:
-                self.state = lora_base.start(self.rt.programs, self.state, exp, self.job_dir, log)
-            if exp.checkpoint.init_from_checkpoint_rules:
-                self.state = _init_from_checkpoints(self.rt, self.state, exp, log)
-        elif self.start_point is not None:
-            read = restore_start_point(ckpt.directory, self.start_point, self.rt.programs.abstract_with_shardings())
-            self.state = state_with_params(self.rt.programs, read["params"], exp.train.seed, read["nt_state"])
-            log(f"Fine-tuning {exp.name or 'the model'} from the imported step-0 checkpoint in {self.job_dir}: its "
-                "parameters, with this run's learner state and data starting afresh.")  # fmt: skip
-        else:
-            self.step, self.state, data_state = lora_base.restore_state(ckpt, self.rt.programs, exp, self.job_dir)
+        opened = open_state(self.rt, exp, ckpt, self.job_dir, self.start_point, log)
+        self.step, self.state = opened.step, opened.state
+        if opened.how == "resume":
             if self.step >= exp.train.num_steps:
                 ckpt.close()
                 log(f"{exp.name or 'The experiment'} in {self.job_dir} is already trained to step {self.step} "
                     f"(train.num_steps={exp.train.num_steps}): nothing to do. Raise --train.num-steps to train "
                     "further.")  # fmt: skip
                 return TrainResult(self.step, {}, {}, False, 0.0, time.time() - self.started)
-            self.early = EarlyStopping.restore(exp.train.early_stopping, data_state)
+            self.early = EarlyStopping.restore(exp.train.early_stopping, opened.data_state)
             if self.early.stopped:
                 ckpt.close()
                 log(f"{exp.name or 'The experiment'} in {self.job_dir} stopped early at step {self.step}: "
                     f"{self.early.stopped} (train.early_stopping): nothing to do. Change train.early_stopping to "
                     "train further.")  # fmt: skip
                 return TrainResult(self.step, {}, {}, False, 0.0, time.time() - self.started, self.early.stopped)
-            restore_inputs(self.rt, exp, data_state, log)
+            restore_inputs(self.rt, exp, opened.data_state, log)
             log(f"Resuming {exp.name or 'experiment'} from checkpoint at step {self.step} in {self.job_dir}.")
         if self.primary:
             write_config(self.job_dir, exp.to_dict())
@@ -318,9 +218,9 @@ class _Run:
             self.log = log = tee_to_log(self.job_dir, log)
             if changed:
                 afresh = ""
-                if self.start_point is not None:
+                if opened.how == "start point":
                     afresh = " (fine-tuning the imported step-0 checkpoint with them)"
-                elif self.step == 0:
+                elif opened.how == "scratch":
                     afresh = " (no checkpoint to resume: this run starts afresh with them)"
                 log(f"Config changes since the last run in this job dir{afresh}:\n  " + "\n  ".join(changed))
             for line in banner(
@@ -452,18 +352,6 @@ class _Run:
 def _due(step: int, interval: int) -> bool:
     """Whether an event every `interval` steps (0 = never) falls on `step`."""
     return bool(interval) and step % interval == 0
-
-
-def _init_from_checkpoints(rt: Runtime, state: Any, exp: ExperimentConfig, log) -> Any:
-    """The fresh state with the parameters `checkpoint.init_from_checkpoint_rules` name copied
-    from their sources (and the EMA, if kept, starting from them too)."""
-    rules = exp.checkpoint.init_from_checkpoint_rules
-    params, _ = init_from_checkpoints(state.params, rules, rt.programs.mesh, log, type(exp.model))
-    state = eqx.tree_at(lambda s: s.params, state, params)
-    if state.ema is not None:
-        trainable, _ = rt.programs.task.split_optimized(params)
-        state = eqx.tree_at(lambda s: s.ema, state, jax.tree.map(jnp.copy, trainable))
-    return state
 
 
 def _decode_during_training(rt: Runtime, state: Any, step: int, ckpt: Checkpointer, writer: Any, log) -> None:

@@ -12,9 +12,9 @@ from pax_eqx import import_pax
 from pax_eqx.checkpoint.config import InitFromCheckpointConfig
 from pax_eqx.command_line import cli
 from pax_eqx.learners.variables import param_names
+from pax_eqx.programs.opening import state_from_checkpoint_rules
 from pax_eqx.programs.restore import restore_for_inference
 from pax_eqx.programs.runtime import Runtime
-from pax_eqx.programs.train_loop import _init_from_checkpoints
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "paxml"
 sys.path.insert(0, str(FIXTURES))
@@ -41,7 +41,7 @@ def test_attention_initialised_from_an_imported_pax_checkpoint(tmp_path, spm_mod
     rt = Runtime.create(exp, new, log=lambda *a: None)
     fresh = rt.programs.init_state(exp.train.seed)
     before = _named(fresh.params)
-    after = _named(_init_from_checkpoints(rt, fresh, exp, log=lambda *a: None).params)
+    after = _named(state_from_checkpoint_rules(rt, fresh, exp, log=lambda *a: None).params)
     copied = [n for n in after if ".attention." in n]
     assert copied and len(copied) < len(after)
     for name in after:

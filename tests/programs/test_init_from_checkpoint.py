@@ -13,8 +13,8 @@ from pax_eqx.command_line import cli
 from pax_eqx.config import ConfigError
 from pax_eqx.learners.variables import param_names
 from pax_eqx.programs.init_from import _source_params
+from pax_eqx.programs.opening import state_from_checkpoint_rules
 from pax_eqx.programs.runtime import Runtime
-from pax_eqx.programs.train_loop import _init_from_checkpoints
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_exactly_the_matched_parameters_are_copied(source, tmp_path):
     rt = _runtime(tmp_path, rule, extra=("--learner.ema-decay", "0.9"))
     fresh = rt.programs.init_state(rt.exp.train.seed)
     before = _named(fresh.params)
-    state = _init_from_checkpoints(rt, fresh, rt.exp, log=lambda *a: None)
+    state = state_from_checkpoint_rules(rt, fresh, rt.exp, log=lambda *a: None)
     after = _named(state.params)
     src = {k: np.asarray(v) for k, v in _source_params(rule, rt.programs.mesh, type(rt.exp.model))[0].items()}
     copied = {n for n in after if n.startswith("stack.layers.0.attention.")}
@@ -63,7 +63,7 @@ def test_a_source_name_can_differ_and_the_run_trains_from_it(source, tmp_path):
     rule = InitFromCheckpointConfig(job_dir=str(source), rules=((r"emb(.*)", "emb{0}"),))
     logs = []
     rt = _runtime(tmp_path, rule)
-    state = _init_from_checkpoints(rt, rt.programs.init_state(1), rt.exp, log=logs.append)
+    state = state_from_checkpoint_rules(rt, rt.programs.init_state(1), rt.exp, log=logs.append)
     assert logs == [f"Initialised 1 parameter(s) from {source} (step 3)."]
     assert np.isfinite(np.asarray(jax.tree.leaves(state.params)[0])).all()
 
@@ -79,7 +79,7 @@ def test_a_source_name_can_differ_and_the_run_trains_from_it(source, tmp_path):
 def test_rules_that_do_not_fit_are_config_errors_naming_them(source, tmp_path, rules, match):
     rt = _runtime(tmp_path, InitFromCheckpointConfig(job_dir=str(source), rules=rules))
     with pytest.raises(ConfigError, match=match):
-        _init_from_checkpoints(rt, rt.programs.init_state(1), rt.exp, log=lambda *a: None)
+        state_from_checkpoint_rules(rt, rt.programs.init_state(1), rt.exp, log=lambda *a: None)
 
 
 def test_bad_rule_values_are_refused_by_the_config():

@@ -24,13 +24,13 @@ jax.distributed.initialize(
 )
 
 from pax_eqx.programs.job_dir import JobDirError  # noqa: E402
-from pax_eqx.programs.train_loop import _lock_everywhere  # noqa: E402
+from pax_eqx.programs.opening import lock_everywhere  # noqa: E402
 from pax_eqx.sharding.distributed import any_host  # noqa: E402
 
 result = {"error": None, "holder_pid": None, "own_pid": os.getpid()}
 try:
     with contextlib.ExitStack() as stack:
-        _lock_everywhere(stack, job_dir)
+        lock_everywhere(stack, job_dir)
         result["holder_pid"] = json.loads((job_dir / "train.lock.holder").read_text())["pid"]
         any_host(False)  # both have read the holder file before process 0 lets go
 except JobDirError as e:

@@ -74,9 +74,9 @@ def test_sigint_after_sigterm_is_named_as_such_and_sigterm_twice_never_stops_at_
     """It said 'second SIGINT' after a SIGTERM and one SIGINT."""
     import pytest
 
-    from pax_eqx.programs.train_loop import _StopFlag
+    from pax_eqx.programs.stop_flag import StopFlag
 
-    with _StopFlag() as flag:
+    with StopFlag() as flag:
         signal.raise_signal(signal.SIGTERM)
         signal.raise_signal(signal.SIGTERM)  # schedulers resend it while they wait for the save
         assert flag.requested == "SIGTERM"

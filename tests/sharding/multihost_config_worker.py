@@ -24,12 +24,12 @@ jax.distributed.initialize(
 
 from experiments.shakespeare import shakespeare_char  # noqa: E402
 from pax_eqx.programs.job_dir import JobDirError  # noqa: E402
-from pax_eqx.programs.train_loop import _check_config_everywhere  # noqa: E402
+from pax_eqx.programs.opening import check_config_everywhere  # noqa: E402
 
 exp = shakespeare_char()
 error = None
 try:
-    _check_config_everywhere(exp, job_dir)
+    check_config_everywhere(exp, job_dir)
 except JobDirError as e:
     error = str(e)
 with open(out, "w") as f:
