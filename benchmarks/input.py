@@ -234,11 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"({r['marginal_documents_per_s_per_worker']:,.0f}) |"
         )
     print("\nLoading gpt3_xl's training input (array_record, packed 16 x 2048 at read time):")
-    print("| grain workers | batches | tokens/s |")
-    print("|---:|---:|---:|")
-    for r in load:
-        label = "0 (in this process)" if r["grain_workers"] == 0 else str(r["grain_workers"])
-        print(f"| {label} | {r['batches']} | {r['tokens_per_s']:,.0f} |")
+    _print_loading(load, "tokens")
     print(
         f"\ngpt3_xl on one H100 at {need['mfu']:.1%} MFU: {need['params']:,} parameters, "
         f"{need['flops_per_token'] / 1e9:.2f} GFLOP/token, {need['step_s'] * 1e3:.0f} ms/step, "
@@ -257,6 +253,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _print_loading(rows: list[dict[str, Any]], unit: str) -> None:
+    """The loading table: one row per grain worker count, `unit`s (tokens, images) a second."""
+    print(f"| grain workers | batches | {unit}/s |")
+    print("|---:|---:|---:|")
+    for r in rows:
+        label = "0 (in this process)" if r["grain_workers"] == 0 else str(r["grain_workers"])
+        print(f"| {label} | {r['batches']} | {r[unit + '_per_s']:,.0f} |")
+
+
 def images_main(args: argparse.Namespace, print_json: bool = True):
     """Part 4 (module doc): prints its table; returns 0 after printing its JSON, or its numbers."""
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
@@ -273,11 +278,7 @@ def images_main(args: argparse.Namespace, print_json: bool = True):
     cores = math.ceil(need / per_core)
     print(f"ImageNet JPEGs ({args.images} files of 500 x 375, {size / 1e3:.0f} KB each) on {os.cpu_count()} CPU cores:")
     print("decoded, Inception-cropped to 224 x 224, flipped, normalised (imagenet_resnet50's training input, batch 64)")
-    print("| grain workers | batches | images/s |")
-    print("|---:|---:|---:|")
-    for r in load:
-        label = "0 (in this process)" if r["grain_workers"] == 0 else str(r["grain_workers"])
-        print(f"| {label} | {r['batches']} | {r['images_per_s']:,.0f} |")
+    _print_loading(load, "images")
     print(
         f"ResNet-50 eats {args.resnet50_images_per_s:,.0f} images/s per H100, {need:,.0f} per host of "
         f"{args.gpus_per_host}. Cores per host so the loader is never the bottleneck: {cores} ({need:,.0f} / "

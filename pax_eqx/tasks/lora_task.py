@@ -15,7 +15,6 @@ from typing import Any
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 from jaxtyping import PRNGKeyArray
 
 from pax_eqx.config import ConfigError
@@ -27,7 +26,6 @@ from pax_eqx.models.model import Model, ModelConfig
 from pax_eqx.task_config import TaskConfig
 from pax_eqx.tasks.lora_adapters import LoraParams, init_adapters, merge, plan_targets
 from pax_eqx.tasks.task import Task, is_param
-from pax_eqx.tasks.train_state import TrainState
 
 
 class LoraTask(Task):
@@ -66,22 +64,12 @@ class LoraTask(Task):
         optimized, _ = self.split_optimized(abstract)
         self.optimizer = build_optimizer(learner_cfg, optimized)
 
-    def init_state(self, key: PRNGKeyArray) -> TrainState:
-        """A fresh state: the base as the model's initialisation (the run replaces it with the
-        base checkpoint's), adapters from their own key, optimizer state and EMA of the adapters."""
-        init_key, state_key = jax.random.split(key)
-        model, nt_state = split_state(self.model_cfg.build(init_key))
-        adapters = init_adapters(self.targets, self.lora.rank, jax.random.fold_in(init_key, 1))
-        params = LoraParams(eqx.filter(model, eqx.is_array), adapters)
-        optimized, _ = self.split_optimized(params)
-        return TrainState(
-            step=jnp.zeros((), jnp.int32),
-            params=params,
-            nt_state=nt_state,
-            opt_state=self.optimizer.init(optimized),
-            ema=optimized if self.learner_cfg.ema_decay > 0 else None,
-            key=state_key,
-        )
+    def initial_params(self, model: Model, key: PRNGKeyArray) -> LoraParams:
+        """The base as the model's initialisation (the run replaces it with the base checkpoint's)
+        and adapters from their own key; `Task.init_state` adds the adapters' optimizer state and
+        EMA (they are the optimised part)."""
+        adapters = init_adapters(self.targets, self.lora.rank, jax.random.fold_in(key, 1))
+        return LoraParams(eqx.filter(model, eqx.is_array), adapters)
 
     def model(self, params: Any) -> Model:
         """The model with every adapted weight merged: W + (alpha / rank) A @ B."""

@@ -129,7 +129,7 @@ class Task:
         """A fresh TrainState from a uint32 PRNGKey (jit this with out_shardings)."""
         init_key, state_key = jax.random.split(key)
         model, nt_state = split_state(self.model_cfg.build(init_key))
-        params = eqx.filter(model, eqx.is_array)
+        params = self.initial_params(model, init_key)
         optimized, _ = self.split_optimized(params)
         return TrainState(
             step=jnp.zeros((), jnp.int32),
@@ -139,6 +139,11 @@ class Task:
             ema=optimized if self.learner_cfg.ema_decay > 0 else None,
             key=state_key,
         )
+
+    def initial_params(self, model: Model, key: PRNGKeyArray) -> Any:
+        """The parameters a fresh state starts from: the built model's arrays (`key` built it)."""
+        del key
+        return eqx.filter(model, eqx.is_array)
 
     def model(self, params: Any) -> Model:
         return eqx.combine(params, self.static)
