@@ -100,8 +100,16 @@ def loader_throughput(prepared: Path, workers: int, seconds: float, vocab_size: 
         source="array_record", path=str(prepared), tokenizer=SentencePieceConfig(vocab_size=vocab_size), train=train
     )
     data.validate()
-    inp = build_input(data, "train", build_tokenizer(data))
-    for _ in range(2):  # warm up: workers started, buffers filled
+    batches, wall, batch = _read_for(build_input(data, "train", build_tokenizer(data)), seconds)
+    tokens = batches * batch["ids"].size
+    shape = batch["ids"].shape
+    return {"grain_workers": workers, "batches": batches, "tokens_per_s": tokens / wall, "batch_shape": shape}
+
+
+def _read_for(inp: Any, seconds: float) -> tuple[int, float, dict[str, Any]]:
+    """(batches read, their wall time, the last batch): `inp` read for `seconds` after two warm-up
+    batches (its workers started, their buffers filled), then closed."""
+    for _ in range(2):
         inp.get_next()
     batches, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -109,9 +117,7 @@ def loader_throughput(prepared: Path, workers: int, seconds: float, vocab_size: 
         batches += 1
     wall = time.perf_counter() - start
     inp.close()
-    tokens = batches * batch["ids"].size
-    shape = batch["ids"].shape
-    return {"grain_workers": workers, "batches": batches, "tokens_per_s": tokens / wall, "batch_shape": shape}
+    return batches, wall, batch
 
 
 def write_jpegs(root: Path, num: int, classes: int = 4) -> None:
@@ -139,15 +145,7 @@ def image_loader_throughput(root: Path, workers: int, seconds: float) -> dict[st
     train = exp.data.train.replace(batch_size=64, num_infeed_hosts=1, infeed_host_index=0, num_workers=workers)
     data = exp.data.replace(path=str(root), train=train)
     data.validate()
-    inp = build_input(data, "train", ByteTokenizer())
-    for _ in range(2):  # warm up: workers started, buffers filled
-        inp.get_next()
-    batches, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        batch = inp.get_next()
-        batches += 1
-    wall = time.perf_counter() - start
-    inp.close()
+    batches, wall, batch = _read_for(build_input(data, "train", ByteTokenizer()), seconds)
     shape = batch["inputs"].shape
     return {"grain_workers": workers, "batches": batches, "images_per_s": batches * shape[0] / wall,
             "batch_shape": shape}  # fmt: skip
