@@ -182,9 +182,13 @@ def parse(
 
 
 def saved_config(job_dir: str | None) -> Path | None:
-    """DIR/config.json when DIR holds one (a run started there), else None."""
+    """DIR/config.json when DIR holds one (a run started there), else None (also for a path the
+    file system cannot hold: `job_dir.prepare` names that problem)."""
     file = Path(job_dir) / "config.json" if job_dir else None
-    return file if file is not None and file.is_file() else None
+    try:
+        return file if file is not None and file.is_file() else None
+    except OSError:  # ENAMETOOLONG and the like
+        return None
 
 
 def _refuse_other_experiment(named: ExperimentConfig, saved: Path, prog: str, job_dir: str, rest: list[str]) -> None:

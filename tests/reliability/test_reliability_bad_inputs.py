@@ -424,8 +424,9 @@ def test_a_job_dir_without_a_checkpoint_still_refuses_another_experiment(tmp_pat
     config.write_text(json.dumps({**saved, "name": "another_" + saved["name"]}, indent=2, sort_keys=True))
     before = snapshot(job)
     code, message = cli(train.main, args(job, "--data.train.batch-size", "8"), capsys)
-    assert code == 2
-    assert_says(message, "cannot resume", "it holds a run of a different experiment", "data.train.batch_size: 4 -> 8")
+    assert code == 2  # train reads a job dir's experiment (as eval and decode do): --exp naming another is refused
+    assert_says(message, "--exp shakespeare_char but --job-log-dir", "holds a run of 'another_shakespeare_char'",
+                "drop --exp to use the saved experiment")  # fmt: skip
     assert snapshot(job) == before
 
 
