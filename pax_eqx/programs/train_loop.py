@@ -5,12 +5,16 @@ Everything numeric happens in `Programs.train_step`; this loop only
   training input and of a rolling eval input, so a resumed run continues exactly as if it had
   never stopped (docs/errors.md, "What an exact resume restores"),
 - feeds per-host batches, fetching metrics from the device only every
-  `train.summary_interval_steps` (the one host sync of the steady state); with
+  `train.summary_interval_steps` (the one host sync of the steady state), and on a slow model
+  holds the calls queued ahead of the device to a few seconds of work (InFlight), so a stop
+  request waits for those, not for a whole summary interval; with
   `train.steps_per_loop` K > 1, K batches at a time to `Programs.train_steps` (K steps in one
   compiled call), single steps only where a loop of K would pass an eval, summary, decode or
   checkpoint step, `train.num_steps` or a profiled step (so no interval has to be a multiple of K),
 - evaluates every `train.eval_interval_steps`, saves checkpoints by step or time,
 - stops cleanly on SIGTERM/SIGINT (finish the step, save, exit 0), with all hosts agreeing,
+- says which step the device has finished, piped too, when the run has printed nothing for 30 s
+  (a long compile, slow steps: Progress's heartbeat),
 - stops on a NaN/Inf loss or gradient norm (or counts the skipped updates, by policy), and on
   a failing data pipeline, after letting an in-flight checkpoint commit,
 - and at the end saves a final checkpoint, draws the plots and prints a sample.
@@ -56,6 +60,7 @@ from pax_eqx.programs.eval_loop import (
     evaluate,
     reported_names,
 )
+from pax_eqx.programs.in_flight import InFlight
 from pax_eqx.programs.input_positions import input_states, restore_inputs
 from pax_eqx.programs.job_dir import write_config
 from pax_eqx.programs.opening import check_config_everywhere, lock_everywhere, open_state
@@ -67,6 +72,7 @@ from pax_eqx.programs.sampling import check_prompt, print_samples
 from pax_eqx.programs.seq2seq_decoding import decodes_examples
 from pax_eqx.programs.stop_flag import StopFlag
 from pax_eqx.summaries import Progress, SummaryWriter, step_scalars, write_plots
+from pax_eqx.summaries.progress import heartbeat_seconds
 from pax_eqx.summaries.writer import SummaryWriteError
 
 
@@ -142,6 +148,8 @@ class _Run:
     early: EarlyStopping | None = None
     writer: Any = None
     progress: Progress | None = None
+    heartbeat_s: float = field(default_factory=heartbeat_seconds)  # read (and checked) before anything is written
+    in_flight: InFlight | None = None
     train_metrics: dict[str, float] = field(default_factory=dict)
     eval_metrics: dict[str, float] = field(default_factory=dict)
     window_start: float = 0.0
@@ -170,6 +178,7 @@ class _Run:
                 self.evaluate()
             if _due(self.step, exp.train.decode_interval_steps):
                 self.decode()
+            self.in_flight.make_room()  # a slow model: wait here, just before a stop request is read
             stopping = self.stop.agreed()
             if self.ckpt.should_save(self.step) or stopping or self.stop_reason or self.step == exp.train.num_steps:
                 self.save()
@@ -229,7 +238,10 @@ class _Run:
                 log(line)
         self.writer = _log_writes(ckpt, SummaryWriter, self.job_dir, enabled=self.primary, start_step=self.step)
         if self.primary and self.step < exp.train.num_steps:
-            self.progress = Progress(exp.train.num_steps, self.step)
+            self.progress = Progress(exp.train.num_steps, self.step, heartbeat_s=self.heartbeat_s)
+            self.log = _noting_output(self.log, self.progress)
+            self.progress.start_heartbeat()
+        self.in_flight = InFlight(self.step, on_finish=self.progress.completed if self.progress else None)
         self.examples_per_step = exp.data.train.batch_size * jax.process_count()
         # Throughput in the model's unit: tokens (Pax's and nanoGPT's; a sequence-to-sequence
         # model's input + target tokens) where an example carries several, else examples.
@@ -251,12 +263,14 @@ class _Run:
             self.state, self.outputs = rt.programs.train_steps(self.state, rt.programs.global_batches(batches))
         self.step += n
         self.window_steps += n
+        self.in_flight.dispatched(self.step, n, self.outputs.metrics["total_loss"].value)
         if self.progress:
             self.progress.advance(self.step)
 
     def summarize(self) -> None:
         """The train metrics of the last step and the throughput since the last summary, to the
         log files and the progress bar (the loop's one host sync); stops on a non-finite loss."""
+        self.in_flight.drain()
         metrics = step_scalars(*jax.device_get((self.outputs.metrics, self.outputs.summaries)))
         elapsed = max(time.time() - self.window_start, 1e-9)
         self.tokens_per_s = self.examples_per_step * self.tokens_per_example * self.window_steps / elapsed
@@ -276,6 +290,7 @@ class _Run:
 
     def evaluate(self) -> None:
         """An eval run, its metrics logged, and early stopping's verdict on them."""
+        self.in_flight.drain()  # the eval waits for the state anyway: that time is no step's
         self.evaluate_and_log()
         self.stop_reason = self.early.update(self.step, self.eval_metrics)
         self.plots_due = True  # curves while it runs: drawn after this step's checkpoint (run)
@@ -296,10 +311,12 @@ class _Run:
             _log_writes(self.ckpt, write_plots, self.job_dir, what=f"drawing the plots in {self.job_dir / 'plots'}")
 
     def decode(self) -> None:
+        self.in_flight.drain()
         _decode_during_training(self.rt, self.state, self.step, self.ckpt, self.writer, self.log)
 
     def save(self) -> None:
         """A checkpoint of this step (asynchronous), after checking the loss is finite."""
+        self.in_flight.drain()
         finite = {k: float(self.outputs.metrics[k].value) for k in ("total_loss", "grad_norm")}
         _check_finite(self.exp, self.step, finite, self.ckpt)
         data = input_states(self.rt, self.exp, self.early)
@@ -345,8 +362,22 @@ class _Run:
     def evaluate_and_log(self) -> None:
         """An eval run and its metrics logged (at the end, when the last step was no eval step:
         early stopping has had its say)."""
+        if self.progress:
+            self.progress.doing("evaluating")
         self.eval_metrics = _evaluate(self.rt, self.state, self.step, self.ckpt, self.log)
+        if self.progress:
+            self.progress.doing(None)
         _log_writes(self.ckpt, self.writer.write, self.step, "eval", self.eval_metrics)
+
+
+def _noting_output(log: Callable[[str], None], progress: Progress) -> Callable[[str], None]:
+    """`log`, telling `progress` of each line (its heartbeat stays quiet while the run talks)."""
+
+    def noted(line: str) -> None:
+        log(line)
+        progress.noted_output()
+
+    return noted
 
 
 def _due(step: int, interval: int) -> bool:

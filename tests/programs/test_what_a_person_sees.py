@@ -9,6 +9,7 @@ same run prints plain timestamped progress lines and no escape codes.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -36,13 +37,19 @@ def test_the_default_run_in_an_80_column_terminal(tmp_path):
 
 
 def test_the_default_run_piped_is_plain_lines(tmp_path):
+    """... with heartbeat lines where it would be silent (every 0.2 s here, 30 s by default)."""
     args = tiny_args(tmp_path / "job", "--train.no-sample-at-end", num_devices=1)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1", PAX_EQX_HEARTBEAT_S="0.2")
     done = subprocess.run([sys.executable, "-m", "pax_eqx.train", *args], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "\x1b" not in done.stdout and "\r" not in done.stdout
-    progress = [line for line in done.stdout.splitlines() if " step " in line and "%)" in line]
+    lines = [line for line in done.stdout.splitlines() if " step " in line and "%)" in line]
+    progress = [line for line in lines if " loss " in line]
+    heartbeats = [line[11:] for line in lines if " loss " not in line]
+    assert any(line.startswith("step 0/6 (0%) compiling the train step, ") for line in heartbeats), lines
+    said = r"(compiling the train step|running the first steps|evaluating|done(, [\d.,]+ (s/step|steps/s))?)"
+    assert all(re.fullmatch(rf"step \d/6 \(\d+%\) {said}, \d+s elapsed(, ETA \d+s)?", x) for x in heartbeats), lines
     assert [line[11:].split(")")[0] + ")" for line in progress] == [
         "step 2/6 (33%)",
         "step 4/6 (67%)",

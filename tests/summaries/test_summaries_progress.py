@@ -5,12 +5,14 @@ from __future__ import annotations
 import io
 import os
 import re
+import time
 
 import pyte
 import pytest
 
+from pax_eqx.config import ConfigError
 from pax_eqx.summaries import Progress
-from pax_eqx.summaries.progress import format_duration
+from pax_eqx.summaries.progress import HEARTBEAT_ENV, format_duration, format_rate, heartbeat_seconds
 
 
 class FakeTerminal(io.StringIO):
@@ -94,3 +96,89 @@ def test_format_duration():
 def test_total_steps_must_be_positive():
     with pytest.raises(ValueError, match="total_steps must be > 0, got 0"):
         Progress(total_steps=0)
+
+
+def test_a_heartbeat_after_the_interval_of_silence_says_what_is_known(clock):
+    """Piped, a line every `heartbeat_s` of silence: compiling, then the first steps, then the
+    steps done with their rate and ETA; the run's own lines (a summary, a log line) reset it."""
+    stream = io.StringIO()
+    progress = Progress(total_steps=500, stream=stream, heartbeat_s=30.0)
+
+    def beat_after(seconds: float) -> str:
+        clock[0] += seconds
+        before = stream.getvalue()
+        progress.heartbeat()
+        return stream.getvalue()[len(before) :].rstrip("\n")[11:]
+
+    assert beat_after(29.0) == ""  # not yet
+    assert beat_after(1.0) == "step   0/500 (0%) compiling the train step, 30s elapsed"
+    assert beat_after(29.0) == ""  # the interval counts from the last line
+    progress.advance(10)  # the first call dispatched: compiled
+    assert beat_after(1.0) == "step   0/500 (0%) running the first steps, 1m00s elapsed"
+    progress.completed(40, 6.1)
+    assert beat_after(30.0) == "step  40/500 (8%) done, 6.10 s/step, 1m30s elapsed, ETA 46m46s"
+    progress.update(50, {"total_loss": 2.5})
+    assert beat_after(20.0) == ""  # the summary line was 20 s ago
+    progress.noted_output()  # e.g. an eval line
+    assert beat_after(29.0) == ""
+    progress.doing("evaluating")
+    assert beat_after(1.0) == "step  40/500 (8%) evaluating, 2m20s elapsed"
+    progress.doing(None)
+    progress.completed(500, 0.05)
+    assert beat_after(30.0) == "step 500/500 (100%) done, 20.0 steps/s, 2m50s elapsed"
+    progress.close()
+
+
+def test_no_heartbeat_when_silent_or_on_a_terminal(clock):
+    silent, terminal = io.StringIO(), FakeTerminal()
+    for stream, kwargs in ((silent, {"plain_lines": False}), (terminal, {})):
+        progress = Progress(total_steps=10, stream=stream, heartbeat_s=30.0, **kwargs)
+        clock[0] += 100.0
+        assert not progress.heartbeat()
+        progress.close()
+    assert silent.getvalue() == ""
+
+
+def test_a_terminal_shows_the_steps_done_before_the_first_summary(clock, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    stream = FakeTerminal()
+    progress = Progress(total_steps=500, stream=stream)
+    progress.advance(20)
+    progress.completed(10, 6.1)
+    assert progress._live.bar.tasks[0].fields["stats"] == "step 10 done · 6.10 s/step"
+    progress.update(50, {"loss": 2.5})
+    progress.completed(60, 6.1)  # after a summary, the bar keeps the summary's numbers
+    assert progress._live.bar.tasks[0].fields["stats"].startswith("loss 2.5000")
+    progress.close()
+
+
+def test_the_heartbeat_thread_prints_while_the_caller_is_stuck():
+    """The thread, on the real clock: a caller blocked (as in a compile) for 0.5 s with a
+    0.1 s heartbeat still gets lines; none after close."""
+    stream = io.StringIO()
+    progress = Progress(total_steps=10, stream=stream, heartbeat_s=0.1)
+    progress.start_heartbeat()
+    time.sleep(0.5)
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) >= 2 and all("compiling the train step" in line for line in lines)
+    time.sleep(0.2)
+    assert stream.getvalue().splitlines() == lines
+
+
+def test_format_rate():
+    assert [format_rate(s) for s in (6.1, 1.0, 0.05)] == ["6.10 s/step", "1.00 s/step", "20.0 steps/s"]
+
+
+@pytest.mark.parametrize("text", ["soon", "-1", "nan"])
+def test_a_bad_heartbeat_setting_is_one_clear_error(monkeypatch, text):
+    monkeypatch.setenv(HEARTBEAT_ENV, text)
+    with pytest.raises(ConfigError, match=f"PAX_EQX_HEARTBEAT_S='{text}' is not a number of seconds >= 0"):
+        heartbeat_seconds()
+
+
+def test_the_heartbeat_setting(monkeypatch):
+    monkeypatch.delenv(HEARTBEAT_ENV, raising=False)
+    assert heartbeat_seconds() == 30.0
+    monkeypatch.setenv(HEARTBEAT_ENV, "0")
+    assert heartbeat_seconds() == 0.0  # off
