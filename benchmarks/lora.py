@@ -2,6 +2,7 @@
 
     python -m benchmarks.lora [--layers 8] [--dims 768] [--vocab 32000] [--batch 2] [--seq 128]
                               [--rank 8] [--targets 'stack\\.layers\\.attention\\.w_[qv]'] [--steps 5]
+                              [--dropout 0.1]
 
 For each way of training, the Task's own compiled train step (AdamW, float32 parameters, one
 device) is built and timed, and this prints:
@@ -14,7 +15,9 @@ device) is built and timed, and this prints:
 
 LoRA's forward merges each chosen weight (W + alpha / r A @ B, `tasks/lora_adapters.py`), so its
 temporaries hold the merged weights and their gradient: what the numbers show beside the
-optimizer state it saves.
+optimizer state it saves. A third row trains LoRA with `--dropout` (lora.dropout, 0 = no row): its
+training forward applies each adapter to the layer's dropped-out input instead of merging it
+(`layers/low_rank.py`), so the row shows what the masks and the unmerged adapters cost.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ def main() -> None:
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--targets", nargs="+", default=[r"stack\.layers\.attention\.w_[qv]"])
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--dropout", type=float, default=0.1)
     args = parser.parse_args()
     model = LanguageModelConfig().replace(
         vocab_size=args.vocab, max_seq_len=args.seq, num_layers=args.layers, model_dims=args.dims,
@@ -93,6 +97,9 @@ def main() -> None:
     )
     rows = {"full fine-tuning": measure(full, batch, args.steps)}
     rows[f"LoRA r={args.rank} on {' '.join(args.targets)}"] = measure(lora, batch, args.steps)
+    if args.dropout > 0:
+        dropped = lora.replace(lora=lora.lora.replace(dropout=args.dropout))
+        rows[f"  the same, lora.dropout {args.dropout}"] = measure(dropped, batch, args.steps)
     mib, w = 2**20, max(len(name) for name in rows) + 2
     print(f"{'':<{w}}{'params':>10}{'trainable':>11}{'opt state':>11}{'arguments':>11}{'temps':>10}{'peak':>10}"
           f"{'step':>9}")  # fmt: skip
@@ -102,11 +109,16 @@ def main() -> None:
             f"{r['arguments'] / mib:>9.1f}Mi{r['temporaries'] / mib:>8.1f}Mi{r['peak'] / mib:>8.1f}Mi"
             f"{r['step_s'] * 1e3:>7.0f}ms"
         )
-    f, lo = rows.values()
+    f, lo, *dropped = rows.values()
     print(
         f"LoRA / full: optimizer state {lo['opt_state'] / f['opt_state']:.4f}, peak {lo['peak'] / f['peak']:.2f}, "
         f"step time {lo['step_s'] / f['step_s']:.2f}"
     )
+    for d in dropped:
+        print(
+            f"LoRA with dropout / merged LoRA: peak {d['peak'] / lo['peak']:.2f}, "
+            f"step time {d['step_s'] / lo['step_s']:.2f}"
+        )
 
 
 if __name__ == "__main__":

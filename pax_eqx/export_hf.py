@@ -138,7 +138,7 @@ def _write_adapters(out: Path, exp, hf_config: dict, task, params, dtype: str, h
     names = param_names(params.base)
     return write_peft(
         out, model_type(hf_config), exp.model, task.targets, adapters, rank=exp.lora.rank, alpha=exp.lora.alpha,
-        base=base, all_names=names, dtype=dtype,
+        base=base, all_names=names, dtype=dtype, dropout=exp.lora.dropout,
     )  # fmt: skip
 
 

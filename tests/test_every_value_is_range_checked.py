@@ -59,6 +59,7 @@ ALLOWED: dict[str, dict[float, str]] = {
     "EarlyStoppingConfig.target": {0: "0 = no target", -1: "a metric's target may be negative"},
     "CheckpointConfig.every_n_steps": {0: "0 = no periodic save (the last step is always saved)"},
     "LoraConfig.base_step": {-1: "-1 = the base job dir's newest checkpoint", 0: "step 0: an import's checkpoint"},
+    "LoraConfig.dropout": {0: "0 = no dropout on the adapters' input (the merged forward)"},
     "CheckpointConfig.max_to_keep": {0: "0 = keep every checkpoint"},
     "CheckpointConfig.every_n_seconds": {0: "0 = no time-based save"},
     # task

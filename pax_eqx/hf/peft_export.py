@@ -122,9 +122,11 @@ def write_peft(
     base: str,
     all_names: list[str],
     dtype: str = "float32",
+    dropout: float = 0.0,
 ) -> list[str]:
     """Writes adapter_config.json and adapter_model.safetensors into `out`; returns their names.
-    `all_names`: every parameter name of the model (for target_modules' short names)."""
+    `all_names`: every parameter name of the model (for target_modules' short names); `dropout`: the
+    run's lora.dropout, PEFT's lora_dropout (what a PEFT run that goes on training would use)."""
     tensors, modules, fan_in_fan_out = peft_tensors(family, model_cfg, targets, adapters, all_names)
     plan = _plan(family, model_cfg, all_names)
     prefix = "transformer." if family == "gpt2" else ""
@@ -134,7 +136,7 @@ def write_peft(
         "task_type": "CAUSAL_LM",
         "r": rank,
         "lora_alpha": alpha,
-        "lora_dropout": 0.0,
+        "lora_dropout": dropout,
         "target_modules": target_modules(modules, every),
         "base_model_name_or_path": base,
         "bias": "none",

@@ -51,6 +51,7 @@ from pax_eqx.layers.base import LAYER_STATISTICS_VERBOSITY, Context
 from pax_eqx.layers.fp8 import Fp8Scales
 from pax_eqx.layers.initializers import WeightInit, gaussian
 from pax_eqx.layers.linears import dense
+from pax_eqx.layers.low_rank import LowRankAdapted
 from pax_eqx.layers.position_embeddings import apply_rotary
 from pax_eqx.layers.relative_position_bias import RelativePositionBias
 from pax_eqx.sharding.activations import constrain
@@ -70,7 +71,9 @@ class KVCache(eqx.Module):
 
 
 def _project(
-    x: Float[Array, "batch time embed"], w: Float[Array, "embed heads head_dim"], fp8: Fp8Scales | None
+    x: Float[Array, "batch time embed"],
+    w: Float[Array, "embed heads head_dim"] | LowRankAdapted,  # a LoRA adapter with dropout: layers.low_rank
+    fp8: Fp8Scales | None,
 ) -> Float[Array, "batch time heads head_dim"]:
     """x @ w per head, in x's dtype. A function of both arrays so the shape check ties x's
     embed to the weight's (jaxtyping does not relate arguments to field annotations). One 2-D

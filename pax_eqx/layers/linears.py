@@ -24,6 +24,7 @@ from pax_eqx.config import Config, ConfigError, check_range, config, require_pos
 from pax_eqx.layers.activations import Activation, ActivationConfig
 from pax_eqx.layers.fp8 import Fp8Scales, fp8_dense
 from pax_eqx.layers.initializers import WeightInit
+from pax_eqx.layers.low_rank import LowRankAdapted
 
 
 @config
@@ -69,7 +70,9 @@ class Linear(eqx.Module):
 
 
 def _matmul(
-    x: Float[Array, "*batch input_dims"], w: Float[Array, "input_dims output_dims"], fp8: Fp8Scales | None
+    x: Float[Array, "*batch input_dims"],
+    w: Float[Array, "input_dims output_dims"] | LowRankAdapted,
+    fp8: Fp8Scales | None,
 ) -> Float[Array, "*batch output_dims"]:
     """x @ w in x's dtype. A function of both arrays so the shape check ties x to the weight
     (jaxtyping does not relate a call's argument to the module's field annotations)."""
@@ -77,10 +80,18 @@ def _matmul(
 
 
 def dense(
-    x: Float[Array, "*batch input_dims"], w: Float[Array, "input_dims output_dims"], fp8: Fp8Scales | None = None
+    x: Float[Array, "*batch input_dims"],
+    w: Float[Array, "input_dims output_dims"] | LowRankAdapted,
+    fp8: Fp8Scales | None = None,
 ) -> Float[Array, "*batch output_dims"]:
     """x @ w in x's dtype, as one 2-D matmul over the flattened leading dimensions (see the
-    module docstring for why not an einsum); in fp8 with delayed scaling when `fp8` is given."""
+    module docstring for why not an einsum); in fp8 with delayed scaling when `fp8` is given.
+    A LoRA-adapted weight (`layers.low_rank`, a LoRA run's training forward with dropout)
+    computes x @ W + s dropout(x) @ A @ B."""
+    if isinstance(w, LowRankAdapted):
+        if fp8 is not None:
+            raise ConfigError(f"lora.targets: {w.name} is an fp8 matmul; turn fp8 off for a LoRA run.")
+        return w.matmul(x)
     if fp8 is not None:
         return fp8_dense(x, w, fp8)
     y = jnp.dot(x.reshape(-1, x.shape[-1]), w.astype(x.dtype))

@@ -1,12 +1,15 @@
 """LoraConfig: low-rank adapters on chosen weights of a trained model (`ExperimentConfig.lora`).
 
     --lora.targets '.*attention\\.w_[qv]' --lora.rank 8 --lora.alpha 16 --lora.base-job-dir runs/llama
+    --lora.dropout 0.05
 
 LoRA (Hu et al. 2021) trains, for each chosen weight W [in, out], two small matrices A [in, r]
 and B [r, out] and computes with W + (alpha / r) A @ B. The base W stays frozen: it gets no
 gradient and no optimizer state, and the checkpoints of a LoRA run hold only A and B (their
 optimizer state, the step) and a reference to the base job dir. B starts at zero, so step 0
-computes exactly what the base computes.
+computes exactly what the base computes. With `dropout` p > 0 the training forward computes, as
+PEFT's lora_dropout, x @ W + (alpha / r) dropout_p(x) @ A @ B: a fresh mask on the adapter's input
+every step, none in eval, decode and export (`pax_eqx/layers/low_rank.py`).
 
 Off by default: `targets` empty. Then the other fields are read by nothing, and a flag that
 sets one is refused (`inert_fields`).
@@ -31,6 +34,8 @@ class LoraConfig(Config):
         its config.json must describe the same model.
     base_step: the base checkpoint's step (-1 = its newest when this run starts; recorded, so a
         resumed run reads the same one).
+    dropout: p of the dropout on each adapter's input in training (PEFT's lora_dropout); 0 = none.
+        Adapters on an embedding ([vocab, embed], looked up, not multiplied) take none, as PEFT's.
     """
 
     targets: tuple[str, ...] = ()
@@ -38,6 +43,7 @@ class LoraConfig(Config):
     alpha: float = 16.0
     base_job_dir: str = ""
     base_step: int = -1
+    dropout: float = 0.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -58,6 +64,10 @@ class LoraConfig(Config):
             self, "alpha", gt=0, prefix=_WHERE, note="the scale is alpha / rank", fix="Pass e.g. --lora.alpha 16."
         )
         check_range(self, "base_step", ge=-1, prefix=_WHERE, note="-1 = the newest")
+        check_range(
+            self, "dropout", ge=0.0, lt=1.0, prefix=_WHERE, note="a probability; 0 = none",
+            fix="Pass e.g. --lora.dropout 0.05.",
+        )  # fmt: skip
         check_patterns(f"{_WHERE}.targets", self.targets)
         if self.enabled and not self.base_job_dir:
             raise ConfigError(
@@ -69,4 +79,4 @@ class LoraConfig(Config):
         if self.enabled:
             return {}
         why = "LoRA is off (lora.targets is empty); set --lora.targets to choose the weights that get adapters"
-        return {name: why for name in ("rank", "alpha", "base_job_dir", "base_step")}
+        return {name: why for name in ("rank", "alpha", "base_job_dir", "base_step", "dropout")}

@@ -20,9 +20,13 @@ unchanged model computes with it. Any layer of any model family takes adapters t
 change to the layer code, under every sharding and scan the model already has; autodiff gives A's
 and B's gradients through the merge. The cost is a temporary of each chosen weight's size (the
 merged weight, and its gradient in the backward): the benchmark `benchmarks/lora.py` measures it
-against full fine-tuning. Rejected: an adapter on the layer's input (x @ W + s x @ A @ B), which
-saves that temporary and allows dropout on the adapter's input, but needs every layer that holds a
-chosen weight to know about adapters.
+against full fine-tuning.
+
+A merged weight cannot drop out the adapter's input (PEFT's lora_dropout: x @ W + s dropout(x) @
+A @ B). So a training forward with `lora.dropout` > 0 uses `with_dropout` instead: each chosen
+weight becomes a `LowRankAdapted` (`layers/low_rank.py`: W, A, B and a key per stack index),
+which `linears.dense` applies to its input; every other forward (eval, decode, export), and
+training with dropout 0, merges as above, bit for bit what it did before dropout existed.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import jax.tree_util as jtu
 from jaxtyping import Array, PRNGKeyArray
 
 from pax_eqx.config import ConfigError
+from pax_eqx.layers.low_rank import LowRankAdapted
 from pax_eqx.learners.lora_config import LoraConfig
 from pax_eqx.learners.variables import matches, param_names, path_name
 from pax_eqx.sharding.logical import logical_axes
@@ -172,5 +177,29 @@ def merge(params: LoraParams, targets: dict[str, Target], scale: float) -> Any:
             return w
         delta = params.adapters[name].delta(targets[name])
         return w + (scale * delta).astype(w.dtype)
+
+    return jtu.tree_map_with_path(one, params.base)
+
+
+def with_dropout(
+    params: LoraParams, targets: dict[str, Target], scale: float, rate: float, key: PRNGKeyArray, merged: frozenset[str]
+) -> Any:
+    """The base params with each adapted weight W replaced by a LowRankAdapted(W, A, B, keys) that
+    drops out its input with probability `rate` (those named in `merged`: W + scale * A @ B, as
+    `merge`). Each weight's key is folded from `key` by its name's place in sorted order and split
+    over its stack axes: keys [*stack, *key], one mask per layer of a scanned stack."""
+    order = {name: i for i, name in enumerate(sorted(targets))}
+
+    def one(path: tuple, w: Any) -> Any:
+        name = path_name(path)
+        if name not in params.adapters:
+            return w
+        adapter, target = params.adapters[name], targets[name]
+        if name in merged:
+            return w + (scale * adapter.delta(target)).astype(w.dtype)
+        weight_key = jax.random.fold_in(key, order[name])
+        keys = jax.random.split(weight_key, math.prod(target.stack_shape))
+        keys = keys.reshape(*target.stack_shape, *weight_key.shape)
+        return LowRankAdapted(w, adapter.a, adapter.b, keys, scale, rate, target.num_in, name)
 
     return jtu.tree_map_with_path(one, params.base)

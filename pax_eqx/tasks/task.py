@@ -145,7 +145,10 @@ class Task:
         del key
         return eqx.filter(model, eqx.is_array)
 
-    def model(self, params: Any) -> Model:
+    def model(self, params: Any, key: PRNGKeyArray | None = None, mode: Mode = Mode.EVAL) -> Model:
+        """The model computing with `params`. `key` and `mode` are the forward's: a Task whose
+        model depends on them (LoraTask's adapter dropout in training) reads them; this one does not."""
+        del key, mode
         return eqx.combine(params, self.static)
 
     def split_optimized(self, params: Any) -> tuple[Any, Any]:
@@ -171,7 +174,7 @@ class Task:
         """The model's predictions and weighted metrics on one (micro)batch, plus the Task's
         `total_loss` and `aux_loss`."""
         self._check_batch(batch)
-        model = self.model(params)
+        model = self.model(params, key, mode)
         ctx = Context(key=key, state=nt_state, mode=mode, dtype=self.dtype, summary_verbosity=self.summary_verbosity)
         predictions, ctx = model.compute_predictions(batch, ctx)
         metrics = dict(model.compute_loss(predictions, batch))

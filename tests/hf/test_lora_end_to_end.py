@@ -3,7 +3,7 @@ imported Llama:
 
 - `train --lora.*` on a JSONL file writes checkpoints that hold the adapters and their optimizer
   state, never the base; stopped at step 2 and resumed to 4, a run ends with the adapters and
-  optimizer state of an uninterrupted one;
+  optimizer state of an uninterrupted one (with lora.dropout: the resumed run draws the same masks);
 - the merged export, re-imported, gives the LoRA model's own logits (float32, 1e-5); the PEFT
   export's tensors are checked against the merged weights with numpy;
 - an export that cannot be written, and a base whose parameters changed since the adapters were
@@ -63,6 +63,7 @@ def train_lora(base, job, corpus, steps):
     assert train_cli.main([
         "--exp", str(base / "config.json"), "--job-log-dir", str(job),
         "--lora.targets", *TARGETS, "--lora.rank", "4", "--lora.alpha", "8", "--lora.base-job-dir", str(base),
+        "--lora.dropout", "0.1",
         "--data.source", "jsonl", "--data.path", str(corpus), "--learner.learning-rate", "0.05",
         "--train.num-steps", str(steps), "--train.eval-interval-steps", "0", "--train.no-sample-at-end",
         "--checkpoint.every-n-steps", "2",
@@ -103,7 +104,7 @@ def test_import_lora_fine_tune_resume_export_merged_and_peft(tmp_path):
         export_hf.main(["--job-log-dir", str(lora), "--out", str(peft), "--adapters-only", "--dtype", "float32"]) == 0
     )
     config = json.loads((peft / "adapter_config.json").read_text())
-    assert config["r"] == 4 and config["lora_alpha"] == 8.0 and config["lora_dropout"] == 0.0
+    assert config["r"] == 4 and config["lora_alpha"] == 8.0 and config["lora_dropout"] == 0.1
     assert config["target_modules"] == ["down_proj", "q_proj", "v_proj"] and not config["fan_in_fan_out"]
     assert config["base_model_name_or_path"] and config["peft_type"] == "LORA"
     adapters, after, before = (SafetensorsFiles.open(d) for d in (peft, merged, FIXTURES / "llama"))

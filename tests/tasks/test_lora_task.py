@@ -135,5 +135,5 @@ def test_bad_values_are_refused_naming_the_field():
         LORA.replace(base_job_dir="")
     with pytest.raises(ConfigError, match=r"learner\.frozen.*lora\.targets"):
         build_task(tiny().override("learner.frozen", (r"embedding\..*",)))
-    assert set(LoraConfig().inert_fields()) == {"rank", "alpha", "base_job_dir", "base_step"}
+    assert set(LoraConfig().inert_fields()) == {"rank", "alpha", "base_job_dir", "base_step", "dropout"}
     assert LORA.inert_fields() == {}
