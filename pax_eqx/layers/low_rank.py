@@ -9,8 +9,10 @@ goes through `dense` (Linear; Attention's w_q, w_k, w_v, w_o) takes it unchanged
 
 `*stack` are the weight's leading stack axes (`layers`, `stage`): the key is split over them
 like the weights, so a scanned or pipelined stack slices one layer's W, A, B and key together
-and each layer draws its own mask (a weight shared by every layer, `model.share_layers`, has one
-key: its layers draw the same mask in a step). By the time `dense` sees it the stack axes are gone and
+and each layer draws its own mask. The key travels with the weight, not with the data, so what
+shares a weight within a step shares its mask: the layers of `model.share_layers`, and the
+microbatches of a pipelined stack (`learner.num_microbatches` gives each microbatch its own step
+key, so its microbatches draw their own). By the time `dense` sees it the stack axes are gone and
 `reshape` has flattened the input and output sides to one dimension each (Attention's
 `w_q.reshape(embed, heads * head_dim)`), which re-splits A's and B's sides the same way.
 

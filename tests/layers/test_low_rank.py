@@ -1,6 +1,7 @@
 """LowRankAdapted against the math in numpy: x @ W + s (x * m / (1 - p)) @ A @ B, with the mask m read
 back from the layer itself (W = 0, A = B = I, x = 1 gives s m / (1 - p)), through a Linear, an
-attention input projection and the output projection; the reshapes it allows and the uses it refuses."""
+attention input projection and the output projection, and layer by layer through a pipelined stack;
+the reshapes it allows and the uses it refuses."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pax_eqx.layers.attentions import _project
 from pax_eqx.layers.fp8 import Fp8Scales
 from pax_eqx.layers.linears import LinearConfig, dense
 from pax_eqx.layers.low_rank import LowRankAdapted
+from pax_eqx.layers.pipeline import PipelineConfig, run_pipeline
 
 P, S, R = 0.3, 2.0, 3
 
@@ -102,3 +104,35 @@ def test_any_other_use_of_the_weight_is_refused_naming_it_and_the_fix(use, match
         use(module)
     assert "test.w" in str(error.value)
     assert "fp8" in match or "--lora.dropout 0" in str(error.value)
+
+
+def test_a_pipelined_stack_slices_each_layers_key_with_its_weights():
+    """Adapted weights with a leading [layers] axis (keys [layers, 2]) through a circular `run_pipeline`:
+    each microbatch (rows j::m) gets layer i's W, A, B and mask, as numpy computes layer by layer. The
+    key travels with the weights, so a step's microbatches share each layer's mask."""
+    layers, rows, d = 4, 8, 6
+    rng = np.random.default_rng(5)
+    w, a, b = (rng.normal(size=s).astype(np.float32) * 0.5 for s in ((layers, d, d), (layers, d, R), (layers, R, d)))
+    keys = jax.random.split(jax.random.PRNGKey(11), layers)
+    stack = LowRankAdapted(jnp.asarray(w), jnp.asarray(a), jnp.asarray(b), keys, S, P, 1, "test.w")
+
+    def stage(stage_units, round_, h, inputs, key):
+        def body(h, unit):
+            return jnp.tanh(dense(h, unit)), None
+
+        h, _ = jax.lax.scan(body, h, jax.tree.map(lambda x: x[round_], stage_units))
+        return h, {}, {}
+
+    x = rng.normal(size=(rows, d)).astype(np.float32)
+    microbatches = 2
+    cfg = PipelineConfig(num_stages=2, num_microbatches=microbatches, circular_repeat=2)  # 4 layers, 2 rounds
+    got = np.asarray(run_pipeline(stage, stack, jnp.asarray(x), {}, None, cfg)[0])
+    want = np.empty_like(x)
+    masks = [mask_of(keys[i], rows // microbatches, d) for i in range(layers)]
+    assert not np.array_equal(masks[0], masks[1])
+    for j in range(microbatches):
+        h = x[j::microbatches]
+        for i in range(layers):
+            h = np.tanh(h @ w[i] + S * (h * masks[i] / (1 - P)) @ a[i] @ b[i])
+        want[j::microbatches] = h
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
