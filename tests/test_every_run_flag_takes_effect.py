@@ -50,6 +50,7 @@ from pax_eqx.programs.runtime import Runtime, build_task
 from pax_eqx.programs.sampling import beam_text, sample_text
 from pax_eqx.programs.seq2seq_decoding import decodes_examples, print_seq2seq
 from pax_eqx.programs.train_loop import train
+from pax_eqx.tasks.task import Task
 
 BASE = "shakespeare_char"
 SECTIONS = ("data", "task", "mesh", "decode", "train", "checkpoint", "profile", "lora")
@@ -231,6 +232,34 @@ def _plots_as_names():
     drawn, train_loop.write_plots = train_loop.write_plots, names_only
     yield
     train_loop.write_plots = drawn
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _programs_built_once():
+    """Most fields of the run sections change what the loop does around the same compiled
+    programs, yet each tiny run would trace and lower its train, eval and decode steps again: two
+    thirds of its time. Here the Task and its `Programs` are built once per distinct set of the
+    arguments they are built from (Task's configs, dtype and verbosity; the mesh and its rules),
+    so a field that reaches them (a learner schedule through train.num_steps, lora.rank,
+    train.layer_summaries) still gets a Task and programs of its own, and one that does not reuses
+    them as a second identical build would compute them."""
+    from pax_eqx.programs import runtime
+
+    def once(make):
+        built: dict = {}
+
+        def cached(*args, **kwargs):
+            key = (tuple(id(a) if isinstance(a, Task) else a for a in args), tuple(sorted(kwargs.items())))
+            if key not in built:
+                built[key] = make(*args, **kwargs)
+            return built[key]
+
+        return cached
+
+    originals = runtime.Task, runtime.LoraTask, runtime.Programs
+    runtime.Task, runtime.LoraTask, runtime.Programs = map(once, originals)
+    yield
+    runtime.Task, runtime.LoraTask, runtime.Programs = originals
 
 
 _TIMING_KEYS = {"tokens_per_s", "examples_per_s", "steps_per_s", "time", "elapsed_s"}
