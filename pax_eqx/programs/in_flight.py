@@ -63,7 +63,7 @@ class InFlight:
 
     in_flight = InFlight(start_step=0)
     ... state, outputs = train_step(state, batch)
-    in_flight.dispatched(step, 1, jax.tree.leaves(outputs)[0])
+    in_flight.dispatched(step, 1, outputs.metrics["total_loss"].value)
     in_flight.make_room()     # before the next dispatch: blocks only on a slow model
     in_flight.completed_step, in_flight.seconds_per_step()
     """
@@ -85,7 +85,7 @@ class InFlight:
         self.budget_s = budget_s
         self.completed_step = start_step  # the newest step the device has finished
         self.completed_at: float | None = None  # when it was seen finished (clock's time)
-        self.waits = 0  # how many times make_room blocked (0 on a fast model)
+        self.waits = 0  # how many times make_room blocked (on a fast model once: the third call, for the first)
         self._calls: deque[_Call] = deque()
         self._steps_in_flight = 0
         self._recent: deque[tuple[float, int]] = deque(maxlen=window)  # (seconds, steps) of finished calls
