@@ -31,7 +31,7 @@ DESCRIPTION = (
 )
 # What a study dir holds (besides what --storage keeps elsewhere): a directory holding anything
 # else is not one of ours, and a study is not written into it.
-_OURS = ("study.db", "trials", "trials.csv", "best", "plots")
+_OURS = ("study.db", "claim.lock", "trials", "trials.csv", "best", "plots")
 
 
 def _parser() -> argparse.ArgumentParser:

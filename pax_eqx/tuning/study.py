@@ -1,6 +1,7 @@
 """The study: Optuna's storage, what identifies a study, and the workers that run its trials.
 
     STUDY_DIR/study.db          Optuna's SQLite storage (or the database --storage names)
+    STUDY_DIR/claim.lock        held by a SQLite study's tuner while it claims a trial
     STUDY_DIR/trials/0007/      trial 7's job dir: config.json, checkpoints/, metrics.jsonl,
                                 summaries/, trial.log (the trainer process's output)
 
@@ -184,6 +185,24 @@ def counted(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
     return [t for t in trials if t.state in COUNTED and t.number not in gone and not t.user_attrs.get("surplus")]
 
 
+CLAIM_LOCK = "claim.lock"
+
+
+def _claim_lock(study: optuna.Study, study_dir: Path) -> contextlib.AbstractContextManager:
+    """What makes a claim (requeue the dead workers' trials, then ask for one) one step among the
+    tuners of a SQLite study: an OS lock on DIR/claim.lock. SQLite reads a trial's state outside
+    the transaction that then writes it, so two tuners starting together could both take the same
+    waiting trial, or both fail a dead worker's trial and queue it twice; either way two trainers
+    would race for one job dir. A database server's storage locks the row itself (SELECT ... FOR
+    UPDATE) and is shared across hosts, where a file lock would not reach: no lock then."""
+    storage = getattr(study._storage, "_backend", study._storage)  # optuna wraps RDBStorage in a cache
+    if not str(getattr(storage, "url", "")).startswith("sqlite"):
+        return contextlib.nullcontext()
+    from filelock import FileLock
+
+    return FileLock(study_dir / CLAIM_LOCK, thread_local=False)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -222,6 +241,7 @@ class Tuner:
         self.interrupted = ""  # why `interrupt` stopped the study
         self.fatal: BaseException | None = None
         self._claiming = threading.Lock()
+        self._claiming_everywhere = _claim_lock(study, study_dir)
 
     def run(self, num_workers: int) -> None:
         """Runs trials until the study has `num_trials`, or until `interrupt`: then the running
@@ -273,7 +293,7 @@ class Tuner:
     # ------------------------------------------------------------------------------ claiming
 
     def _claim(self) -> tuple[optuna.Trial, dict[str, Scalar]] | None:
-        with self._claiming:
+        with self._claiming, self._claiming_everywhere:
             self._recover_dead_workers()
             trials = self.study.get_trials(deepcopy=False)
             waiting = any(t.state == TrialState.WAITING for t in trials)
