@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from lora_tiny import batch, tiny
 
 from experiments import registry
 from pax_eqx.command_line.inert_flags import InertFlagError, refuse_inert_flags
@@ -27,24 +28,6 @@ from pax_eqx.tasks.lora_adapters import LoraParams
 
 TARGETS = (r"stack\.layers\.attention\.w_[qo]", r"stack\.layers\.ff_in\.linear\.w", r"embedding\.w")
 LORA = LoraConfig(targets=TARGETS, rank=4, alpha=8.0, base_job_dir="runs/base", dropout=0.25)
-
-
-@functools.cache
-def tiny(lora: LoraConfig = LORA, **more):
-    exp = registry.load_experiment("shakespeare_char")
-    sizes = {
-        "model.num_layers": 2, "model.model_dims": 32, "model.hidden_dims": 64, "model.num_heads": 2,
-        "model.repeat": True, "model.block.attention.combine_qkv": False, "data.seq_len": 16,
-        "mesh.ici_mesh_shape": (2, 2, 2), "data.train.batch_size": 8, **more,
-    }  # fmt: skip
-    for path, value in sizes.items():
-        exp = exp.override(path, value)
-    return exp.replace(lora=lora)
-
-
-def batch(seed: int = 0) -> dict[str, np.ndarray]:
-    ids = np.random.default_rng(seed).integers(0, 60, (8, 17)).astype(np.int32)
-    return {"ids": ids[:, :-1], "labels": ids[:, 1:], "weights": np.ones((8, 16), np.float32)}
 
 
 @functools.cache

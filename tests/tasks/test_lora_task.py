@@ -4,15 +4,13 @@ mesh (the conftest's 8 CPU devices); and the config's refusals name the field.""
 
 from __future__ import annotations
 
-import functools
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from lora_tiny import batch, tiny
 
-from experiments import registry
 from pax_eqx.config import ConfigError
 from pax_eqx.layers import Context, Mode
 from pax_eqx.learners.lora_config import LoraConfig
@@ -25,27 +23,9 @@ TARGETS = (r"stack\.layers\.attention\.w_[qv]", r"stack\.layers\.attention\.w_o"
 LORA = LoraConfig(targets=TARGETS, rank=4, alpha=8.0, base_job_dir="runs/base")
 
 
-@functools.cache
-def tiny(lora: LoraConfig = LORA):
-    exp = registry.load_experiment("shakespeare_char")
-    sizes = {
-        "model.num_layers": 2, "model.model_dims": 32, "model.hidden_dims": 64, "model.num_heads": 2,
-        "model.repeat": True, "model.block.attention.combine_qkv": False, "data.seq_len": 16,
-        "mesh.ici_mesh_shape": (2, 2, 2), "data.train.batch_size": 8,
-    }  # fmt: skip
-    for path, value in sizes.items():
-        exp = exp.override(path, value)
-    return exp.replace(lora=lora)
-
-
-def batch(seed: int = 0) -> dict[str, np.ndarray]:
-    ids = np.random.default_rng(seed).integers(0, 60, (8, 17)).astype(np.int32)
-    return {"ids": ids[:, :-1], "labels": ids[:, 1:], "weights": np.ones((8, 16), np.float32)}
-
-
 @pytest.fixture(scope="module")
 def run():
-    exp = tiny()
+    exp = tiny(LORA)
     programs = Programs(build_task(exp), build_mesh(exp.mesh), exp.mesh.rules)
     return exp, programs, programs.init_state(exp.train.seed)
 
@@ -134,6 +114,6 @@ def test_bad_values_are_refused_naming_the_field():
     with pytest.raises(ConfigError, match=r"lora\.targets=.*no lora\.base_job_dir"):
         LORA.replace(base_job_dir="")
     with pytest.raises(ConfigError, match=r"learner\.frozen.*lora\.targets"):
-        build_task(tiny().override("learner.frozen", (r"embedding\..*",)))
+        build_task(tiny(LORA).override("learner.frozen", (r"embedding\..*",)))
     assert set(LoraConfig().inert_fields()) == {"rank", "alpha", "base_job_dir", "base_step", "dropout"}
     assert LORA.inert_fields() == {}
