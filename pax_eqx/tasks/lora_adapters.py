@@ -104,6 +104,10 @@ class Adapter(eqx.Module):
         b = self.b.reshape(*stack, rank, math.prod(target.out_shape))
         return jnp.matmul(a, b).reshape(target.shape)
 
+    def merged(self, w: Array, target: Target, scale: float) -> Array:
+        """W + scale * A @ B, in W's dtype."""
+        return w + (scale * self.delta(target)).astype(w.dtype)
+
 
 class LoraParams(eqx.Module):
     """A LoRA run's parameters: the frozen base (the model's own params pytree) and the adapters,
@@ -175,8 +179,7 @@ def merge(params: LoraParams, targets: dict[str, Target], scale: float) -> Any:
         name = path_name(path)
         if name not in params.adapters:
             return w
-        delta = params.adapters[name].delta(targets[name])
-        return w + (scale * delta).astype(w.dtype)
+        return params.adapters[name].merged(w, targets[name], scale)
 
     return jtu.tree_map_with_path(one, params.base)
 
@@ -196,7 +199,7 @@ def with_dropout(
             return w
         adapter, target = params.adapters[name], targets[name]
         if name in merged:
-            return w + (scale * adapter.delta(target)).astype(w.dtype)
+            return adapter.merged(w, target, scale)
         weight_key = jax.random.fold_in(key, order[name])
         keys = jax.random.split(weight_key, math.prod(target.stack_shape))
         keys = keys.reshape(*target.stack_shape, *weight_key.shape)
