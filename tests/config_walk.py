@@ -4,6 +4,7 @@ type and value, the values to try instead, and digests that say whether two buil
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import re
 import typing
@@ -50,7 +51,14 @@ def field_type(cfg: Config, path: str) -> Any:
     *parents, name = path.split(".")
     for parent in parents:
         cfg = getattr(cfg, parent)
-    return typing.get_type_hints(type(cfg))[name], getattr(cfg, name)
+    return _type_hints(type(cfg))[name], getattr(cfg, name)
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """A config class's resolved annotations: resolving them is most of what collecting the walk
+    costs, and a class's never change."""
+    return typing.get_type_hints(cls)
 
 
 def new_values(tp: Any, value: Any) -> list[Any]:
