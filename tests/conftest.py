@@ -1,10 +1,13 @@
 """Test-wide setup: 8 fake CPU devices (set before JAX starts), small and deterministic.
 
-One persistent JAX compilation cache per test process (each xdist worker its own directory,
-removed at exit): many tests compile the same tiny train step again (a resumed run, the same
-tiny experiment in another module), and the second compile of an identical program is read
-back instead of recompiled. It is the same executable, so no result changes; it is set through
-jax.config, not the environment, so the CLI subprocesses that tests start compile as a user's do.
+One persistent JAX compilation cache per test run, shared by the xdist workers (made by the
+first process, xdist's controller, which outlives the workers and removes it at exit): many
+tests compile the same tiny train step again (a resumed run, the same tiny experiment in
+another module, on the other worker), and the second compile of an identical program is read
+back instead of recompiled. It is the same executable, so no result changes. An entry read
+while another worker writes it fails to load with a warning and is compiled instead, as jax
+handles any unreadable entry. It is set through jax.config, not the environment, so the CLI
+subprocesses that tests start compile as a user's do.
 PAX_EQX_TESTS_NO_COMPILATION_CACHE=1 turns it off (to time or debug the compiles themselves).
 The host allocator keeps freed pages for the next step, as every pax_eqx program's does
 (pax_eqx/command_line/host_memory.py).
@@ -27,8 +30,11 @@ from pax_eqx.command_line.host_memory import retain_freed_pages  # noqa: E402
 retain_freed_pages()
 
 if not os.environ.get("PAX_EQX_TESTS_NO_COMPILATION_CACHE"):
-    _COMPILATION_CACHE = tempfile.mkdtemp(prefix="pax_eqx_tests_jax_cache_")
-    atexit.register(shutil.rmtree, _COMPILATION_CACHE, ignore_errors=True)
+    _COMPILATION_CACHE = os.environ.get("PAX_EQX_TESTS_SHARED_JAX_CACHE")
+    if _COMPILATION_CACHE is None:  # the first process of the run (xdist's controller): it outlives the workers
+        _COMPILATION_CACHE = tempfile.mkdtemp(prefix="pax_eqx_tests_jax_cache_")
+        os.environ["PAX_EQX_TESTS_SHARED_JAX_CACHE"] = _COMPILATION_CACHE
+        atexit.register(shutil.rmtree, _COMPILATION_CACHE, ignore_errors=True)
     jax.config.update("jax_compilation_cache_dir", _COMPILATION_CACHE)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
