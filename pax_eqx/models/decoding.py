@@ -109,13 +109,19 @@ class SampleConfig(Config):
             )
 
 
-def filter_logits(logits: Float[Array, "batch vocab"], top_k: int, top_p: float) -> Float[Array, "batch vocab"]:
-    """Sets logits outside the top-k / nucleus (smallest set with probability >= top_p) to -inf."""
+def filter_logits(
+    logits: Float[Array, "batch vocab"], top_k: int, top_p: float | Float[Array, ""], nucleus: bool | None = None
+) -> Float[Array, "batch vocab"]:
+    """Sets logits outside the top-k / nucleus (smallest set with probability >= top_p) to -inf.
+
+    `nucleus` says whether the top-p filter runs (default: `top_p < 1`); it is separate so that
+    `top_p` can be a traced value while the program's structure stays static.
+    """
     neg = jnp.finfo(logits.dtype).min
     if top_k > 0:
         kth = jax.lax.top_k(logits, min(top_k, logits.shape[-1]))[0][..., -1:]
         logits = jnp.where(logits < kth, neg, logits)
-    if top_p < 1.0:
+    if top_p < 1.0 if nucleus is None else nucleus:
         sorted_logits = jnp.sort(logits, axis=-1)[..., ::-1]
         probs = jax.nn.softmax(sorted_logits, axis=-1)
         # Keep a token if the probability mass strictly before it is < top_p.
@@ -125,12 +131,35 @@ def filter_logits(logits: Float[Array, "batch vocab"], top_k: int, top_p: float)
     return logits
 
 
+class _Draw(eqx.Module):
+    """A SampleConfig as the compiled sampler sees it: what shapes the program is static (greedy or
+    not, top-k's k, top-p on or off), the numbers are arrays. A new temperature, top-p or EOS id
+    then reuses the compiled decode instead of compiling it again."""
+
+    greedy: bool = eqx.field(static=True)
+    top_k: int = eqx.field(static=True)
+    nucleus: bool = eqx.field(static=True)
+    temperature: Float[Array, ""]
+    top_p: Float[Array, ""]
+    eos_id: Int[Array, ""]
+
+    @staticmethod
+    def of(cfg: SampleConfig) -> _Draw:
+        return _Draw(
+            greedy=cfg.temperature == 0.0, top_k=cfg.top_k, nucleus=cfg.top_p < 1.0,
+            temperature=jnp.float32(cfg.temperature), top_p=jnp.float32(cfg.top_p), eos_id=jnp.int32(cfg.eos_id),
+        )  # fmt: skip
+
+    def token(self, logits: Float[Array, "batch vocab"], key: PRNGKeyArray) -> Int[Array, " batch"]:
+        logits = logits.astype(jnp.float32)
+        if self.greedy:
+            return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        logits = filter_logits(logits / self.temperature, self.top_k, self.top_p, self.nucleus)
+        return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+
+
 def sample_token(logits: Float[Array, "batch vocab"], key: PRNGKeyArray, cfg: SampleConfig) -> Int[Array, " batch"]:
-    logits = logits.astype(jnp.float32)
-    if cfg.temperature == 0.0:
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    logits = filter_logits(logits / cfg.temperature, cfg.top_k, cfg.top_p)
-    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+    return _Draw.of(cfg).token(logits, key)
 
 
 def sample(
@@ -154,26 +183,27 @@ def sample(
             f"sample() draws one continuation per row, but decode.beam_size={cfg.beam_size}; "
             "call pax_eqx.models.beam_search.beam_search, or set decode.beam_size=1."
         )
-    return _sample(decoder, cfg, key, pad_id, cfg.max_new_tokens if max_new_tokens is None else max_new_tokens)
+    new = cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
+    return _sample(decoder, _Draw.of(cfg), key, pad_id, new)
 
 
 @eqx.filter_jit
 def _sample(
-    decoder: IncrementalDecoder, cfg: SampleConfig, key: PRNGKeyArray, pad_id: int, max_new_tokens: int
+    decoder: IncrementalDecoder, draw: _Draw, key: PRNGKeyArray, pad_id: int, max_new_tokens: int
 ) -> tuple[Int[Array, "batch new"], Float[Array, " batch"]]:
     logits, carry = decoder.start()
     key, sub = jax.random.split(key)
-    token, token_logp = _choose(logits, sub, cfg)
+    token, token_logp = _choose(logits, sub, draw)
     b = token.shape[0]
 
     def step(state, t):
         token, token_logp, carry, done, total, key = state
         emitted = jnp.where(done, pad_id, token)  # the EOS itself is emitted, pads after it
         total = total + jnp.where(done, 0.0, token_logp)
-        done = done | (token == cfg.eos_id)
+        done = done | (token == draw.eos_id)
         logits, carry = decoder.extend(emitted, carry, t)
         key, sub = jax.random.split(key)
-        token, token_logp = _choose(logits, sub, cfg)
+        token, token_logp = _choose(logits, sub, draw)
         return (token, token_logp, carry, done, total, key), emitted
 
     state = (token, token_logp, carry, jnp.zeros((b,), bool), jnp.zeros((b,), jnp.float32), key)
@@ -182,10 +212,10 @@ def _sample(
 
 
 def _choose(
-    logits: Float[Array, "batch vocab"], key: PRNGKeyArray, cfg: SampleConfig
+    logits: Float[Array, "batch vocab"], key: PRNGKeyArray, draw: _Draw
 ) -> tuple[Int[Array, " batch"], Float[Array, " batch"]]:
     """The next token of every row and its log-probability under the model (float32)."""
-    token = sample_token(logits, key, cfg)
+    token = draw.token(logits, key)
     log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     return token, jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
 

@@ -8,7 +8,8 @@ import optax
 import pytest
 
 from pax_eqx.layers import Context, Mode
-from pax_eqx.models import LanguageModelConfig, SampleConfig, filter_logits, generate
+from pax_eqx.models import LanguageModelConfig, SampleConfig, filter_logits, generate, sample
+from pax_eqx.models.incremental import LanguageModelDecoder
 
 
 def tiny(**kw) -> LanguageModelConfig:
@@ -194,6 +195,40 @@ def test_sampling_is_seeded_and_respects_top_k():
     cfg = SampleConfig(max_new_tokens=6, temperature=1.0)
     a = generate(model, [[1, 2]], cfg, jax.random.key(3))
     assert a == generate(model, [[1, 2]], cfg, jax.random.key(3))
+
+
+_SAMPLER_TRACES = []
+
+
+class _CountedDecoder(LanguageModelDecoder):
+    """A language model's decoder that counts how often the sampler traces it (once per compile)."""
+
+    def start(self):
+        _SAMPLER_TRACES.append(1)
+        return super().start()
+
+
+def test_a_new_temperature_top_p_or_eos_id_reuses_the_compiled_sampler():
+    """Only what shapes the program is static in the sampler (greedy or not, top-k's k, top-p on
+    or off, lengths); the temperature, top-p and EOS id are traced, so a decode sweeping them
+    compiles once. Each still takes effect: the first token is drawn from softmax(filtered
+    logits / temperature), and a row stops at its EOS."""
+    model = tiny().build(jax.random.key(0))
+    decoder = _CountedDecoder.from_prompts(model, [[1, 2], [3]], 6)
+    logits = decoder.start()[0].astype(jnp.float32)
+    key = jax.random.key(5)
+    _SAMPLER_TRACES.clear()
+    for temperature, top_p in [(1.0, 0.9), (0.5, 0.6), (2.0, 0.99)]:
+        tokens, _ = sample(decoder, SampleConfig(max_new_tokens=6, temperature=temperature, top_p=top_p), key)
+        expected = jax.random.categorical(
+            jax.random.split(key)[1], filter_logits(logits / temperature, 0, top_p), axis=-1
+        )
+        np.testing.assert_array_equal(tokens[:, 0], expected)
+    assert len(_SAMPLER_TRACES) == 1
+    first = int(tokens[0, 0])
+    stopped, _ = sample(decoder, SampleConfig(max_new_tokens=6, temperature=2.0, top_p=0.99, eos_id=first), key)
+    assert int(stopped[0, 0]) == first and (np.asarray(stopped[0, 1:]) == 0).all()  # pads after the EOS
+    assert len(_SAMPLER_TRACES) == 1
 
 
 def test_bad_sample_config_is_reported():
