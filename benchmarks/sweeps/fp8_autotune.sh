@@ -5,13 +5,9 @@
 # compiling. Here: one fp8 GEMM at autotune levels 2 (time candidates, no result check) and 0
 # (cuBLASLt's heuristic pick), the GEMM writing bf16, then the projection and the 5B step in bf16
 # and fp8, all at level 2 (the same for both, so the ratio is fair).
-set -u
-OUT=${OUT:-runs/fp8_autotune}
-mkdir -p "$OUT"
-export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 PYTHONUNBUFFERED=1
-PY=${PY:-python3}
+LEASE=fp8_autotune
+. "$(dirname "$0")/lease_setup.sh"
 BASE_FLAGS=${XLA_FLAGS:-}
-nvidia-smi --query-gpu=name,memory.total --format=csv 2>&1 | tee "$OUT/machine.txt"
 source "$(dirname "$0")/run_logged.sh"
 XLA_FLAGS="$BASE_FLAGS --xla_gpu_autotune_level=2" run probe_nt_level2 40 $PY -m benchmarks.fp8_probe nt
 XLA_FLAGS="$BASE_FLAGS --xla_gpu_autotune_level=0" run probe_nt_level0 40 $PY -m benchmarks.fp8_probe nt

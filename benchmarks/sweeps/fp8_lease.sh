@@ -8,12 +8,8 @@
 #      and fp8 (the first seed); each run's metrics.jsonl is copied to $OUT.
 # Results land in $OUT as they finish, so a call cut short keeps what ran.
 # Usage on the GPU machine, from the repo root: bash benchmarks/sweeps/fp8_lease.sh
-set -u
-OUT=${OUT:-runs/fp8_lease}
-mkdir -p "$OUT"
-export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 PYTHONUNBUFFERED=1
-PY=${PY:-python3}
-{ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; $PY -c "import jax; print('jax', jax.__version__, jax.devices())"; } 2>&1 | tee "$OUT/machine.txt"
+LEASE=fp8_lease
+. "$(dirname "$0")/lease_setup.sh"
 mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 run() {  # NAME LIMIT_S COMMAND...: one process, its log kept whatever happens
     local name=$1 limit=$2; shift 2

@@ -4,12 +4,8 @@
 # (benchmarks.fp8_matmul) and, if that finished, the 5B step with `--model.block.fp8`.
 # Written after 2026-11-26's lease, where the fp8 projection printed nothing within 60 s.
 # Usage on the GPU machine, from the repo root: bash benchmarks/sweeps/fp8_probe.sh
-set -u
-OUT=${OUT:-runs/fp8_probe}
-mkdir -p "$OUT"
-export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 PYTHONUNBUFFERED=1
-PY=${PY:-python3}
-nvidia-smi --query-gpu=name,memory.total --format=csv 2>&1 | tee "$OUT/machine.txt"
+LEASE=fp8_probe
+. "$(dirname "$0")/lease_setup.sh"
 source "$(dirname "$0")/run_logged.sh"
 for form in bf16 nt nn tn qdq; do
     run "probe_$form" 40 $PY -m benchmarks.fp8_probe "$form"

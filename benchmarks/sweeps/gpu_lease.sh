@@ -5,13 +5,9 @@
 #      shakespeare_moe (MoE layers, steps_per_loop 10 vs one step a call), t5_1_1_small.
 # Results land in $OUT (or runs/lease) as they finish, so a lease cut short keeps what ran.
 # Usage on the GPU machine, from the repo root: bash benchmarks/sweeps/gpu_lease.sh [SWEEP_BUDGET_S]
-set -u
-OUT=${OUT:-runs/lease}
-mkdir -p "$OUT"
-export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 PYTHONUNBUFFERED=1
-PY=${PY:-python3}
+LEASE=lease
+. "$(dirname "$0")/lease_setup.sh"
 budget=${1:-270}
-{ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; $PY -c "import jax; print('jax', jax.__version__, jax.devices())"; } 2>&1 | tee "$OUT/machine.txt"
 $PY -m benchmarks.sweep --variants benchmarks/sweeps/gpt3_xl_lease.txt --out "$OUT/gpt3_xl.jsonl" \
     --budget-s "$budget" --timeout-s 150 --no-reference --confirm-best --steps 8 --warmup 2 2>&1 | tee "$OUT/gpt3_xl.md"
 family() {  # NAME LIMIT_S COMMAND...: one benchmark process, its output kept whatever happens

@@ -8,12 +8,8 @@
 # The carried wheels must include a pax_eqx wheel (`pip wheel --no-deps -w .whl .`): the module
 # code comes from the checkout, but `--exp NAME` finds experiments through the installed
 # distribution's `pax_eqx.experiments` entry point; without it every line fails at once.
-set -u
-OUT=${OUT:-runs/lease}
-mkdir -p "$OUT"
-export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 PYTHONUNBUFFERED=1
-PY=${PY:-python3}
-{ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; $PY -c "import jax; print('jax', jax.__version__, jax.devices())"; } 2>&1 | tee "$OUT/machine.txt"
+LEASE=lease
+. "$(dirname "$0")/lease_setup.sh"
 $PY -m benchmarks.sweep --variants benchmarks/sweeps/gpt3_xl_h100_confirm.txt --out "$OUT/confirm.jsonl" \
     --budget-s 200 --timeout-s 200 --steps 8 --warmup 2 2>&1 | tee "$OUT/confirm.md"
 $PY -m benchmarks.sweep --variants benchmarks/sweeps/gpt3_xl_h100_more_microbatches.txt --out "$OUT/more.jsonl" \
