@@ -121,7 +121,9 @@ def filter_logits(
     if top_k > 0:
         kth = jax.lax.top_k(logits, min(top_k, logits.shape[-1]))[0][..., -1:]
         logits = jnp.where(logits < kth, neg, logits)
-    if top_p < 1.0 if nucleus is None else nucleus:
+    if nucleus is None:
+        nucleus = top_p < 1.0
+    if nucleus:
         sorted_logits = jnp.sort(logits, axis=-1)[..., ::-1]
         probs = jax.nn.softmax(sorted_logits, axis=-1)
         # Keep a token if the probability mass strictly before it is < top_p.
