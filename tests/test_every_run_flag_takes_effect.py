@@ -246,12 +246,7 @@ def _sentencepiece_trained_once():
     train = tokenizers.train_sentencepiece
 
     def once(lines, cfg):
-        used, budget = [], cfg.max_training_chars
-        for line in lines:  # what train_sentencepiece reads of the text, no more
-            if budget <= 0:
-                break
-            used.append(line)
-            budget -= len(line) if line.strip() else 0
+        used = tokenizers.training_sentences(lines, cfg.max_training_chars)  # selecting them again keeps them
         key = (cfg, digest(used))
         if key not in trained:
             trained[key] = train(used, cfg)

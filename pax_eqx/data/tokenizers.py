@@ -337,13 +337,10 @@ class TokenizerJsonTokenizer:
         return f"TokenizerJsonTokenizer(vocab_size={self.vocab_size}, path={self.path!r})"
 
 
-def train_sentencepiece(lines: Iterable[str], cfg: SentencePieceConfig) -> bytes:
-    """Trains a SentencePiece model on `lines` (one sentence each, no newlines); returns the proto."""
-    import io
-
-    import sentencepiece as spm
-
-    budget = cfg.max_training_chars
+def training_sentences(lines: Iterable[str], max_chars: int) -> list[str]:
+    """The non-blank `lines` a SentencePiece model is trained on: read until `max_chars`
+    characters are taken (the last line cut to fit), so a large corpus is never read whole."""
+    budget = max_chars
     sentences: list[str] = []
     for line in lines:
         if budget <= 0:
@@ -351,6 +348,16 @@ def train_sentencepiece(lines: Iterable[str], cfg: SentencePieceConfig) -> bytes
         if line.strip():
             sentences.append(line[:budget])
             budget -= len(line)
+    return sentences
+
+
+def train_sentencepiece(lines: Iterable[str], cfg: SentencePieceConfig) -> bytes:
+    """Trains a SentencePiece model on `lines` (one sentence each, no newlines); returns the proto."""
+    import io
+
+    import sentencepiece as spm
+
+    sentences = training_sentences(lines, cfg.max_training_chars)
     if not sentences:
         raise ConfigError("cannot train a SentencePiece tokenizer: the training text is empty.")
     out = io.BytesIO()
