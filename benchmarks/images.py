@@ -79,8 +79,10 @@ def with_image_size(exp: ExperimentConfig, image_size: int) -> ExperimentConfig:
 def on_synthetic_images(exp: ExperimentConfig) -> ExperimentConfig:
     """The experiment reading what this benchmark feeds it: synthetic images of the model's
     input shape (its own source, the digits say, would be refused for another shape)."""
-    data = exp.data.replace(source="synthetic_images", image_shape=tuple(exp.model.input_shape), path="", eval_path="")
-    return exp.replace(data=data)
+    from pax_eqx.data import SyntheticImagesSource
+
+    source = SyntheticImagesSource(image_shape=tuple(exp.model.input_shape), augment=exp.data.source.normalization)
+    return exp.replace(data=exp.data.replace(source=source))
 
 
 def synthetic_images(batch: int, shape: tuple[int, ...], num_classes: int, seed: int = 0) -> dict[str, np.ndarray]:

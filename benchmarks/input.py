@@ -91,13 +91,13 @@ def prepare_throughput(corpus: Path, out: Path, workers: int, tokenizer) -> dict
 def loader_throughput(prepared: Path, workers: int, seconds: float, vocab_size: int) -> dict[str, Any]:
     """gpt3_xl's training input on the prepared corpus: tokens/s over about `seconds`."""
     from pax_eqx.command_line import registry
-    from pax_eqx.data import build_input, build_tokenizer
+    from pax_eqx.data import ArrayRecordSource, build_input, build_tokenizer
     from pax_eqx.data.tokenizers import SentencePieceConfig
 
     exp = registry.load_experiment("gpt3_xl")
     train = exp.data.train.replace(num_infeed_hosts=1, infeed_host_index=0, num_workers=workers)
     data = exp.data.replace(
-        source="array_record", path=str(prepared), tokenizer=SentencePieceConfig(vocab_size=vocab_size), train=train
+        source=ArrayRecordSource(path=str(prepared)), tokenizer=SentencePieceConfig(vocab_size=vocab_size), train=train
     )
     data.validate()
     batches, wall, batch = _read_for(build_input(data, "train", build_tokenizer(data)), seconds)
@@ -143,7 +143,7 @@ def image_loader_throughput(root: Path, workers: int, seconds: float) -> dict[st
 
     exp = registry.load_experiment("imagenet_resnet50")
     train = exp.data.train.replace(batch_size=64, num_infeed_hosts=1, infeed_host_index=0, num_workers=workers)
-    data = exp.data.replace(path=str(root), train=train)
+    data = exp.data.replace(source=exp.data.source.replace(path=str(root)), train=train)
     data.validate()
     batches, wall, batch = _read_for(build_input(data, "train", ByteTokenizer()), seconds)
     shape = batch["inputs"].shape

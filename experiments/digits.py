@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
-from pax_eqx.data import DataConfig, InputConfig
+from pax_eqx.data import DataConfig, DigitsImagesSource, DigitsSource, InputConfig
 from pax_eqx.data.augment import AugmentConfig
 from pax_eqx.experiment import ExperimentConfig, TrainConfig
 from pax_eqx.layers import MLPConfig, ResNetBlockConfig, ResNetConfig, ViTConfig
@@ -38,9 +38,8 @@ def _digits(
         batch_size=64 if not images else 60, shuffle=False, repeat=False, reset_for_eval=True,
         metrics=("confusion_matrix", "balanced_accuracy"),
     )  # fmt: skip
-    data = DataConfig(source="digits", train=InputConfig(batch_size=64), eval=eval_input)
-    if images:
-        data = data.replace(source="digits_images", augment=AugmentConfig(crop_padding=1))
+    source = DigitsImagesSource(augment=AugmentConfig(crop_padding=1)) if images else DigitsSource()
+    data = DataConfig(source=source, train=InputConfig(batch_size=64), eval=eval_input)
     return ExperimentConfig(
         name=name,
         model=model,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
-from pax_eqx.data import DataConfig, InputConfig
+from pax_eqx.data import DataConfig, InputConfig, SyntheticSource
 from pax_eqx.experiment import ExperimentConfig, TrainConfig
 from pax_eqx.layers import ActivationConfig, AttentionConfig, LayerNormConfig, TransformerConfig
 from pax_eqx.learners import AdamWConfig, CosineSchedule, LearnerConfig
@@ -64,8 +64,7 @@ def gpt3_xl() -> ExperimentConfig:
             schedule=CosineSchedule(warmup_steps=375, decay_end=100_000, min_ratio=0.1),
         ),
         data=DataConfig(
-            source="synthetic",
-            layout="packed",
+            source=SyntheticSource(),
             seq_len=2048,
             train=InputConfig(batch_size=16),
             eval=InputConfig(batch_size=16, shuffle=False, repeat=True, reset_for_eval=False, eval_loop_num_batches=4),

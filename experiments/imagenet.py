@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
-from pax_eqx.data import DataConfig, InputConfig
+from pax_eqx.data import DataConfig, ImagenetFolderSource, InputConfig
 from pax_eqx.data.augment import AugmentConfig
 from pax_eqx.experiment import ExperimentConfig, TrainConfig
 from pax_eqx.layers import ResNetBlockConfig
@@ -143,9 +143,10 @@ def imagenet_resnet50() -> ExperimentConfig:
         ),
         learner=resnet50_learner(),
         data=DataConfig(
-            source="imagenet_folder",
-            image_shape=(size, size, channels),
-            augment=AugmentConfig(horizontal_flip=True, mean=(0.0,) * channels, std=(1.0 / 255.0,) * channels),
+            source=ImagenetFolderSource(
+                image_shape=(size, size, channels),
+                augment=AugmentConfig(horizontal_flip=True, mean=(0.0,) * channels, std=(1.0 / 255.0,) * channels),
+            ),
             train=InputConfig(batch_size=PAX["TRAIN_BATCH_SIZE"]),
             eval=InputConfig(batch_size=PAX["EVAL_BATCH_SIZE"], shuffle=False, repeat=False, reset_for_eval=True),
         ),

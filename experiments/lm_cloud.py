@@ -46,7 +46,7 @@ from typing import Literal
 from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.config import Config, ConfigError, config
-from pax_eqx.data import DataConfig, InputConfig, SentencePieceConfig
+from pax_eqx.data import DataConfig, InputConfig, JsonlSource, SentencePieceConfig, SyntheticSource
 from pax_eqx.experiment import ExperimentConfig, TrainConfig
 from pax_eqx.layers import ActivationConfig, AttentionConfig, LayerNormConfig, TransformerConfig
 from pax_eqx.layers.initializers import WeightInit, gaussian, xavier
@@ -261,9 +261,8 @@ class PaxLm(Config):
             # SyntheticDataset: SyntheticLmData rows of ones, the same for train and eval; Pax's
             # BaseInput eval defaults (reset_for_eval False, eval_loop_num_batches 1).
             return DataConfig(
-                source="synthetic",
+                source=SyntheticSource(num_synthetic_examples=batch),
                 seq_len=self.max_seq_len,
-                num_synthetic_examples=batch,
                 train=InputConfig(batch_size=batch, shuffle=False),
                 eval=InputConfig(
                     batch_size=batch, shuffle=False, repeat=True, reset_for_eval=False, eval_loop_num_batches=1
@@ -272,10 +271,7 @@ class PaxLm(Config):
         # C4UnsupervisedDataset: documents packed into MAX_SEQ_LEN rows, SentencePiece tokens,
         # shuffled and repeated for training (TRAINING_SEED); eval = one full pass (seed 4321).
         return DataConfig(
-            source="jsonl",
-            path="",
-            jsonl_text_key="text",
-            layout="packed",
+            source=JsonlSource(path="", jsonl_text_key="text", layout="packed"),
             seq_len=self.max_seq_len,
             tokenizer=SentencePieceConfig(vocab_size=self.vocab_size),
             train=InputConfig(batch_size=batch, input_random_seed=self.training_seed, shuffle=True, repeat=True),

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
-from pax_eqx.data import ByteTokenizerConfig, DataConfig, InputConfig
+from pax_eqx.data import ByteTokenizerConfig, DataConfig, InputConfig, ShakespeareSource
 from pax_eqx.experiment import DecodeConfig, ExperimentConfig, TrainConfig
 from pax_eqx.layers import ActivationConfig, AttentionConfig, LayerNormConfig, TransformerConfig
 from pax_eqx.learners import AdamWConfig, CosineSchedule, LearnerConfig
@@ -78,8 +78,7 @@ def shakespeare_char() -> ExperimentConfig:
             schedule=CosineSchedule(warmup_steps=100, decay_end=2000, min_ratio=0.1),
         ),
         data=DataConfig(
-            source="shakespeare",
-            layout="stream",
+            source=ShakespeareSource(layout="stream"),
             seq_len=64,
             tokenizer=ByteTokenizerConfig(),
             train=InputConfig(batch_size=12),

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
-from pax_eqx.data import ByteTokenizerConfig, DataConfig, InputConfig, SentencePieceConfig
+from pax_eqx.data import ByteTokenizerConfig, DataConfig, InputConfig, JsonlSource, SentencePieceConfig, ShakespeareSource
 from pax_eqx.experiment import DecodeConfig, ExperimentConfig, TrainConfig
 from pax_eqx.layers import ActivationConfig, AttentionConfig, RmsNormConfig, TransformerConfig
 from pax_eqx.layers.initializers import gaussian
@@ -69,8 +69,7 @@ def shakespeare_span_corruption() -> ExperimentConfig:
             schedule=CosineSchedule(warmup_steps=100, decay_end=1500, min_ratio=0.1),
         ),
         data=DataConfig(
-            source="shakespeare",
-            layout="span_corruption",
+            source=ShakespeareSource(layout="span_corruption"),
             seq_len=128,
             tokenizer=ByteTokenizerConfig(),
             train=InputConfig(batch_size=16),
@@ -115,9 +114,7 @@ def _t5_1_1(name: str, *, dims: int, hidden: int, heads: int, layers: int, steps
             schedule=RsqrtSchedule(decay_start=10_000),
         ),
         data=DataConfig(
-            source="jsonl",
-            jsonl_text_key="text",
-            layout="span_corruption",
+            source=JsonlSource(jsonl_text_key="text", layout="span_corruption"),
             seq_len=512,
             tokenizer=SentencePieceConfig(vocab_size=32000),
             train=InputConfig(batch_size=256),

@@ -256,8 +256,35 @@ class Variant(Config):
     kind: ClassVar[str] = ""
 
 
+class OpenChoice(Variant):
+    """The base of a choice that is open: a field annotated with this base class (`source:
+    DataSource`) chooses among every imported subclass that names its own `kind`, so a new variant
+    is one class in one file, registered by its own definition (no union to edit). Subclass it
+    once per choice; shared bases between it and the variants leave `kind` empty."""
+
+
+def registered_variants(base: type[OpenChoice]) -> dict[str, type]:
+    """{kind: class} of every imported subclass of the open choice `base` that declares a kind.
+    Classes the command line derives from a variant (`specialise`) declare none. Two classes
+    declaring one kind are a programming error (TypeError naming both)."""
+    found: dict[str, type] = {}
+    for sub in _subclasses(base):
+        kind = vars(sub).get("kind")
+        if not kind or "_specialised_from" in vars(sub):
+            continue
+        if found.setdefault(kind, sub) is not sub:
+            raise TypeError(
+                f"{sub.__module__}.{sub.__qualname__} and {found[kind].__module__}.{found[kind].__qualname__} "
+                f"both declare the {base.__name__} kind {kind!r}; give one another kind."
+            )
+    return found
+
+
 def variant_choices(hint: Any) -> dict[str, type]:
-    """{kind: class} of a choice annotation (a union of Variant classes; Optional allowed), else {}."""
+    """{kind: class} of a choice annotation (a union of Variant classes, or an OpenChoice base;
+    Optional allowed), else {}."""
+    if isinstance(hint, type) and OpenChoice in hint.__bases__:
+        return registered_variants(hint)
     options = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
     found = {o.kind: o for o in options if isinstance(o, type) and issubclass(o, Variant) and o.kind}
     return found if found and len(found) == sum(o is not type(None) for o in options) else {}

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from pax_eqx.config import ConfigError
-from pax_eqx.data import IMAGE_SOURCES, DataConfig, build_input, build_tokenizer, eval_num_batches
+from pax_eqx.data import DataConfig, build_input, build_tokenizer, eval_num_batches
 from pax_eqx.data.tokenizers import SPM_DIRNAME, SPM_FILENAME
 
 DESCRIPTION = "Print shapes, dtypes, padding and decoded rows of a few batches of an experiment's data."
@@ -49,13 +49,9 @@ def inspect(
     tokenizer = build_tokenizer(data, job_dir if has_model else None)
     inp = build_input(data, split, tokenizer, num_infeed_hosts, infeed_host_index)
     cfg = getattr(data, split)
-    if data.source in IMAGE_SOURCES:  # no tokens: the layout, seq_len and tokenizer do not apply
-        lines = [f"data.source={data.source!r} split={split!r} augment={data.augment!r}"]
-    else:
-        lines = [
-            f"data.source={data.source!r} layout={data.layout!r} seq_len={data.seq_len} split={split!r}",
-            f"tokenizer: {tokenizer!r} (pad {tokenizer.pad_id}, bos {tokenizer.bos_id}, eos {tokenizer.eos_id})",
-        ]
+    lines = [f"{data.source.describe(data)} split={split!r}"]
+    if data.source.reads_tokens:
+        lines.append(f"tokenizer: {tokenizer!r} (pad {tokenizer.pad_id}, bos {tokenizer.bos_id}, eos {tokenizer.eos_id})")
     lines.append(
         f"input: {inp!r}; global batch {cfg.batch_size * inp.shard.count} "
         f"({cfg.batch_size} per host x {inp.shard.count} hosts)"
@@ -74,7 +70,7 @@ def inspect(
             break
         lines.append(f"batch {b}:")
         if b == 0 and image_grid is not None:
-            lines.append(f"  image grid: {write_image_grid(batch, image_grid, data.source)}")
+            lines.append(f"  image grid: {write_image_grid(batch, image_grid, data.source.kind)}")
         for name in sorted(batch):
             v = np.asarray(batch[name])
             rng = f"min {v.min()}, max {v.max()}" if v.size else "empty"

@@ -17,6 +17,10 @@ annotates the field with the variant's class). So:
                                                 its new flag
 
 Naming the variant the experiment already has keeps the experiment's values (a no-op).
+
+A config may list choices whose variants' fields are also flags of the config itself
+(`DataConfig.flattened = ("source",)`): `--data.path DIR` is `--data.source.path DIR`, so a
+source's fields read as they did when they were the data's own.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ def apply_switches(default: Any, args: Sequence[str]) -> tuple[Any, list[str]]:
 
     Raises ChoiceError for an unknown variant name, a field flag of a variant that is not the
     chosen one, and a flag of a field that moved into a choice."""
-    args = list(args)
+    args = spell_flattened(default, args)
     switched = default
     choices = dict(choice_fields(default))
     used: set[int] = set()
@@ -101,6 +105,42 @@ def apply_switches(default: Any, args: Sequence[str]) -> tuple[Any, list[str]]:
     rest = [a for i, a in enumerate(args) if i not in used]
     _refuse_unchosen_fields(switched, rest)
     return switched, rest
+
+
+def _flattened_choices(value: Any, prefix: str = "") -> Iterator[tuple[str, str, Any]]:
+    """(the config's dotted path, the choice field, the config) for each choice a config in `value`'s
+    tree lists in its `flattened`."""
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return
+    for name in getattr(type(value), "flattened", ()):
+        yield prefix.rstrip("."), name, value
+    for f in dataclasses.fields(value):
+        yield from _flattened_choices(getattr(value, f.name), prefix + f.name + ".")
+
+
+def spell_flattened(default: Any, args: Sequence[str]) -> list[str]:
+    """`args` with each flattened field flag spelt in full (`--data.path` -> `--data.source.path`):
+    a flag whose first field after a config is no field of that config but is one of a variant of
+    a choice it flattens (any variant: one not chosen is then refused by name)."""
+    args = list(args)
+    hints_of = {}
+    for owner, choice, node in _flattened_choices(default):
+        hints_of.setdefault(type(node), typing.get_type_hints(type(node)))
+        options = variant_choices(hints_of[type(node)][choice])
+        variant_fields = {name for cls in options.values() for name in field_names(cls)}
+        own = set(field_names(node))
+        for i, path, _, _ in _flags(args):
+            head = owner + "." if owner else ""
+            if not path.startswith(head):
+                continue
+            first = path[len(head) :].split(".")[0]
+            bare = first[3:] if first.startswith("no_") and first[3:] in variant_fields else first
+            if bare in own or bare not in variant_fields:
+                continue
+            flag, eq, inline = args[i][2:].partition("=")
+            dash = flag[len(head) :]
+            args[i] = f"--{head.replace('_', '-')}{choice.replace('_', '-')}.{dash}" + (eq + inline if eq else "")
+    return args
 
 
 def _refuse_unchosen_fields(value: Any, args: Sequence[str]) -> None:

@@ -40,7 +40,7 @@ from typing import Any
 import tyro
 
 from pax_eqx.command_line import entry, registry, short_help
-from pax_eqx.command_line.choices import ChoiceError, apply_switches
+from pax_eqx.command_line.choices import ChoiceError, apply_switches, spell_flattened
 from pax_eqx.command_line.flag_hints import with_nearest_flags
 from pax_eqx.command_line.inert_flags import InertFlagError, refuse_inert_flags
 from pax_eqx.config import Config, ConfigError
@@ -372,10 +372,23 @@ def parse_fields(default: C, args: Sequence[str], prog: str) -> C:
     (`--model.num-layers 4 ...`) applied: the switches of its choices first (`choices.py`), then
     tyro, as `python -m pax_eqx.train` applies them; FlagError (printing nothing) when refused."""
     _refuse_python_only(default, args)
+    # A flattened field's flag (`--data.path`) is parsed as its full spelling (`--data.source.path`);
+    # errors name it as typed.
+    typed = {
+        full.split("=")[0]: given.split("=")[0]
+        for full, given in zip(spell_flattened(default, args), args, strict=True)
+        if full != given
+    }
+
+    def as_typed(message: str) -> str:
+        for full, given in typed.items():
+            message = message.replace(full, given)
+        return message
+
     try:
         default, args = apply_switches(default, args)
     except ChoiceError as e:
-        raise FlagError(str(e)) from None
+        raise FlagError(as_typed(str(e))) from None
     captured = io.StringIO()
     spec = specialise(type(default), default)
     try:
@@ -384,14 +397,14 @@ def parse_fields(default: C, args: Sequence[str], prog: str) -> C:
     except SystemExit as e:
         if e.code not in (0, None):
             message = one_line(captured.getvalue()) or f"cannot parse the arguments {list(args)}"
-            raise FlagError(with_nearest_flags(message, default)) from None
+            raise FlagError(as_typed(with_nearest_flags(message, default))) from None
         sys.stderr.write(captured.getvalue())
         raise
     sys.stderr.write(captured.getvalue())  # warnings, if any
     try:
         refuse_inert_flags(exp, args)
     except InertFlagError as e:
-        raise FlagError(str(e)) from None
+        raise FlagError(as_typed(str(e))) from None
     return exp
 
 

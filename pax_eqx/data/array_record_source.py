@@ -4,8 +4,7 @@ grain's ArrayRecordDataSource.
     --data.source array_record --data.path prepared/c4 [--data.eval-path prepared/c4_validation]
 
 The prepared directory's manifest.json (prepare/manifest.py) is checked against the experiment
-before anything is read, each mismatch one line naming the field and the fix: the layout
-(the rows of both prepared layouts carry segment ids, so data.layout must be "packed"), the
+before anything is read, each mismatch one line naming the field and the fix: the
 sequence length of pre-packed rows, and the tokenizer (its fingerprint: the experiment
 encodes prompts and decodes samples with exactly the vocabulary the corpus was tokenized
 with). With --data.tokenizer sentencepiece and no model_path, the prepared directory's own
@@ -43,7 +42,7 @@ import grain
 import numpy as np
 
 from pax_eqx.config import SEED_MAX, ConfigError, MissingFileError
-from pax_eqx.data import lm_examples, sources
+from pax_eqx.data import file_readers, lm_examples
 from pax_eqx.data.host_sharding import HostShard, batch_host_examples, shard_examples
 from pax_eqx.data.input import Input, read_options
 from pax_eqx.data.input_config import InputConfig, Split
@@ -52,7 +51,6 @@ from pax_eqx.data.prepare import records
 from pax_eqx.data.prepare.manifest import Manifest, read_manifest
 from pax_eqx.data.tokenizers import ByteTokenizer, SentencePieceTokenizer, Tokenizer
 
-PACKED = "packed"
 
 
 class PreparedCorpusError(ConfigError):
@@ -116,49 +114,39 @@ class PreparedCorpus:
         return f"prepared corpus {self.directory!r} ({shape}, tokenizer {tok})"
 
 
-def training_directories(data) -> list[str]:
-    """The prepared directories of data.path (comma-separated: a mixture)."""
-    return [p.strip() for p in data.path.split(",") if p.strip()] or [data.path]
-
-
 def corpora(data) -> dict[str, PreparedCorpus]:
     """{field: PreparedCorpus} of each directory of data.path and, if set, data.eval_path."""
-    dirs = training_directories(data)
+    dirs = data.source.directories()
     found = {
         ("data.path" if len(dirs) == 1 else f"data.path[{i}]"): PreparedCorpus(d, "data.path")
         for i, d in enumerate(dirs)
     }
-    if data.eval_path:
-        found["data.eval_path"] = PreparedCorpus(data.eval_path, "data.eval_path")
+    if data.source.eval_path:
+        found["data.eval_path"] = PreparedCorpus(data.source.eval_path, "data.eval_path")
     return found
 
 
 def check_mixture(data) -> None:
     """data.mixture_weights: one positive weight per directory of data.path, and only for a mixture."""
-    dirs = training_directories(data)
-    if not data.mixture_weights:
+    dirs = data.source.directories()
+    if not data.source.mixture_weights:
         return
     if len(dirs) == 1:
         raise ConfigError(
-            f"data.mixture_weights={list(data.mixture_weights)} would do nothing: data.path names one prepared "
+            f"data.mixture_weights={list(data.source.mixture_weights)} would do nothing: data.path names one prepared "
             "directory; name several, comma-separated, to mix them, or remove the weights."
         )
-    if len(data.mixture_weights) != len(dirs):
+    if len(data.source.mixture_weights) != len(dirs):
         raise ConfigError(
-            f"data.mixture_weights={list(data.mixture_weights)} gives {len(data.mixture_weights)} weight(s) for the "
+            f"data.mixture_weights={list(data.source.mixture_weights)} gives {len(data.source.mixture_weights)} weight(s) for the "
             f"{len(dirs)} directories of data.path; give one weight per directory."
         )
-    mixture_probabilities(data.mixture_weights)
+    mixture_probabilities(data.source.mixture_weights)
 
 
 def check_config(data) -> None:
     """The experiment's layout and seq_len against each prepared directory's manifest, and the
     training and eval directories against each other (one tokenizer, one layout)."""
-    if data.layout != PACKED:
-        raise ConfigError(
-            f"data.layout={data.layout!r} but data.source='array_record' reads prepared rows with segment ids "
-            "(documents packed at read time, or pre-packed rows); use --data.layout packed."
-        )
     check_mixture(data)
     found = corpora(data)
     for field, corpus in found.items():
@@ -195,7 +183,7 @@ def load_tokenizer(data) -> Tokenizer:
     data.tokenizer.model_path, else the prepared directory's own model; a tokenizer.json from
     data.tokenizer.path. Refused unless its fingerprint is the manifest's."""
     check_config(data)
-    directory = training_directories(data)[0]
+    directory = data.source.directories()[0]
     prepared = PreparedCorpus(directory, "data.path").manifest.tokenizer
     cfg = data.tokenizer
     if cfg.kind == "byte":
@@ -207,7 +195,7 @@ def load_tokenizer(data) -> Tokenizer:
             tokenizer = SentencePieceTokenizer.load(os.path.join(directory, prepared["file"]))
         if tokenizer.vocab_size != cfg.vocab_size and cfg.model_type != "char":
             raise ConfigError(
-                f"data.tokenizer.vocab_size={cfg.vocab_size} but data.path={data.path!r} was tokenized with a "
+                f"data.tokenizer.vocab_size={cfg.vocab_size} but data.path={data.source.path!r} was tokenized with a "
                 f"SentencePiece model of {tokenizer.vocab_size} pieces; set --data.tokenizer.vocab-size "
                 f"{tokenizer.vocab_size}."
             )
@@ -218,7 +206,7 @@ def load_tokenizer(data) -> Tokenizer:
     if tokenizer.fingerprint != prepared["fingerprint"]:
         raise ConfigError(
             f"the experiment's tokenizer {tokenizer!r} ({tokenizer.fingerprint}) is not the one data.path="
-            f"{data.path!r} was tokenized with ({prepared['fingerprint']}); give that one (its "
+            f"{data.source.path!r} was tokenized with ({prepared['fingerprint']}); give that one (its "
             f"{prepared['file'] or 'byte tokenizer'}), or prepare the corpus with this tokenizer."
         )
     return tokenizer
@@ -228,8 +216,8 @@ def prepared_input(data, split: Split, tokenizer: Tokenizer, shard: HostShard) -
     """This host's Input of `split` from the prepared corpus or mixture (module doc)."""
     check_config(data)
     cfg: InputConfig = getattr(data, split)
-    if split == "eval" and data.eval_path:
-        parts = [(PreparedCorpus(data.eval_path, "data.eval_path"), None)]
+    if split == "eval" and data.source.eval_path:
+        parts = [(PreparedCorpus(data.source.eval_path, "data.eval_path"), None)]
     else:
         parts = [(corpus, split) for field, corpus in corpora(data).items() if field != "data.eval_path"]
     for corpus, _ in parts:
@@ -239,7 +227,7 @@ def prepared_input(data, split: Split, tokenizer: Tokenizer, shard: HostShard) -
                 f"not the experiment's tokenizer {tokenizer.fingerprint}; build the input with build_tokenizer(data)."
             )
     recs = [
-        sources.held_out_records(corpus.records(), corpus.directory, corpus.field, held_out, data.eval_fraction)
+        file_readers.held_out_records(corpus.records(), corpus.directory, corpus.field, held_out, data.source.eval_fraction)
         for corpus, held_out in parts
     ]
     layout, seq_len = parts[0][0].manifest.layout, data.seq_len

@@ -13,7 +13,7 @@ import grain
 import numpy as np
 
 from pax_eqx.config import ConfigError
-from pax_eqx.data.sources import array_examples
+from pax_eqx.data.file_readers import array_examples
 
 NUM_FEATURES = 64
 NUM_CLASSES = 10

@@ -57,9 +57,8 @@ from pax_eqx.data.input import Input
 from pax_eqx.data.input_config import InputConfig, Split
 
 if TYPE_CHECKING:
-    from pax_eqx.data.data_config import DataConfig
+    from pax_eqx.data.augment import AugmentConfig
 
-SOURCES = ("imagenet_folder", "imagenet_array_record")
 SPLIT_FOLDERS = {"train": "train", "eval": "val"}
 MANIFEST = "images.json"
 FORMAT = "pax_eqx.encoded_images"
@@ -200,42 +199,6 @@ def records_source(root: str, split: Split, field: str = "data.path") -> tuple[E
     return source, classes
 
 
-def split_source(data: DataConfig, split: Split) -> tuple[grain.sources.RandomAccessDataSource, list[str]]:
-    """The split's (index, label, encoded) source and the class names, for either storage."""
-    if data.source == "imagenet_folder":
-        return folder_source(data.path, split)
-    if data.source == "imagenet_array_record":
-        return records_source(data.path, split)
-    raise ConfigError(f"data.source={data.source!r} is not one of the ImageNet sources {SOURCES}.")
-
-
-def validate(data: DataConfig, files: bool) -> None:
-    """The fields these sources read, before a run: a square data.image_shape of 1 or 3 channels,
-    no crop_padding (their crops are Inception's), and with files=True a data.path with train/."""
-    if not data.image_shape:
-        raise ConfigError(
-            f"data.image_shape is empty; data.source={data.source!r} crops every image to that size "
-            "(--data.image-shape 224 224 3)."
-        )
-    check_image_shape(data)
-    if data.augment.crop_padding:
-        raise ConfigError(
-            f"data.augment.crop_padding={data.augment.crop_padding} would do nothing: data.source={data.source!r} "
-            "crops with Inception's random-resized crop (train) and the central crop (eval); remove it."
-        )
-    if files:
-        split_folder(data.path, "train")
-
-
-def check_paths(data: DataConfig) -> None:
-    """What DataConfig.validate(files=True) checks before a run: the train split's class folders
-    (without listing their files), or its shards against their manifest."""
-    if data.source == "imagenet_folder":
-        class_names(split_folder(data.path, "train"), "data.path")
-    else:
-        split_source(data, "train")
-
-
 # --- decoding and the views ---------------------------------------------------------------------
 
 
@@ -303,27 +266,31 @@ def _padding(shape: tuple[int, int, int]) -> dict[str, Any]:
     return {"inputs": np.zeros(shape, np.float32), "labels": np.int32(0), "weights": np.float32(0.0)}
 
 
-def check_image_shape(data: DataConfig) -> tuple[int, int, int]:
+def check_image_shape(image_shape: tuple[int, ...], kind: str) -> tuple[int, int, int]:
     """data.image_shape as (S, S, C): the model's square input, C = 1 or 3."""
-    shape = tuple(data.image_shape)
+    shape = tuple(image_shape)
     if len(shape) != 3 or shape[0] != shape[1] or shape[2] not in (1, 3):
         raise ConfigError(
-            f"data.image_shape={shape} but data.source={data.source!r} crops square images of the model's size with "
+            f"data.image_shape={shape} but data.source={kind!r} crops square images of the model's size with "
             "1 or 3 channels; set it, e.g. --data.image-shape 224 224 3."
         )
     return shape  # type: ignore[return-value]
 
 
-def imagenet_input(data: DataConfig, split: Split, shard: HostShard) -> Input:
-    """This host's Input of `split` (module doc). Batches: inputs [B, S, S, C] float32, labels [B]
-    int32, weights [B] float32 (0 for the padding rows of a finite epoch)."""
-    shape = check_image_shape(data)
-    cfg: InputConfig = getattr(data, split)
-    source, _ = split_source(data, split)
-    items = grain.MapDataset.source(source)
+def imagenet_input(
+    items: grain.MapDataset,
+    shape: tuple[int, int, int],
+    aug: AugmentConfig,
+    cfg: InputConfig,
+    split: Split,
+    shard: HostShard,
+    root: str,
+) -> Input:
+    """This host's Input of `split` (module doc) over `items`, the split's (index, label, encoded)
+    records of `root`, cropped to `shape`. Batches: inputs [B, S, S, C] float32, labels [B] int32,
+    weights [B] float32 (0 for the padding rows of a finite epoch)."""
     if len(items) == 0:
-        raise ConfigError(f"data.path={data.path!r}: the {split} split has no images.")
-    aug = data.augment
+        raise ConfigError(f"data.path={root!r}: the {split} split has no images.")
     if split == "eval":
         batches, per_epoch = batch_host_examples(items.map(EvalView(shape, aug.mean, aug.std)), cfg, shard,
                                                  _padding(shape))  # fmt: skip

@@ -7,7 +7,7 @@ Pixel values: uint8 images are scaled to 0..1 (x / 255), uint16 to 0..1 (x / 655
 images are kept as they are; digits are 0..16 scaled to 0..1. Normalisation to a mean and std
 is the augment config's job (augment.py), so one place decides what the model sees.
 
-Sources (`data.source`):
+Sources (`data.source`; each one's config is a file of sources/):
 
 - `images_npz`: one `.npz` file at `data.path` with `images` [N, H, W] or [N, H, W, C] and
   `labels` [N] (integers). [N, H, W] becomes [N, H, W, 1].
@@ -41,22 +41,18 @@ Eval split: `data.eval_path` (npz and folder), else a fixed seeded held-out frac
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grain
 import numpy as np
 
 from pax_eqx.config import ConfigError, MissingFileError
-from pax_eqx.data import augment, digits, imagenet_source
+from pax_eqx.data import augment, digits
 from pax_eqx.data.host_sharding import HostShard, batch_host_examples, zeros_like_example
 from pax_eqx.data.input import Input
 from pax_eqx.data.input_config import InputConfig, Split
-from pax_eqx.data.sources import array_examples
+from pax_eqx.data.file_readers import array_examples
 
-if TYPE_CHECKING:
-    from pax_eqx.data.data_config import DataConfig
-
-IMAGE_SOURCES = ("images_npz", "image_folder", "digits_images", "synthetic_images") + imagenet_source.SOURCES
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 DIGITS_SHAPE = (8, 8, 1)
 _SPLIT_SEED = 0
@@ -305,47 +301,6 @@ def synthetic_image_examples(num: int, shape: tuple[int, ...], split: Split) -> 
     if num <= 0:
         raise ConfigError(f"data.num_synthetic_examples must be > 0, got {num}.")
     return grain.MapDataset.source(SyntheticImages(num, check_image_shape_field(shape), split))
-
-
-# --- DataConfig wiring --------------------------------------------------------------------------
-
-
-def check_paths(data: DataConfig) -> None:
-    """The file checks DataConfig.validate(files=True) runs for an image source (no decoding)."""
-    if data.source == "digits_images":
-        digits.check_available()
-    elif data.source in imagenet_source.SOURCES:
-        imagenet_source.check_paths(data)
-    elif data.source == "images_npz":
-        npz_file(data.path, "data.path")
-        if data.eval_path:
-            npz_file(data.eval_path, "data.eval_path")
-    elif data.source == "image_folder":
-        train_classes = list(folder_files(data.path, "data.path"))
-        if data.eval_path:
-            unknown = [c for c in folder_files(data.eval_path, "data.eval_path") if c not in train_classes]
-            if unknown:
-                raise ConfigError(
-                    f"data.eval_path={data.eval_path!r} has class folder(s) {unknown} that data.path lacks; the "
-                    f"classes are {train_classes}."
-                )
-
-
-def split_examples(data: DataConfig, split: Split) -> grain.MapDataset:
-    """The split's examples for an image source (before normalisation, sharding and batching)."""
-    if data.source == "digits_images":
-        return digits_image_examples(split, data.eval_fraction)
-    if data.source == "synthetic_images":
-        return synthetic_image_examples(data.num_synthetic_examples, data.image_shape, split)
-    use_eval_path = split == "eval" and bool(data.eval_path)
-    spec, field = (data.eval_path, "data.eval_path") if use_eval_path else (data.path, "data.path")
-    held_out_split = None if data.eval_path else split
-    if data.source == "images_npz":
-        return npz_examples(spec, field, held_out_split, data.eval_fraction)
-    if data.source == "image_folder":
-        names = list(folder_files(data.path, "data.path")) if use_eval_path else None
-        return image_folder_examples(spec, field, held_out_split, data.eval_fraction, names)
-    raise ConfigError(f"data.source={data.source!r} is not an image source; use one of {IMAGE_SOURCES}.")
 
 
 def image_input(

@@ -32,7 +32,9 @@ from jaxtyping import ArrayLike, Int
 
 from pax_eqx.config import ConfigError
 from pax_eqx.data import lm_examples, span_corruption
+from pax_eqx.data.host_sharding import HostShard, batch_host_examples
 from pax_eqx.data.input import Input
+from pax_eqx.data.input_config import InputConfig, Split
 from pax_eqx.data.span_corruption import SpanCorruptionConfig
 from pax_eqx.data.tokenizers import PAD_ID, Tokenizer
 
@@ -215,3 +217,18 @@ class Seq2SeqInput(Input):
             n = len(row) if lengths is None else int(np.asarray(lengths)[i])
             out.append(span_corruption.decode_with_sentinels(self.tokenizer, row[:n]))
         return out
+
+
+def seq2seq_input(
+    examples: grain.MapDataset,
+    cfg: InputConfig,
+    split: Split,
+    shard: HostShard,
+    tokenizer: Tokenizer,
+    seq_len: int,
+    target_seq_len: int,
+) -> Seq2SeqInput:
+    """This host's Input over seq2seq `examples`: sharded, shuffled and padded (weight 0) like
+    every source, batched."""
+    batches, per_epoch = batch_host_examples(examples, cfg, shard, pad_example(seq_len, target_seq_len))
+    return Seq2SeqInput(batches, cfg, split=split, shard=shard, tokenizer=tokenizer, num_batches_per_epoch=per_epoch)

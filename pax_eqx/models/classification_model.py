@@ -80,12 +80,12 @@ class ClassificationModelConfig(ModelConfig):
             return
         if tuple(self.input_shape) != spec.input_shape:
             raise ConfigError(
-                f"model.input_shape={tuple(self.input_shape)} but data.source={data.source!r} gives examples of "
+                f"model.input_shape={tuple(self.input_shape)} but data.source={data.source.kind!r} gives examples of "
                 f"shape {spec.input_shape}; set --model.input-shape {' '.join(map(str, spec.input_shape))}."
             )
         if spec.num_classes is not None and self.num_classes < spec.num_classes:
             raise ConfigError(
-                f"model.num_classes={self.num_classes} but data.source={data.source!r} has {spec.num_classes} "
+                f"model.num_classes={self.num_classes} but data.source={data.source.kind!r} has {spec.num_classes} "
                 f"classes (labels 0..{spec.num_classes - 1}): labels >= {self.num_classes} would have no logit; "
                 f"set --model.num-classes {spec.num_classes}."
             )
@@ -95,7 +95,7 @@ class ClassificationModelConfig(ModelConfig):
         the data's eval split is (data.images.example_from_file)."""
         from pax_eqx.data.images import example_from_file
 
-        return example_from_file(path, tuple(self.input_shape), data.augment)
+        return example_from_file(path, tuple(self.input_shape), data.source.normalization)
 
     def build(self, key: PRNGKeyArray) -> ClassificationModel:
         self.validate()

@@ -24,8 +24,8 @@ def check_token_data(model: Any, data: DataConfig, *, pairs: bool) -> None:
             else "language-model rows (data.layout 'stream' or 'packed', not span_corruption or seq2seq_jsonl)"
         )
         raise ConfigError(
-            f"model is a {type(model).__name__}, which trains on {want}; data.source={data.source!r} "
-            f"with data.layout={data.layout!r} gives the other kind. Change the data or the model."
+            f"model is a {type(model).__name__}, which trains on {want}; {data.source.describe(data)} "
+            "gives the other kind. Change the data or the model."
         )
     lengths = {"data.seq_len": data.seq_len}
     if pairs:

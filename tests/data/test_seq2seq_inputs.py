@@ -22,7 +22,7 @@ from pax_eqx.data import (
     target_length,
 )
 from pax_eqx.data.lm_examples import tokenize_stream
-from pax_eqx.data.sources import split_text_tail
+from pax_eqx.data.file_readers import split_text_tail
 from pax_eqx.data.tokenizers import SentencePieceConfig
 
 TOK = ByteTokenizer()

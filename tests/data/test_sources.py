@@ -82,7 +82,7 @@ def test_text_files_directory_glob_and_list(tmp_path):
     (tmp_path / "d").mkdir()
     for name in ("b.txt", "a.txt"):
         (tmp_path / "d" / name).write_text(f"file {name}\n" * 50)
-    from pax_eqx.data.sources import resolve_paths
+    from pax_eqx.data.file_readers import resolve_paths
 
     assert [p.name for p in resolve_paths(str(tmp_path / "d"), "data.path")] == ["a.txt", "b.txt"]
     assert [p.name for p in resolve_paths(str(tmp_path / "d" / "*.txt"), "data.path")] == ["a.txt", "b.txt"]
@@ -140,7 +140,7 @@ def doubled_random_input(data, split, tokenizer, shard):
 
 
 def test_text_tail_split_stays_near_the_fraction():
-    from pax_eqx.data.sources import split_text_tail
+    from pax_eqx.data.file_readers import split_text_tail
 
     text = "intro\n\n" + "".join(f"line {i}\n" for i in range(1000))
     head, tail = split_text_tail(text, 0.1)

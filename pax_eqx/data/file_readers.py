@@ -32,7 +32,7 @@ import numpy as np
 
 from pax_eqx.config import ConfigError, MissingFileError
 
-_JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 
 
 def resolve_paths(spec: str, field: str, *, suffixes: Sequence[str] = ()) -> list[Path]:
@@ -102,7 +102,7 @@ def text_file_documents(spec: str, field: str, split: str | None, eval_fraction:
     return docs
 
 
-class JsonlSource(grain.sources.RandomAccessDataSource):
+class JsonlRecords(grain.sources.RandomAccessDataSource):
     """Records of JSON-lines files, read lazily by byte offset: source[i] is record i's text (its
     `text_key` field), or a tuple of texts if `text_key` is a tuple of keys. `key_field` names the
     config field(s) that set the key(s), for errors."""
@@ -155,7 +155,7 @@ class JsonlSource(grain.sources.RandomAccessDataSource):
         return tuple(str(record[key]) for key in self._keys)
 
     def __repr__(self) -> str:
-        return f"JsonlSource({len(self)} records in {len(self._paths)} file(s))"
+        return f"JsonlRecords({len(self)} records in {len(self._paths)} file(s))"
 
 
 def _line_starts(path: str) -> np.ndarray:
@@ -174,7 +174,7 @@ def _line_starts(path: str) -> np.ndarray:
 
 def jsonl_documents(spec: str, field: str, text_key: str, split: str | None, eval_fraction: float) -> grain.MapDataset:
     """A MapDataset of document strings; `split` holds out every k-th record for eval."""
-    source = JsonlSource(resolve_paths(spec, field, suffixes=_JSONL_SUFFIXES), text_key, field)
+    source = JsonlRecords(resolve_paths(spec, field, suffixes=JSONL_SUFFIXES), text_key, field)
     return held_out_records(source, spec, field, split, eval_fraction)
 
 
@@ -183,8 +183,8 @@ def jsonl_pairs(
 ) -> grain.MapDataset:
     """A MapDataset of (inputs, targets) strings, the records' `inputs_key` and `targets_key`
     fields; `split` holds out every k-th record for eval, as `jsonl_documents`."""
-    source = JsonlSource(
-        resolve_paths(spec, field, suffixes=_JSONL_SUFFIXES),
+    source = JsonlRecords(
+        resolve_paths(spec, field, suffixes=JSONL_SUFFIXES),
         (inputs_key, targets_key),
         field,
         key_field=("data.jsonl_inputs_key", "data.jsonl_targets_key"),
