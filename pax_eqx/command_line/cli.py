@@ -41,6 +41,7 @@ import tyro
 
 from pax_eqx.command_line import entry, registry, short_help
 from pax_eqx.command_line.choices import ChoiceError, apply_switches, spell_flattened
+from pax_eqx.command_line.data_files import follow_data_files
 from pax_eqx.command_line.flag_hints import with_nearest_flags
 from pax_eqx.command_line.inert_flags import InertFlagError, refuse_inert_flags
 from pax_eqx.config import Config, ConfigError
@@ -176,7 +177,7 @@ def parse(
         raise fail(f"--job-log-dir is required: {prog} --exp {ns.exp} --job-log-dir DIR")
     if ns.data_synthetic is not None and _flag_value("--data.synthetic", ns.data_synthetic):
         rest = [*rest, "--data.source", "synthetic"]
-    exp = _parse_fields(default, rest, prog)
+    exp = follow_data_files(_parse_fields(default, rest, prog), rest)
     entry.note_run(prog, exp, ns.job_log_dir)
     return exp, ns.job_log_dir, ns
 

@@ -49,8 +49,15 @@ from pax_eqx.data.input_config import InputConfig, Split
 from pax_eqx.data.mixtures import SampledMix, mixture_probabilities
 from pax_eqx.data.prepare import records
 from pax_eqx.data.prepare.manifest import Manifest, read_manifest
-from pax_eqx.data.tokenizers import ByteTokenizer, SentencePieceTokenizer, Tokenizer
-
+from pax_eqx.data.tokenizers import (
+    ByteTokenizer,
+    ByteTokenizerConfig,
+    SentencePieceConfig,
+    SentencePieceTokenizer,
+    Tokenizer,
+    TokenizerConfig,
+    TokenizerJsonConfig,
+)
 
 
 class PreparedCorpusError(ConfigError):
@@ -136,9 +143,10 @@ def check_mixture(data) -> None:
             f"data.mixture_weights={list(data.source.mixture_weights)} would do nothing: data.path names one prepared "
             "directory; name several, comma-separated, to mix them, or remove the weights."
         )
-    if len(data.source.mixture_weights) != len(dirs):
+    weights = data.source.mixture_weights
+    if len(weights) != len(dirs):
         raise ConfigError(
-            f"data.mixture_weights={list(data.source.mixture_weights)} gives {len(data.source.mixture_weights)} weight(s) for the "
+            f"data.mixture_weights={list(weights)} gives {len(weights)} weight(s) for the "
             f"{len(dirs)} directories of data.path; give one weight per directory."
         )
     mixture_probabilities(data.source.mixture_weights)
@@ -160,8 +168,18 @@ def check_config(data) -> None:
         if m.tokenizer["kind"] != data.tokenizer.kind:
             raise ConfigError(
                 f"data.tokenizer is {data.tokenizer.kind} but {field}={corpus.directory!r} was tokenized with "
-                f"{m.tokenizer['kind']} ({m.tokenizer['fingerprint']}); use --data.tokenizer {m.tokenizer['kind']}."
+                f"{m.tokenizer['kind']} ({m.tokenizer['fingerprint']}); drop the flag (the corpus's own tokenizer "
+                f"is the experiment's), or use --data.tokenizer {m.tokenizer['kind']}."
             )
+        cfg = data.tokenizer
+        pieces = m.tokenizer.get("vocab_size")
+        if cfg.kind == "sentencepiece" and not cfg.model_path and cfg.model_type != "char" and pieces:
+            if cfg.vocab_size != pieces:
+                raise ConfigError(
+                    f"data.tokenizer.vocab_size={cfg.vocab_size} but {field}={corpus.directory!r} was tokenized with "
+                    f"a SentencePiece model of {pieces} pieces; drop the flag (the corpus's own tokenizer is the "
+                    f"experiment's), or set --data.tokenizer.vocab-size {pieces}."
+                )
     (first_field, first), *others = found.items()
     for field, corpus in others:
         a, b = first.manifest, corpus.manifest
@@ -176,6 +194,23 @@ def check_config(data) -> None:
                 f"{field}={corpus.directory!r} holds {b.layout} and {first_field}={first.directory!r} {a.layout}; a "
                 "mixture's directories must be prepared with one --layout."
             )
+
+
+def tokenizer_config(manifest: Manifest, directory: str) -> TokenizerConfig:
+    """The tokenizer config of a prepared corpus: the one it was prepared with, a file it names
+    being the directory's own copy (a SentencePiece model_path "" means that copy, `load_tokenizer`)."""
+    kind = manifest.tokenizer["kind"]
+    prepared = {k: v for k, v in manifest.config.get("tokenizer", {}).items() if k != "kind"}
+    if kind == "sentencepiece":
+        return SentencePieceConfig(
+            vocab_size=int(manifest.tokenizer.get("vocab_size") or prepared.get("vocab_size", 1024)),
+            model_type=prepared.get("model_type", "unigram"),
+            byte_fallback=bool(prepared.get("byte_fallback", False)),
+        )
+    if kind == "tokenizer_json":
+        tokens = {k: prepared[k] for k in ("bos_token", "eos_token", "pad_token") if k in prepared}
+        return TokenizerJsonConfig(path=os.path.join(directory, manifest.tokenizer["file"]), **tokens)
+    return ByteTokenizerConfig()
 
 
 def load_tokenizer(data) -> Tokenizer:
@@ -227,7 +262,9 @@ def prepared_input(data, split: Split, tokenizer: Tokenizer, shard: HostShard) -
                 f"not the experiment's tokenizer {tokenizer.fingerprint}; build the input with build_tokenizer(data)."
             )
     recs = [
-        file_readers.held_out_records(corpus.records(), corpus.directory, corpus.field, held_out, data.source.eval_fraction)
+        file_readers.held_out_records(
+            corpus.records(), corpus.directory, corpus.field, held_out, data.source.eval_fraction
+        )
         for corpus, held_out in parts
     ]
     layout, seq_len = parts[0][0].manifest.layout, data.seq_len

@@ -78,6 +78,12 @@ class DataSource(OpenChoice):
         `files` what reads the disk (paths exist, a prepared corpus's manifest). Run once, when
         the experiment is checked; files=False for a --dry-run, which plans without data."""
 
+    def configured(self, data: DataConfig) -> DataConfig:
+        """`data` as the source's own files say it is: a prepared corpus's manifest names its
+        tokenizer (and the length of pre-packed rows). The command line adopts what differs,
+        unless a flag set it (command_line/data_files.py); `data` itself by default."""
+        return data
+
     def inert_fields(self) -> dict[str, str]:
         """{field of this source: why it does nothing} as the source stands (an eval_fraction
         beside an eval_path); the command line refuses a flag given for one."""
@@ -149,7 +155,9 @@ class DataSource(OpenChoice):
         return f"{self.flag} seq_len={data.seq_len}"
 
 
-def token_rows_input(examples: grain.MapDataset, data: DataConfig, split: Split, tokenizer: Tokenizer, shard: HostShard):
+def token_rows_input(
+    examples: grain.MapDataset, data: DataConfig, split: Split, tokenizer: Tokenizer, shard: HostShard
+) -> Input:
     """An LM Input over in-memory `examples` (rows of lm_examples' format), this host's share
     batched and padded (weight 0) like every source."""
     cfg = getattr(data, split)

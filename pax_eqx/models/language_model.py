@@ -218,6 +218,9 @@ class LanguageModelConfig(ModelConfig):
     def token_vocab_size(self) -> int | None:
         return self.vocab_size
 
+    def with_token_vocab_size(self, vocab_size: int):
+        return self.replace(vocab_size=vocab_size)
+
     def step_plan(self, step: StepShape) -> StepPlan:
         from pax_eqx.models.lm_plan import language_model_plan  # the dry run's arithmetic, kept apart
 

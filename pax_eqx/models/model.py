@@ -162,6 +162,12 @@ class ModelConfig(Config):
         fit in it); None when the model reads no tokens (the default)."""
         return None
 
+    def with_token_vocab_size(self, vocab_size: int) -> ModelConfig:
+        """This config with a vocabulary of `vocab_size` token ids: how a model follows the
+        tokenizer of a prepared corpus (command_line/data_files.py). Itself by default (a model
+        that reads no tokens); a family with `token_vocab_size` overrides both."""
+        return self
+
     def step_plan(self, step: StepShape) -> StepPlan:
         """The dry run's estimate of the activations of one train step per device, and lines on
         the model's layout; the default estimates nothing (the dry run says so)."""

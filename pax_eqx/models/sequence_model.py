@@ -149,6 +149,9 @@ class SequenceModelConfig(ModelConfig):
     def token_vocab_size(self) -> int | None:
         return self.vocab_size
 
+    def with_token_vocab_size(self, vocab_size: int):
+        return self.replace(vocab_size=vocab_size)
+
     def build(self, key: PRNGKeyArray) -> SequenceModel:
         self.validate()
         return SequenceModel(self, key=key)

@@ -46,6 +46,16 @@ class ArrayRecordSource(FileSource):
                 )
             array_record_source.check_config(data)
 
+    def configured(self, data):
+        """The tokenizer the corpus was tokenized with and, for pre-packed rows, their length."""
+        try:
+            manifest = array_record_source.PreparedCorpus(self.directories()[0], "data.path").manifest
+        except ConfigError:  # no corpus (yet): `check` names the problem where files are read
+            return data
+        tokenizer = array_record_source.tokenizer_config(manifest, self.directories()[0])
+        seq_len = manifest.seq_len if manifest.layout == "rows" else data.seq_len
+        return data.replace(tokenizer=tokenizer, seq_len=seq_len)
+
     def draws_from_seed(self, split, data) -> bool:
         return len(self.directories()) > 1 and split == "train"  # each document's directory
 
