@@ -30,7 +30,7 @@ from pax_eqx.data import ByteTokenizerConfig, DataConfig, InputConfig, Shakespea
 from pax_eqx.experiment import DecodeConfig, ExperimentConfig, TrainConfig
 from pax_eqx.layers import ActivationConfig, AttentionConfig, LayerNormConfig, TransformerConfig
 from pax_eqx.learners import AdamWConfig, CosineSchedule, LearnerConfig
-from pax_eqx.models import LanguageModelConfig
+from pax_eqx.models import LanguageModelConfig, SampleStrategy
 from pax_eqx.tuning import IntRange, LogUniform, SearchSpace
 
 # What `python -m pax_eqx.tune --exp shakespeare_char` searches: the peak learning rate and the
@@ -93,5 +93,5 @@ def shakespeare_char() -> ExperimentConfig:
         ),
         train=TrainConfig(num_steps=2000, eval_interval_steps=500, summary_interval_steps=50, steps_per_loop=10),
         checkpoint=CheckpointConfig(every_n_steps=500, max_to_keep=3),
-        decode=DecodeConfig(prompt="ROMEO:", max_new_tokens=300, temperature=0.8, top_k=40),
+        decode=DecodeConfig(prompt="ROMEO:", max_new_tokens=300, strategy=SampleStrategy(temperature=0.8, top_k=40)),
     )

@@ -24,11 +24,19 @@ from __future__ import annotations
 
 from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
-from pax_eqx.data import ByteTokenizerConfig, DataConfig, InputConfig, JsonlSource, SentencePieceConfig, ShakespeareSource
+from pax_eqx.data import (
+    ByteTokenizerConfig,
+    DataConfig,
+    InputConfig,
+    JsonlSource,
+    SentencePieceConfig,
+    ShakespeareSource,
+)
 from pax_eqx.experiment import DecodeConfig, ExperimentConfig, TrainConfig
 from pax_eqx.layers import ActivationConfig, AttentionConfig, RmsNormConfig, TransformerConfig
 from pax_eqx.layers.initializers import gaussian
 from pax_eqx.learners import AdafactorConfig, AdamWConfig, CosineSchedule, LearnerConfig, RsqrtSchedule
+from pax_eqx.models import BeamStrategy
 from pax_eqx.models.sequence_model import SequenceModelConfig
 
 # T5 1.1's layer: pre-RMSNorm (eps 1e-6), gated GELU, no biases anywhere.
@@ -84,7 +92,7 @@ def shakespeare_span_corruption() -> ExperimentConfig:
         ),
         train=TrainConfig(num_steps=1500, eval_interval_steps=500, summary_interval_steps=50),
         checkpoint=CheckpointConfig(every_n_steps=500, max_to_keep=3),
-        decode=DecodeConfig(prompt="", max_new_tokens=32, temperature=0.0, beam_size=4, num_samples=4),
+        decode=DecodeConfig(prompt="", max_new_tokens=32, strategy=BeamStrategy(beam_size=4), num_samples=4),
     )
 
 
@@ -124,7 +132,7 @@ def _t5_1_1(name: str, *, dims: int, hidden: int, heads: int, layers: int, steps
             num_steps=steps, eval_interval_steps=1000, summary_interval_steps=100, fprop_dtype="bfloat16"
         ),
         checkpoint=CheckpointConfig(every_n_steps=1000, max_to_keep=3),
-        decode=DecodeConfig(prompt="", max_new_tokens=114, temperature=0.0, beam_size=4, num_samples=4),
+        decode=DecodeConfig(prompt="", max_new_tokens=114, strategy=BeamStrategy(beam_size=4), num_samples=4),
     )
 
 

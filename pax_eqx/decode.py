@@ -1,6 +1,7 @@
 """`python -m pax_eqx.decode --job-log-dir DIR --prompt "ROMEO:" --max-new-tokens 200
 [--temperature 0.8 --top-k 40 --top-p 0.95 --seed 0 --num-samples 1]`: print samples;
-`[--beam-size 4 --length-norm-alpha 0.8]`: print beam search's n-best list instead.
+`[--strategy greedy]`: the argmax; `[--strategy beam --beam-size 4 --length-norm-alpha 0.8]` (or
+`--beam-size 4` alone): print beam search's n-best list instead.
 
 A model that decodes examples (a classifier) prints each of the first `--num-samples` eval
 examples' prediction, or those of the files `--inputs a.png b.png` names, and writes them to
@@ -21,26 +22,35 @@ from pax_eqx.command_line import cli, entry
 
 DESCRIPTION = (
     "Sample text (or beam-search an n-best list) from the newest checkpoint of a job dir, with the experiment "
-    "and flags its config.json saved. --prompt, --max-new-tokens, --temperature, --top-k, --top-p, --seed, "
-    "--num-samples, --eos-id, --beam-size, --length-norm-alpha, --beam-style and --inputs are short for the "
+    "and flags its config.json saved. --prompt, --max-new-tokens, --strategy (sample, greedy, beam), "
+    "--temperature, --top-k, --top-p, --seed, --num-samples, --eos-id, --beam-size (also choosing the beam), "
+    "--length-norm-alpha, --beam-style and --inputs are short for the "
     "--decode.* fields below. A classifier prints (and writes to DIR/decode/) each eval example's or input "
     "file's predicted class."
 )
 _SHORT = (
-    "prompt", "max-new-tokens", "temperature", "top-k", "top-p", "seed", "num-samples", "eos-id", "beam-size",
-    "length-norm-alpha", "inputs", "beam-style",
+    "prompt", "max-new-tokens", "strategy", "temperature", "top-k", "top-p", "seed", "num-samples", "eos-id",
+    "beam-size", "length-norm-alpha", "inputs", "beam-style",
 )  # fmt: skip
 
 
 def expand_short_flags(argv: list[str]) -> list[str]:
-    """--top-k 40 -> --decode.top-k 40 (also --top_k and --top-k=40)."""
-    out = []
-    for arg in argv:
-        name, eq, value = arg.partition("=")
+    """--top-k 40 -> --decode.top-k 40 (also --top_k and --top-k=40). `--beam-size N`, as before
+    strategies were choices, also chooses the beam (`--decode.strategy beam --decode.beam-size N`);
+    `--beam-size 1` chooses sampling."""
+    out, i = [], 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
         bare = name[2:].replace("_", "-") if name.startswith("--") else None
-        if bare in _SHORT:
-            arg = f"--decode.{bare}{eq}{value}"
-        out.append(arg)
+        if bare == "beam-size":
+            size, span = (value, 1) if eq else ((argv[i + 1], 2) if i + 1 < len(argv) else ("", 1))
+            if size.strip() == "1":
+                out += ["--decode.strategy", "sample"]
+                i += span
+                continue
+            out += ["--decode.strategy", "beam"]
+        out.append(f"--decode.{bare}{eq}{value}" if bare in _SHORT else argv[i])
+        i += 1
     return out
 
 
@@ -50,10 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     argv = expand_short_flags(list(sys.argv[1:] if argv is None else argv))
     exp, job_dir, _ = cli.parse(argv, "python -m pax_eqx.decode", DESCRIPTION, saved_experiment=True)
-    from pax_eqx.programs.decode_modes import check_decode, given_decode_fields
     from pax_eqx.programs.restore import restore_for_inference
     from pax_eqx.programs.sampling import print_samples
-    from pax_eqx.programs.seq2seq_decoding import decodes_examples
 
     if exp.model.decodes_examples:
         from pax_eqx.programs.example_decoding import print_decoded
@@ -63,10 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"Decoding {source} with the checkpoint at step {step}:")
         print_decoded(rt, state, exp.decode, step)
         return 0
-    # Before anything is restored.
-    check_decode(exp.decode, given=given_decode_fields(argv), examples=decodes_examples(exp))
     rt, state, step = restore_for_inference(exp, job_dir, "decode from", prompt=exp.decode.prompt)
-    print(f"{'Beam search' if exp.decode.beam_size > 1 else 'Sampling'} from the checkpoint at step {step}:")
+    print(f"{exp.decode.strategy.title} from the checkpoint at step {step}:")
     print_samples(rt, state, exp.decode)
     return 0
 

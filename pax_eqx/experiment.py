@@ -137,23 +137,20 @@ class DecodeConfig(SampleConfig):
 
     prompt: text to continue (a sequence-to-sequence model: its input, sentinels written
       <extra_id_N>; empty = the first eval examples).
-    seed: the sampling seed.
     num_samples: continuations to print (a sequence-to-sequence model without a prompt, a
-      classifier without inputs: eval examples to decode).
+      classifier without inputs: eval examples to decode; a beam prints one n-best list).
     inputs: files to decode instead of eval examples, for a model that decodes examples (a
       classifier: images, or .npy arrays of its input shape); () = the eval split.
     """
 
     prompt: str = "ROMEO:"
-    seed: int = 0
     num_samples: int = 1
     inputs: tuple[str, ...] = ()
 
-    def validate(self, modes: bool = True) -> None:
-        """SampleConfig's checks, and the seed and sample count (see SampleConfig.validate for `modes`)."""
+    def validate(self) -> None:
+        """SampleConfig's checks, the prompt's text and the sample count."""
         check_utf8(self.prompt)  # first: a prompt that is not text is the error to see
-        super().validate(modes)
-        check_range(self, "seed", ge=0, le=SEED_MAX, prefix="decode")
+        super().validate()
         check_range(self, "num_samples", gt=0, prefix="decode")
 
 
@@ -230,7 +227,12 @@ class ExperimentConfig(Config):
         model = type(self.model)
         if model.decodes:
             why = f"the model ({model.__name__}) continues a prompt; decode.inputs are files for a classifier"
-            return {"decode.inputs": why}
+            inert = {"decode.inputs": why}
+            examples = model.decodes_inputs and not self.decode.prompt  # num_samples eval examples decoded
+            if self.decode.strategy.prints_one_list and not examples:
+                kind = self.decode.strategy.kind
+                inert["decode.num_samples"] = f"decode.strategy={kind!r} prints one n-best list of the prompt"
+            return inert
         why = f"the model ({model.__name__}) does not sample text"
         inert = {"train.decode_interval_steps": why, "train.sample_at_end": why}
         if not model.decodes_examples:
@@ -253,7 +255,6 @@ class ExperimentConfig(Config):
         self.resolved_learner()  # a decay that follows train.num_steps must start before it
         self.task.validate()
         self.checkpoint.validate()
-        self.decode.validate(modes=False)  # the decode program checks what its mode reads
         self.profile.validate()
         self.lora.validate()
         self.mesh.validate(num_devices)

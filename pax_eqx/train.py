@@ -121,17 +121,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise cli.fail("--job-log-dir is required: python -m pax_eqx.train --exp NAME --job-log-dir DIR")
     import jax
 
-    from pax_eqx.programs.decode_modes import check_decode, given_decode_fields
     from pax_eqx.programs.job_dir import prepare
-    from pax_eqx.programs.seq2seq_decoding import decodes_examples
     from pax_eqx.programs.train_loop import train
     from pax_eqx.sharding.distributed import initialize
 
     initialize()
     exp.validate(num_devices=jax.device_count(), num_hosts=jax.process_count())  # the one validation
-    if exp.train.sample_at_end:  # a decode flag the end-of-training decode would ignore is refused now
-        given = given_decode_fields(argv)
-        check_decode(exp.decode, given=given, examples=decodes_examples(exp))
     created = not os.path.exists(job_dir)
     path = prepare(job_dir)
     try:

@@ -250,8 +250,9 @@ def _memory_flags(exp: Any, program: str) -> list[str]:
     if program.endswith("decode"):
         decode = exp.decode
         flags.append(f"fewer --decode.num-samples (now {decode.num_samples})")
-        if decode.beam_size > 1:
-            flags.append(f"a smaller --decode.beam-size (now {decode.beam_size})")
+        hint = decode.strategy.memory_hint()
+        if hint:
+            flags.append(hint)
         flags.append(f"fewer --decode.max-new-tokens (now {decode.max_new_tokens})")
         return flags
     split = "eval" if program.endswith("eval") else "train"

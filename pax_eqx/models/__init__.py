@@ -1,8 +1,12 @@
 """pax_eqx.models: models that compose layers and define loss, metrics and decoding."""
 
-from pax_eqx.models.beam_search import BeamResult, beam_search, beam_search_lm, length_normalize
+from pax_eqx.models.beam_search import BeamResult, beam_search, length_normalize
 from pax_eqx.models.classification_model import ClassificationModel, ClassificationModelConfig
-from pax_eqx.models.decoding import SampleConfig, filter_logits, generate, sample, sample_token
+from pax_eqx.models.decode_strategies.beam import BeamStrategy
+from pax_eqx.models.decode_strategies.greedy import GreedyStrategy
+from pax_eqx.models.decode_strategies.sample import SampleStrategy
+from pax_eqx.models.decode_strategy import DecodeStrategy
+from pax_eqx.models.decoding import SampleConfig, beam_search_lm, filter_logits, generate, sample, sample_token
 from pax_eqx.models.incremental import IncrementalDecoder, LanguageModelDecoder
 from pax_eqx.models.language_model import LanguageModel, LanguageModelConfig
 from pax_eqx.models.model import Batch, Model, ModelConfig

@@ -51,9 +51,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from pax_eqx.config import ConfigError
-from pax_eqx.models.decoding import SampleConfig
-from pax_eqx.models.incremental import IncrementalDecoder, LanguageModelDecoder
-from pax_eqx.models.language_model import LanguageModel
+from pax_eqx.models.incremental import IncrementalDecoder
 
 BEAM_STYLES = ("pax_eqx", "praxis")
 
@@ -190,27 +188,6 @@ class _Finished(NamedTuple):
         both = [jnp.concatenate(pair, axis=1) for pair in zip(self, (scores, log_probs, lengths, tokens))]
         _, keep = jax.lax.top_k(both[0], self.scores.shape[1])
         return _Finished(*(jax.vmap(lambda rows, i: rows[i])(x, keep) for x in both))
-
-
-def beam_search_lm(
-    model: LanguageModel, prompts: list[list[int]], cfg: SampleConfig, pad_id: int = 0
-) -> list[list[tuple[list[int], float]]]:
-    """Each prompt's n-best list: up to `cfg.beam_size` (continuation ids cut before
-    `cfg.eos_id`, length-normalised score), best first. Slots no hypothesis reached (-inf,
-    only when beam_size exceeds the distinct continuations) are left out.
-
-    Beam search slides no window (the hypotheses' caches would have to be re-prefilled), so
-    the longest prompt plus `cfg.max_new_tokens` must fit in `model.max_seq_len`.
-    """
-    cfg.validate()
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ConfigError("every prompt needs at least one token.")
-    decoder = LanguageModelDecoder.from_prompts(model, prompts, cfg.max_new_tokens, pad_id)
-    result = beam_search(
-        decoder, beam_size=cfg.beam_size, max_new_tokens=cfg.max_new_tokens, eos_id=cfg.eos_id, pad_id=pad_id,
-        length_norm_alpha=cfg.length_norm_alpha, style=cfg.beam_style,
-    )  # fmt: skip
-    return nbest_lists(result, cfg.eos_id)
 
 
 def nbest_lists(result: BeamResult, eos_id: int) -> list[list[tuple[list[int], float]]]:

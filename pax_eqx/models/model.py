@@ -84,15 +84,13 @@ class Model(eqx.Module):
         raise ConfigError(f"{type(self).__name__} does not decode examples: it has no decode_examples.")
 
     def continue_prompts(self, prompts: list[list[int]], cfg: Any, key: PRNGKeyArray, pad_id: int) -> list[list[int]]:
-        """Sampled continuations of `prompts` (token ids, each cut before `cfg.eos_id`; `cfg` a
-        SampleConfig): one pass of `incremental_decoder`. A model may do more (the language model
-        slides a window past its max_seq_len)."""
-        import jax
-
-        from pax_eqx.models.decoding import cut_at_eos, sample
+        """Continuations of `prompts` (token ids, each cut before `cfg.eos_id`; `cfg` a
+        SampleConfig): the best output of its strategy, one pass of `incremental_decoder`. A model
+        may do more (the language model slides a window past its max_seq_len)."""
+        from pax_eqx.models.sampler import cut_at_eos
 
         decoder = self.incremental_decoder(prompts, cfg.max_new_tokens, pad_id)
-        return cut_at_eos(jax.device_get(sample(decoder, cfg, key, pad_id)[0]).tolist(), cfg.eos_id)
+        return cut_at_eos(cfg.strategy.best(decoder, cfg, key, pad_id).tolist(), cfg.eos_id)
 
 
 @dataclass(frozen=True)

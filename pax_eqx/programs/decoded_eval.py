@@ -3,8 +3,8 @@ the model's decode of the examples an eval run read, as text, against their targ
 
 The eval loop keeps the host batches it reads when such a metric is declared; their real rows
 are decoded in one call (one compiled program per eval) with the experiment's decode settings
--- greedy, or with `decode.beam_size > 1` the beam's best -- for at most the targets' length of
-new tokens. Each example's input, target and output go to DIR/decode/eval_step_<step>.jsonl for
+-- the decode strategy's best output (greedy, a sample, or a beam's best) -- for at most the
+targets' length of new tokens. Each example's input, target and output go to DIR/decode/eval_step_<step>.jsonl for
 inspection, then every metric scores the outputs against the targets. Each host scores the
 examples it read; process 0's are the ones reported and written.
 """
@@ -16,36 +16,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import jax
 import numpy as np
 
 from pax_eqx.data import target_length
 from pax_eqx.data.span_corruption import decode_with_sentinels
 from pax_eqx.metric_fns import run_decoded
-from pax_eqx.models.beam_search import beam_search
-from pax_eqx.models.decoding import sample
-from pax_eqx.programs.decode_modes import for_mode
 from pax_eqx.programs.seq2seq_decoding import example_pairs
 
 
 def decoded_texts(rt: Any, state: Any, pairs: list[tuple[list[int], list[int]]]) -> list[str]:
-    """Each input's decoded output text (the beam's best with decode.beam_size > 1)."""
+    """Each input's decoded output text: the best output of the decode strategy."""
     tokenizer = rt.tokenizer
-    cfg = for_mode(rt.exp.decode, examples=True)
+    cfg = rt.exp.decode
     eos = tokenizer.eos_id if cfg.eos_id < 0 else cfg.eos_id
     cfg = cfg.replace(eos_id=eos, max_new_tokens=min(cfg.max_new_tokens, target_length(rt.exp.data)))
     model = rt.programs.task.model(rt.programs.task.inference_params(state))
     decoder = model.incremental_decoder(
         [inputs for inputs, _ in pairs], cfg.max_new_tokens, tokenizer.pad_id, tokenizer.bos_id
     )
-    if cfg.beam_size > 1:
-        beams = beam_search(
-            decoder, beam_size=cfg.beam_size, max_new_tokens=cfg.max_new_tokens, eos_id=eos,
-            pad_id=tokenizer.pad_id, length_norm_alpha=cfg.length_norm_alpha, style=cfg.beam_style,
-        )  # fmt: skip
-        best = np.asarray(beams.tokens[:, 0])
-    else:
-        best = np.asarray(sample(decoder, cfg, jax.random.PRNGKey(cfg.seed), tokenizer.pad_id)[0])
+    best = cfg.strategy.best(decoder, cfg, cfg.strategy.key(), tokenizer.pad_id)
     return [decode_with_sentinels(tokenizer, _until_eos(row, eos)) for row in best]
 
 

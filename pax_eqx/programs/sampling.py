@@ -1,9 +1,10 @@
 """Text in, text out: encode a prompt, sample continuations or beam-search an n-best list, decode
 them (decode CLI + end of training).
 
-Nothing here is model-specific: the model answers `continue_prompts` (samples) and
-`incremental_decoder` (the `IncrementalDecoder` beam search runs on), and a model whose config
-`decodes_inputs` prints its inputs' outputs instead (seq2seq_decoding).
+Nothing here is model- or strategy-specific: the decode strategy (decode_strategies/) answers
+what it makes of a prompt and how its outputs are labelled, from the model's `continue_prompts`
+or `incremental_decoder`; a model whose config `decodes_inputs` prints its inputs' outputs
+instead (seq2seq_decoding).
 """
 
 from __future__ import annotations
@@ -11,11 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import jax
-
 from pax_eqx.config import ConfigError
-from pax_eqx.models.beam_search import beam_search, length_penalty_base, nbest_lists
-from pax_eqx.programs.decode_modes import check_decode, for_mode
 from pax_eqx.programs.seq2seq_decoding import print_seq2seq
 
 
@@ -33,53 +30,33 @@ def check_prompt(tokenizer: Any, prompt: str) -> None:
 def _setup(rt: Any, state: Any, decode_cfg: Any) -> tuple[Any, list[int], Any, Any]:
     """(model, encoded prompt, decode config with the tokenizer's EOS, tokenizer)."""
     tokenizer = rt.tokenizer
-    check_decode(decode_cfg)
-    decode_cfg = for_mode(decode_cfg)
     check_prompt(tokenizer, decode_cfg.prompt)
     model = rt.programs.task.model(rt.programs.task.inference_params(state))
     eos = tokenizer.eos_id if decode_cfg.eos_id < 0 else decode_cfg.eos_id
     return model, tokenizer.encode(decode_cfg.prompt), decode_cfg.replace(eos_id=eos), tokenizer
 
 
-def sample_text(rt: Any, state: Any, decode_cfg: Any) -> list[str]:
-    """decode_cfg.num_samples continuations of decode_cfg.prompt (prompt included)."""
-    model, prompt, cfg, tokenizer = _setup(rt, state, decode_cfg)  # a DecodeConfig is a SampleConfig
-    key = jax.random.PRNGKey(decode_cfg.seed)
-    outs = model.continue_prompts([prompt] * decode_cfg.num_samples, cfg, key, tokenizer.pad_id)
-    return [decode_cfg.prompt + tokenizer.decode(ids) for ids in outs]
-
-
-def beam_text(rt: Any, state: Any, decode_cfg: Any) -> list[tuple[str, float]]:
-    """The n-best list of decode_cfg.prompt: (prompt + continuation, length-normalised score),
-    best first, up to decode_cfg.beam_size of them."""
+def prompt_texts(rt: Any, state: Any, decode_cfg: Any) -> list[tuple[str, float | None]]:
+    """What decode_cfg's strategy makes of decode_cfg.prompt: (prompt + continuation, score or
+    None), in order -- num_samples samples, or a beam's n-best list best first."""
     model, prompt, cfg, tokenizer = _setup(rt, state, decode_cfg)
-    decoder = model.incremental_decoder([prompt], cfg.max_new_tokens, tokenizer.pad_id, tokenizer.bos_id)
-    result = beam_search(
-        decoder, beam_size=cfg.beam_size, max_new_tokens=cfg.max_new_tokens, eos_id=cfg.eos_id,
-        pad_id=tokenizer.pad_id, length_norm_alpha=cfg.length_norm_alpha, style=cfg.beam_style,
-    )  # fmt: skip
-    return [(decode_cfg.prompt + tokenizer.decode(ids), score) for ids, score in nbest_lists(result, cfg.eos_id)[0]]
+    strategy = cfg.strategy
+    outputs = strategy.prompt_outputs(model, prompt, cfg, cfg.num_samples, strategy.key(), tokenizer.pad_id,
+                                      tokenizer.bos_id)  # fmt: skip
+    return [(decode_cfg.prompt + tokenizer.decode(ids), score) for ids, score in outputs]
 
 
 def print_samples(rt: Any, state: Any, decode_cfg: Any, log: Callable = print) -> list[str]:
-    """Samples (decode.beam_size 1) or the beam's n-best list, printed; returns the texts. A
-    sequence-to-sequence model prints its inputs' outputs instead (seq2seq_decoding)."""
+    """What the strategy makes of the prompt, printed (samples, or a beam's n-best list with its
+    scores); returns the texts. A sequence-to-sequence model prints its inputs' outputs instead
+    (seq2seq_decoding)."""
     if rt.exp.model.decodes_inputs:
         return print_seq2seq(rt, state, decode_cfg, log)
-    decode_cfg = for_mode(decode_cfg)
-    if decode_cfg.beam_size > 1:
-        nbest = beam_text(rt, state, decode_cfg)
-        log(
-            f"--- beam search: {len(nbest)} best of beam_size {decode_cfg.beam_size} (score: log-prob / "
-            f"((5 + length) / {length_penalty_base(decode_cfg.beam_style):g}) ** {decode_cfg.length_norm_alpha}) ---"
-        )
-        for rank, (text, score) in enumerate(nbest, 1):
-            log(f"--- {rank} (score {score:.4f}) ---")
-            log(text)
-        return [text for text, _ in nbest]
-    texts = sample_text(rt, state, decode_cfg)
-    for i, text in enumerate(texts):
-        settings = f"temperature {decode_cfg.temperature}, top_k {decode_cfg.top_k}, top_p {decode_cfg.top_p}"
-        log(f"--- sample {i} ({settings}) ---")
+    outputs = prompt_texts(rt, state, decode_cfg)
+    heading = decode_cfg.strategy.heading(len(outputs))
+    if heading:
+        log(f"--- {heading} ---")
+    for i, (text, score) in enumerate(outputs):
+        log(f"--- {decode_cfg.strategy.label(i, score)} ---")
         log(text)
-    return texts
+    return [text for text, _ in outputs]

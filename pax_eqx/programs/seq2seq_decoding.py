@@ -2,8 +2,8 @@
 
 The encoder's inputs are `decode.prompt` (sentinels written `<extra_id_N>`), or, when the prompt
 is empty, the first `decode.num_samples` eval examples, printed with their targets. Each input
-gets the greedy (or, at temperature > 0, a sampled) output and, with `decode.beam_size > 1`, the
-beam's n-best list, every line with its length-normalised score, so greedy and beam compare on
+gets the strategy's first-pass output (greedy, or a sample) and, with `--decode.strategy beam`,
+the beam's n-best list, every line with its length-normalised score, so greedy and beam compare on
 the same scale; a last line gives their means over the inputs.
 
     input:  ROMEO: <extra_id_0> thou art<extra_id_1> Romeo?
@@ -17,16 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from pax_eqx.config import ConfigError
 from pax_eqx.data import build_input
 from pax_eqx.data.span_corruption import decode_with_sentinels, encode_with_sentinels
-from pax_eqx.models.beam_search import beam_search, length_normalize, length_penalty_base
+from pax_eqx.models.beam_search import length_normalize
 from pax_eqx.models.decoding import sample
-from pax_eqx.programs.decode_modes import for_mode
 
 
 def decodes_examples(exp: Any) -> bool:
@@ -66,49 +64,34 @@ def example_pairs(batch: dict[str, np.ndarray]) -> list[tuple[list[int], list[in
     return pairs
 
 
-def first_mode(decode_cfg: Any) -> Any:
-    """The settings of the first output line: greedy beside a beam, else the sampling settings."""
-    temperature = 0.0 if decode_cfg.beam_size > 1 else decode_cfg.temperature
-    defaults = type(decode_cfg)()
-    beam_only = {name: getattr(defaults, name) for name in ("length_norm_alpha", "beam_style")}
-    return decode_cfg.replace(beam_size=1, temperature=temperature, **beam_only)
-
-
 def decode_rows(
     model: Any, rows: list[list[int]], decode_cfg: Any, pad_id: int, start_id: int
 ) -> tuple[np.ndarray, np.ndarray, Any]:
-    """(first-mode tokens [B, new], their normalised scores [B], the BeamResult or None)."""
+    """(first-pass tokens [B, new], their normalised scores [B], the BeamResult or None): the
+    strategy's first pass (greedy beside a beam, else the strategy itself) and a search's beams."""
+    strategy = decode_cfg.strategy
     decoder = model.incremental_decoder(rows, decode_cfg.max_new_tokens, pad_id, start_id)
-    tokens, log_probs = sample(decoder, first_mode(decode_cfg), jax.random.PRNGKey(decode_cfg.seed), pad_id)
+    first = decode_cfg.replace(strategy=strategy.first_pass())
+    tokens, log_probs = sample(decoder, first, strategy.key(), pad_id)
     tokens, log_probs = np.asarray(tokens), np.asarray(log_probs)
     ended = tokens == decode_cfg.eos_id
     lengths = np.where(ended.any(1), ended.argmax(1) + 1, tokens.shape[1])
-    base = length_penalty_base(decode_cfg.beam_style)  # greedy and beam scores on one scale
-    scores = np.asarray(
-        length_normalize(jnp.asarray(log_probs), jnp.asarray(lengths), decode_cfg.length_norm_alpha, base)
-    )
-    beams = None
-    if decode_cfg.beam_size > 1:
-        beams = beam_search(
-            decoder, beam_size=decode_cfg.beam_size, max_new_tokens=decode_cfg.max_new_tokens,
-            eos_id=decode_cfg.eos_id, pad_id=pad_id, length_norm_alpha=decode_cfg.length_norm_alpha,
-            style=decode_cfg.beam_style,
-        )  # fmt: skip
-    return tokens, scores, beams
+    alpha, base = strategy.length_norm()  # first-pass and beam scores on one scale
+    scores = np.asarray(length_normalize(jnp.asarray(log_probs), jnp.asarray(lengths), alpha, base))
+    return tokens, scores, strategy.beams(decoder, decode_cfg, pad_id)
 
 
 def print_seq2seq(rt: Any, state: Any, decode_cfg: Any, log: Callable = print) -> list[str]:
     """Decodes the inputs (module docstring) and prints them; returns the best output texts."""
     tokenizer = rt.tokenizer
-    decode_cfg = for_mode(decode_cfg, examples=not decode_cfg.prompt)
     eos = tokenizer.eos_id if decode_cfg.eos_id < 0 else decode_cfg.eos_id
     decode_cfg = decode_cfg.replace(eos_id=eos)
     model = rt.programs.task.model(rt.programs.task.inference_params(state))
     rows = source_rows(rt, decode_cfg)
     tokens, scores, beams = decode_rows(model, [r for r, _ in rows], decode_cfg, tokenizer.pad_id, tokenizer.bos_id)
     text = lambda ids: decode_with_sentinels(tokenizer, ids)
-    temperature = first_mode(decode_cfg).temperature
-    first = "greedy" if temperature == 0.0 else f"sample (temperature {temperature})"
+    first = decode_cfg.strategy.first_pass().describe()
+    first = first if first == "greedy" else f"sample ({first})"
     best = []
     for i, (inputs, targets) in enumerate(rows):
         log(f"--- example {i} ---")
@@ -118,7 +101,7 @@ def print_seq2seq(rt: Any, state: Any, decode_cfg: Any, log: Callable = print) -
         log(f"{first} (score {scores[i]:.4f}): {text(tokens[i])}")
         best.append(text(tokens[i]))
         if beams is not None:
-            for k in range(decode_cfg.beam_size):
+            for k in range(beams.scores.shape[1]):
                 score = float(beams.scores[i, k])
                 if np.isfinite(score):
                     log(f"beam {k + 1} (score {score:.4f}): {text(np.asarray(beams.tokens[i, k]))}")
@@ -126,6 +109,6 @@ def print_seq2seq(rt: Any, state: Any, decode_cfg: Any, log: Callable = print) -
     summary = f"mean score over {len(rows)} input(s): {first} {scores.mean():.4f}"
     if beams is not None:
         summary += f", beam {float(np.asarray(beams.scores)[:, 0].mean()):.4f}"
-    base = length_penalty_base(decode_cfg.beam_style)
-    log(summary + f" (log-prob / ((5 + length) / {base:g}) ** {decode_cfg.length_norm_alpha})")
+    alpha, base = decode_cfg.strategy.length_norm()
+    log(summary + f" (log-prob / ((5 + length) / {base:g}) ** {alpha})")
     return best

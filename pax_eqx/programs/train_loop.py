@@ -50,7 +50,6 @@ from pax_eqx.checkpoint.start_point import start_point_manifest
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.learners import skipped_steps
 from pax_eqx.programs import lora_base
-from pax_eqx.programs.decode_modes import check_decode
 from pax_eqx.programs.early_stopping import EarlyStopping
 from pax_eqx.programs.errors import DataPipelineError, NonFiniteLossError, RunError, raised_at
 from pax_eqx.programs.eval_loop import (
@@ -69,7 +68,6 @@ from pax_eqx.programs.run_record import record_command, tee_to_log
 from pax_eqx.programs.run_report import banner, closing_block
 from pax_eqx.programs.runtime import Runtime
 from pax_eqx.programs.sampling import check_prompt, print_samples
-from pax_eqx.programs.seq2seq_decoding import decodes_examples
 from pax_eqx.programs.stop_flag import StopFlag
 from pax_eqx.summaries import Progress, SummaryWriter, step_scalars, write_plots
 from pax_eqx.summaries.progress import heartbeat_seconds
@@ -107,7 +105,6 @@ def _train(exp: ExperimentConfig, job_dir: Path, log, stop: StopFlag, argv: list
     changed = check_config_everywhere(exp, job_dir, start is not None)
     if exp.train.sample_at_end or exp.train.decode_interval_steps:  # not after hours of training
         check_prompt(rt.tokenizer, exp.decode.prompt)
-        check_decode(exp.decode, examples=decodes_examples(exp))
     # Both inputs are built now, so an empty data file or an empty eval split fails before any
     # write, not at the first eval.
     train_input = rt.input("train")
