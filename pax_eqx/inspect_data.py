@@ -51,7 +51,9 @@ def inspect(
     cfg = getattr(data, split)
     lines = [f"{data.source.describe(data)} split={split!r}"]
     if data.source.reads_tokens:
-        lines.append(f"tokenizer: {tokenizer!r} (pad {tokenizer.pad_id}, bos {tokenizer.bos_id}, eos {tokenizer.eos_id})")
+        lines.append(
+            f"tokenizer: {tokenizer!r} (pad {tokenizer.pad_id}, bos {tokenizer.bos_id}, eos {tokenizer.eos_id})"
+        )
     lines.append(
         f"input: {inp!r}; global batch {cfg.batch_size * inp.shard.count} "
         f"({cfg.batch_size} per host x {inp.shard.count} hosts)"

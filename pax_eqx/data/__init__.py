@@ -33,6 +33,7 @@ from pax_eqx.data.data_source import (
     TextDocuments,
     TokenIdRows,
 )
+from pax_eqx.data.file_readers import array_examples
 from pax_eqx.data.host_sharding import (
     HostShard,
     PadToLength,
@@ -50,7 +51,21 @@ from pax_eqx.data.lm_examples import pad_example
 from pax_eqx.data.seq2seq_examples import FIELDS as SEQ2SEQ_FIELDS
 from pax_eqx.data.seq2seq_examples import Seq2SeqInput, seq2seq_example
 from pax_eqx.data.seq2seq_examples import pad_example as seq2seq_pad_example
-from pax_eqx.data.file_readers import array_examples
+from pax_eqx.data.sources.array_record import ArrayRecordSource
+from pax_eqx.data.sources.custom import CustomSource
+from pax_eqx.data.sources.digits import DigitsSource
+from pax_eqx.data.sources.digits_images import DigitsImagesSource
+from pax_eqx.data.sources.image_folder import ImageFolderSource
+from pax_eqx.data.sources.imagenet_array_record import ImagenetArrayRecordSource
+from pax_eqx.data.sources.imagenet_folder import ImagenetFolderSource
+from pax_eqx.data.sources.images_npz import ImagesNpzSource
+from pax_eqx.data.sources.jsonl import JsonlSource
+from pax_eqx.data.sources.random_tokens import RandomSource
+from pax_eqx.data.sources.seq2seq_jsonl import Seq2SeqJsonlSource
+from pax_eqx.data.sources.shakespeare import ShakespeareSource
+from pax_eqx.data.sources.synthetic import SyntheticSource
+from pax_eqx.data.sources.synthetic_images import SyntheticImagesSource
+from pax_eqx.data.sources.text_files import TextFilesSource
 from pax_eqx.data.span_corruption import (
     SpanCorruptionConfig,
     decode_with_sentinels,
@@ -68,18 +83,3 @@ from pax_eqx.data.tokenizers import (
     TokenizerConfig,
     check_same_tokenizer,
 )
-from pax_eqx.data.sources.array_record import ArrayRecordSource
-from pax_eqx.data.sources.custom import CustomSource
-from pax_eqx.data.sources.digits import DigitsSource
-from pax_eqx.data.sources.digits_images import DigitsImagesSource
-from pax_eqx.data.sources.image_folder import ImageFolderSource
-from pax_eqx.data.sources.imagenet_array_record import ImagenetArrayRecordSource
-from pax_eqx.data.sources.imagenet_folder import ImagenetFolderSource
-from pax_eqx.data.sources.images_npz import ImagesNpzSource
-from pax_eqx.data.sources.jsonl import JsonlSource
-from pax_eqx.data.sources.random_tokens import RandomSource
-from pax_eqx.data.sources.seq2seq_jsonl import Seq2SeqJsonlSource
-from pax_eqx.data.sources.shakespeare import ShakespeareSource
-from pax_eqx.data.sources.synthetic import SyntheticSource
-from pax_eqx.data.sources.synthetic_images import SyntheticImagesSource
-from pax_eqx.data.sources.text_files import TextFilesSource

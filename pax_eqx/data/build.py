@@ -38,4 +38,3 @@ def build_input(
         raise ConfigError(f"split must be 'train' or 'eval', got {split!r}.")
     shard = resolve_host_shard(getattr(data, split), num_infeed_hosts, infeed_host_index)
     return data.source.build_input(data, split, tokenizer, shard)
-

@@ -48,10 +48,10 @@ import numpy as np
 
 from pax_eqx.config import ConfigError, MissingFileError
 from pax_eqx.data import augment, digits
+from pax_eqx.data.file_readers import array_examples
 from pax_eqx.data.host_sharding import HostShard, batch_host_examples, zeros_like_example
 from pax_eqx.data.input import Input
 from pax_eqx.data.input_config import InputConfig, Split
-from pax_eqx.data.file_readers import array_examples
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 DIGITS_SHAPE = (8, 8, 1)

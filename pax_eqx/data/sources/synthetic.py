@@ -36,4 +36,3 @@ class SyntheticSource(TokenIdRows):
         row = lm_examples.synthetic_example(data.seq_len)
         examples = grain.MapDataset.range(self.num_synthetic_examples).map(lambda _: row)
         return token_rows_input(examples, data, split, tokenizer, shard)
-
