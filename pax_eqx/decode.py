@@ -59,7 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     argv = expand_short_flags(list(sys.argv[1:] if argv is None else argv))
-    exp, job_dir, _ = cli.parse(argv, "python -m pax_eqx.decode", DESCRIPTION, saved_experiment=True)
+    exp, job_dir, _ = cli.parse(
+        argv, "python -m pax_eqx.decode", DESCRIPTION, saved_experiment=True, sections=("decode", "checkpoint", "mesh")
+    )
     from pax_eqx.programs.restore import restore_for_inference
     from pax_eqx.programs.sampling import print_samples
 

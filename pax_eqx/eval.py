@@ -25,7 +25,13 @@ SPLIT = "eval_separate"
 
 def main(argv: Sequence[str] | None = None) -> int:
     entry.set_memory_planner(programs.planned_bytes)  # an out-of-memory line quotes the plan
-    exp, job_dir, _ = cli.parse(argv, "python -m pax_eqx.eval", DESCRIPTION, saved_experiment=True)
+    exp, job_dir, _ = cli.parse(
+        argv,
+        "python -m pax_eqx.eval",
+        DESCRIPTION,
+        saved_experiment=True,
+        sections=("data", "train", "checkpoint", "mesh"),
+    )
     import jax
 
     from pax_eqx.programs.errors import RunError

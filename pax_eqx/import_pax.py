@@ -60,6 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ),
             )
         ],
+        sections=("model",),
     )
     if not ns.pax_checkpoint:
         raise cli.fail(

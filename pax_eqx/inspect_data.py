@@ -166,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
     )  # fmt: skip
     exp, job_dir, ns = cli.parse(
-        argv, "python -m pax_eqx.inspect_data", DESCRIPTION, job_dir_required=False, extra=extra
+        argv, "python -m pax_eqx.inspect_data", DESCRIPTION, job_dir_required=False, extra=extra, sections=("data",)
     )
     report = inspect(
         exp.data,

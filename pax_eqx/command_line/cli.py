@@ -68,13 +68,15 @@ def parse(
     job_dir_required: bool = True,
     extra: Sequence[tuple[str, dict]] = (),
     saved_experiment: bool = False,
+    sections: tuple[str, ...] | None = None,
 ) -> tuple[ExperimentConfig, str | None, argparse.Namespace]:
     """Returns (experiment, job dir, namespace of `extra` flags).
 
     saved_experiment: the program reads or continues a job dir (train, eval, decode): without `--exp` the
     experiment is DIR/config.json's, every field as the run saved it, and the flags given
     change only what they name; an `--exp` naming another experiment than the saved one is
-    refused with the command that works."""
+    refused with the command that works. sections: the experiment's sections --help lists (those the
+    program reads; None: all)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     usage = f"{prog} {'[--exp NAME]' if saved_experiment else '--exp NAME'}"
     usage += " --job-log-dir DIR" if job_dir_required else " [--job-log-dir DIR]"
@@ -151,7 +153,7 @@ def parse(
         else:
             print()
         print(f"experiments (--exp NAME; --help-all describes each):\n{short_help.experiments_line(width)}\n")
-        print(short_help.short_help(apply_switches(default, rest)[0] if rest else default, width))
+        print(short_help.short_help(apply_switches(default, rest)[0] if rest else default, width, sections))
         if python_only_fields(default):
             print("\n" + _python_only_line(default))
         raise SystemExit(0)

@@ -3,8 +3,8 @@
     the program's own flags (argparse's listing)
     the experiments, names only, wrapped
     each section of --exp (model, learner, data, ...): one line per field with the first
-    sentence of its own help; a choice shows its variants, a nested config one line that
-    points at --help-all
+    sentence of its own help; a choice shows the chosen variant and the others, a nested config
+    one line that points at --help-all
 
 Why a second listing beside tyro's: tyro prints every nested field with its help wrapped over
 several lines (888 lines for the default experiment), where a person wants to find a flag's
@@ -62,8 +62,8 @@ def section_lines(name: str, value: Any, width: int) -> list[str]:
         flag = f"--{name}.{f.name}".replace("_", "-")
         choices = variant_choices(hints[f.name])
         if choices:
-            left = f"{flag} {{{','.join(choices)}}}"
-            text = f"{child.kind}; its fields: {flag}.FIELD. " + registry.first_sentence(helps.get(f.name, ""))
+            left = f"{flag} {child.kind}"
+            text = "or " + ", ".join(k for k in choices if k != child.kind)  # the chosen one's fields: --help-all
         elif dataclasses.is_dataclass(child):
             left = f"{flag}.*"
             text = (
@@ -78,18 +78,26 @@ def section_lines(name: str, value: Any, width: int) -> list[str]:
     return lines
 
 
-def short_help(default: Any, width: int | None = None) -> str:
-    """The sections of the experiment `default`, each field on one line."""
+def short_help(default: Any, width: int | None = None, sections: tuple[str, ...] | None = None) -> str:
+    """The sections of the experiment `default`, each field on one line; with `sections`, only those
+    (the ones a program reads, eval's data and checkpoint) and one line naming the others."""
     width = max(width or shutil.get_terminal_size().columns, 60)
     lines = [
         "the experiment's fields (its values shown; --help-all for every nested field with its whole help):",
     ]
+    others = []
     for f in dataclasses.fields(default):
         child = getattr(default, f.name)
-        if dataclasses.is_dataclass(child) and getattr(child, "enabled", True) is False:
+        if sections is not None and dataclasses.is_dataclass(child) and f.name not in sections:
+            others.append(f.name)
+        elif dataclasses.is_dataclass(child) and getattr(child, "enabled", True) is False:
             lines.append(_off_section_line(f.name, child, width))
         elif dataclasses.is_dataclass(child):
             lines += section_lines(f.name, child, width)
+    if others:
+        lines += textwrap.wrap(
+            f"{', '.join(others)}: as the run saved them (python -m pax_eqx.train --help lists their fields).", width
+        )
     return "\n".join(lines)
 
 
