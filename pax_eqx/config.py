@@ -176,6 +176,18 @@ def require_positive(cfg: Any, names: typing.Iterable[str], prefix: str | None =
     check_range(cfg, names, prefix=prefix, gt=0)
 
 
+def check_once(cfg: Any, key: str, check: typing.Callable[[], None]) -> None:
+    """Runs `check()` (a check of `cfg` in a role: an input as the eval split) unless it already
+    passed on this object for `key`. Configs are frozen and shared, so a child a parent checks at
+    its construction is met again by every copy of the parent (`replace`, the command line's
+    rebuilds); it is checked once. A failed check records nothing."""
+    done = getattr(cfg, "_checked", frozenset())
+    if key in done:
+        return
+    check()
+    object.__setattr__(cfg, "_checked", done | {key})  # not a field: equality and JSON ignore it
+
+
 def config(cls: type[T]) -> type[T]:
     """Makes `cls` a frozen, keyword-only dataclass whose constructor names unknown fields."""
     cls = dataclasses.dataclass(frozen=True, kw_only=True)(cls)

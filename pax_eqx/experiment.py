@@ -50,6 +50,9 @@ class EarlyStoppingConfig(Config):
     min_delta: float = 0.0
     target: float = 0.0
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> None:
         where = "train.early_stopping"
         check_range(self, "patience", ge=0, prefix=where, note="0 = no patience rule")
@@ -111,6 +114,9 @@ class TrainConfig(Config):
     early_stopping: EarlyStoppingConfig = EarlyStoppingConfig()
     decode_interval_steps: int = 0
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> None:
         """Raises ConfigError naming the field, the value and the fix."""
         check_range(
@@ -123,7 +129,6 @@ class TrainConfig(Config):
         check_range(self, "seed", ge=0, le=SEED_MAX, prefix="train")
         check_range(self, "steps_per_loop", ge=1, le=10_000, prefix="train", note="1 = one step per call")
         check_range(self, "decode_interval_steps", ge=0, prefix="train", note="0 = off")
-        self.early_stopping.validate()
         if self.early_stopping.metric and not self.eval_interval_steps:
             raise ConfigError(
                 f"train.early_stopping.metric={self.early_stopping.metric!r} with train.eval_interval_steps=0: the "
@@ -161,6 +166,9 @@ class ProfileConfig(Config):
 
     steps: tuple[int, ...] = ()
     auto_pgle: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
 
     def validate(self) -> None:
         """Raises ConfigError naming the field, the value and the fix."""
@@ -242,22 +250,18 @@ class ExperimentConfig(Config):
         return {**inert, **{f"decode.{f.name}": why for f in dataclasses.fields(self.decode) if f.name not in reads}}
 
     def validate(self, num_devices: int | None = None, data_files: bool = True, num_hosts: int | None = None) -> None:
-        """Every constraint that can be checked before the run starts; ConfigError names the
-        field. The one place an experiment is checked: the entry points call it once, before
-        anything is written, and what they build after takes it as valid. num_devices: the
+        """Every constraint between its configs that can be checked before the run starts (each
+        config checked its own fields once, when it was made); ConfigError names the field. The
+        entry points call it once, before anything is written, and what they build after takes
+        it as valid. num_devices: the
         devices the mesh must match (None: not checked); num_hosts: the processes whose per-host
         batches make the train and eval global batches, checked against the mesh (None: not
         checked; the dry run plans the train batch alone); data_files=False leaves the data files unread (the
         --dry-run planner)."""
-        self.train.validate()
-        self.model.validate()
-        self.learner.validate()
+        self.model.ensure_valid()  # the one config not checked when made (ModelConfig.validate)
         self.resolved_learner()  # a decay that follows train.num_steps must start before it
-        self.task.validate()
-        self.checkpoint.validate()
-        self.profile.validate()
-        self.lora.validate()
-        self.mesh.validate(num_devices)
+        if num_devices is not None:
+            self.mesh.check_devices(num_devices)
         backend = jax.default_backend() if num_devices is not None else "gpu"  # devices known: the run's
         if self.profile.auto_pgle and backend != "gpu":
             raise ConfigError(

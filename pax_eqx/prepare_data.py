@@ -36,7 +36,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = cli.parse_fields(PrepareConfig(), args, PROG)
     except cli.FlagError as e:
         raise cli.fail(str(e)) from None
-    cfg.validate()
     logging.getLogger("apache_beam").setLevel(logging.ERROR)  # Beam's start-up warnings, not ours to act on
     try:
         from pax_eqx.data.prepare import pipeline

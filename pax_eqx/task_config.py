@@ -60,7 +60,6 @@ class TaskConfig(Config):
         """Raises ConfigError naming the field, the value and the fix (variational_noise checks itself)."""
         check_range(self, "loss_weights", ge=0, prefix="task")
         check_range(self, "aux_loss_weight", ge=0, prefix="task", note="0 = aux losses off")
-        self.variational_noise.validate()
         if self.loss_weights and len(self.loss_weights) != len(self.losses):
             raise ConfigError(
                 f"task.loss_weights={list(self.loss_weights)} needs one weight per loss in task.losses="

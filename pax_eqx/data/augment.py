@@ -46,6 +46,9 @@ class AugmentConfig(Config):
     mean: tuple[float, ...] = ()
     std: tuple[float, ...] = ()
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self, where: str = "data.augment") -> None:
         check_range(self, "crop_padding", ge=0, prefix=where, note="0 = no random crop")
         if len(self.mean) != len(self.std):

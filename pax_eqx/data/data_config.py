@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pax_eqx.config import Config, check_range, config
+from pax_eqx.config import Config, check_once, check_range, config
 from pax_eqx.data import sources  # noqa: F401  (every source registers itself)
 from pax_eqx.data.data_source import DataSource, ExampleSpec
 from pax_eqx.data.input_config import InputConfig
@@ -49,9 +49,8 @@ class DataConfig(Config):
 
     def __post_init__(self) -> None:
         check_range(self, "seq_len", gt=0, prefix="data")
-        self.tokenizer.validate()
-        self.train.validate("train")
-        self.eval.validate("eval")
+        check_once(self.train, "train", lambda: self.train.validate("train"))  # the reset_for_eval table
+        check_once(self.eval, "eval", lambda: self.eval.validate("eval"))
 
     @classmethod
     def migrate(cls, data: dict[str, Any]) -> dict[str, Any]:

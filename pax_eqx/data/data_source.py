@@ -214,7 +214,6 @@ class TextDocuments(DataSource):
     def validate(self) -> None:
         super().validate()
         check_range(self, "target_seq_len", ge=0, prefix="data", note="0 = derived")
-        self.span_corruption.validate()
 
     def documents(self, split: Split) -> list[str] | grain.MapDataset:
         """The split's documents (strings)."""
@@ -348,7 +347,6 @@ class ImageSource(DataSource):
 
     def validate(self) -> None:
         super().validate()
-        self.augment.validate()
         if self.image_shape:
             images.check_image_shape_field(self.image_shape)
             check_range(self, "image_shape", gt=0, prefix="data")

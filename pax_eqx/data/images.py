@@ -316,7 +316,6 @@ def image_input(
     padded like every source (`batch_host_examples`), batched, then randomly cropped / flipped
     (train only). Batches: inputs [B, H, W, C] float32, labels [B] int32, weights [B] float32.
     `image_shape` (data.image_shape), when given, must be the images' [H, W, C]."""
-    augment_cfg.validate()
     if len(examples) == 0:
         raise ConfigError(f"data.source={source!r}: the {split} split has no images.")
     first = examples[0]

@@ -25,6 +25,7 @@ import grain
 import numpy as np
 from jaxtyping import ArrayLike, Int
 
+from pax_eqx.config import check_once
 from pax_eqx.data.host_sharding import HostShard
 from pax_eqx.data.input_config import InputConfig, Split
 from pax_eqx.data.tokenizers import Tokenizer, decode_rows
@@ -55,7 +56,7 @@ class Input:
         tokenizer: Tokenizer | None = None,
         num_batches_per_epoch: int | None = None,
     ):
-        cfg.validate(split)
+        check_once(cfg, split, lambda: cfg.validate(split))  # done already for a DataConfig's own inputs
         self.cfg = cfg
         self.split = split
         self.shard = shard if shard is not None else HostShard(count=1, index=0)

@@ -65,6 +65,9 @@ class SpanCorruptionConfig(Config):
     noise_density: float = 0.15
     mean_noise_span_length: float = 3.0
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self, where: str = "data.span_corruption") -> None:
         d, m = self.noise_density, self.mean_noise_span_length
         if not (math.isfinite(d) and 0.0 < d < 1.0):
@@ -101,7 +104,6 @@ def raw_length(cfg: SpanCorruptionConfig, seq_len: int) -> tuple[int, int]:
     """(raw_tokens, target_len): the longest window whose corrupted inputs (eos included) fit in
     `seq_len`, and the length of its targets (eos included). Both lengths grow with the window, so
     every shorter window (an eval split's last) fits too."""
-    cfg.validate()
     tokens = seq_len - 1  # fits: a window never gains tokens (spans <= noise tokens)
     while corrupted_lengths(tokens + 1, cfg)[0] <= seq_len:
         tokens += 1

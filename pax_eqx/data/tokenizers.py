@@ -52,6 +52,9 @@ class ByteTokenizerConfig(Variant):
 
     kind: ClassVar[str] = "byte"
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> None:
         """Nothing to check: the byte tokenizer has no fields."""
 
@@ -74,6 +77,9 @@ class SentencePieceConfig(Variant):
     model_path: str = ""
     byte_fallback: bool = False
     max_training_chars: int = 20_000_000
+
+    def __post_init__(self) -> None:
+        self.validate()
 
     def validate(self) -> None:
         """Raises ConfigError naming the field, the value and the fix."""
@@ -101,6 +107,9 @@ class TokenizerJsonConfig(Variant):
     bos_token: str = ""
     eos_token: str = ""
     pad_token: str = ""
+
+    def __post_init__(self) -> None:
+        self.validate()
 
     def validate(self) -> None:
         """Raises ConfigError naming the field, the value and the fix (the file is read at load)."""
@@ -272,7 +281,6 @@ class TokenizerJsonTokenizer:
 
     @classmethod
     def load(cls, cfg: TokenizerJsonConfig) -> TokenizerJsonTokenizer:
-        cfg.validate()
         path = Path(cfg.path)
         if not path.is_file():
             raise MissingFileError(

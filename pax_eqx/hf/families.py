@@ -270,11 +270,3 @@ def _gpt2(r: _Reader, family: str) -> LanguageModelConfig:
         hidden_dims=r.get("n_inner", 4 * d if d else 0), num_heads=r.need("n_head"),
         position_embedding="trainable", separate_embedding=False, block=block, final_norm=norm,
     )  # fmt: skip
-
-
-def check_sizes(model: LanguageModelConfig) -> None:
-    """The model's own validation, as an HfConfigError (a size config.json gave wrong)."""
-    try:
-        model.validate()
-    except ConfigError as e:
-        raise HfConfigError(f"config.json gives a model pax_eqx refuses: {e}") from None

@@ -18,11 +18,11 @@ from typing import Any
 
 import jax
 
-from pax_eqx.config import MissingFileError
+from pax_eqx.config import ConfigError, MissingFileError
 from pax_eqx.data import DataConfig, InputConfig
 from pax_eqx.data.tokenizers import TokenizerJsonConfig
 from pax_eqx.experiment import ExperimentConfig
-from pax_eqx.hf.families import HfConfigError, check_sizes, model_config, model_type
+from pax_eqx.hf.families import HfConfigError, model_config, model_type
 from pax_eqx.hf.safetensors_files import SafetensorsFiles
 from pax_eqx.hf.streaming import load_params
 from pax_eqx.hf.weights import Dims, WeightPlan, check_complete, weight_plan
@@ -61,7 +61,10 @@ class HfSource:
             raise HfConfigError(f"{str(d / 'config.json')!r} is not valid JSON ({e}).") from None
         family = model_type(config)
         model, notes = model_config(config)
-        check_sizes(model)
+        try:
+            model.ensure_valid()
+        except ConfigError as e:
+            raise HfConfigError(f"config.json gives a model pax_eqx refuses: {e}") from None
         files = SafetensorsFiles.open(d)
         return cls(d, config, family, model, notes, files, _specials(d, config))
 

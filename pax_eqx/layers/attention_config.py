@@ -79,7 +79,6 @@ class AttentionConfig(Config):
         check_range(self, "logit_cap", ge=0, note="0 = off")
         check_range(self, "dropout_prob", ge=0, lt=1)
         check_range(self, "rotary_max_timescale", gt=0)
-        self.rotary_scaling.validate()
         if self.qkv_bias and self.use_bias:
             raise ConfigError(
                 "AttentionConfig.qkv_bias=True has no effect with use_bias=True (which puts biases on q, k, v and the "

@@ -35,6 +35,9 @@ class NoRotaryScalingConfig(Variant):
 
     kind: ClassVar[str] = "none"
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> None:
         """Nothing to check: no fields."""
 

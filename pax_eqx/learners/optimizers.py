@@ -190,8 +190,6 @@ class LearnerConfig(Config):
                 f"learner.variable_groups={self.variable_groups!r} must be a tuple of VariableGroupConfig(pattern=..., "
                 "lr_multiplier=..., optimizer=...)."
             )
-        for g in self.variable_groups:
-            g.validate()
         decays = self.weight_decay > 0.0 or self.l2_regularization > 0.0
         if not decays and self.weight_decay_mask != "matrices":
             raise ConfigError(
@@ -241,7 +239,6 @@ def build_optimizer(cfg: LearnerConfig, params: Any = None, *, decay_mask: Any =
       "all" decays every array. A function is applied to the arrays the optimizer sees at
       init and at every update, so it works on abstract models.
     """
-    cfg.validate()
     if decay_mask is not None:
         mask = decay_mask
     else:

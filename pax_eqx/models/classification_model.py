@@ -98,7 +98,7 @@ class ClassificationModelConfig(ModelConfig):
         return example_from_file(path, tuple(self.input_shape), data.source.normalization)
 
     def build(self, key: PRNGKeyArray) -> ClassificationModel:
-        self.validate()
+        self.ensure_valid()
         return ClassificationModel(self, key=key)
 
 

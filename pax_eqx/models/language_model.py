@@ -227,7 +227,7 @@ class LanguageModelConfig(ModelConfig):
         return language_model_plan(self, step)
 
     def build(self, key: PRNGKeyArray) -> LanguageModel:
-        self.validate()
+        self.ensure_valid()
         return LanguageModel(self, key=key)
 
 

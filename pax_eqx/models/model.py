@@ -143,8 +143,18 @@ class ModelConfig(Config):
     decoder-only transformer's block, layers, heads and vocabulary)."""
 
     def validate(self) -> None:
-        """Every check of this config's own fields (ConfigError names the field); the default
-        has none."""
+        """Every check of this config's own fields (ConfigError names the field); the default has
+        none. A model config is the one config not checked when it is made: its sizes have no
+        default (0 = unset until an experiment sets them), so `LanguageModelConfig()` must exist.
+        It is checked once, by `ensure_valid`, where it is used (the experiment's check, `build`)."""
+
+    def ensure_valid(self) -> ModelConfig:
+        """This config, `validate`d once: a second call on the same object (the experiment checked
+        it, then the Task builds it) does not check it again."""
+        if not getattr(self, "_valid", False):
+            self.validate()
+            object.__setattr__(self, "_valid", True)  # not a field: equality and JSON ignore it
+        return self
 
     def check_data(self, data: Any) -> None:
         """ConfigError when `data` (a DataConfig) gives rows this model cannot take (the kind of

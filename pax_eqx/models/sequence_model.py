@@ -153,7 +153,7 @@ class SequenceModelConfig(ModelConfig):
         return self.replace(vocab_size=vocab_size)
 
     def build(self, key: PRNGKeyArray) -> SequenceModel:
-        self.validate()
+        self.ensure_valid()
         return SequenceModel(self, key=key)
 
 

@@ -64,9 +64,11 @@ class MeshConfig(Config):
     def num_devices(self) -> int:
         return math.prod(self.shape)
 
-    def validate(self, num_devices: int | None = None) -> None:
-        """Raises ConfigError naming the field, the value and the fix; with `num_devices`, also
-        unless the mesh has exactly that many devices."""
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the field, the value and the fix."""
         for name in ("ici_mesh_shape", "dcn_mesh_shape"):
             shape = getattr(self, name)
             if not isinstance(shape, (tuple, list)) or len(shape) not in (3, 4) or any(not s >= 1 for s in shape):
@@ -75,7 +77,10 @@ class MeshConfig(Config):
                     f"tensor), got {shape}."
                 )
             check_range(self, name, ge=1, prefix="mesh")  # ints, and not absurdly large
-        if num_devices is not None and self.num_devices != num_devices:
+
+    def check_devices(self, num_devices: int) -> None:
+        """ConfigError unless the mesh has exactly `num_devices` devices (those of the run)."""
+        if self.num_devices != num_devices:
             raise ConfigError(
                 f"mesh.ici_mesh_shape {self.ici_mesh_shape} x mesh.dcn_mesh_shape {self.dcn_mesh_shape} = "
                 f"{self.num_devices} devices, but {num_devices} are available; choose shapes whose "
@@ -85,7 +90,7 @@ class MeshConfig(Config):
 
 def build_mesh(cfg: MeshConfig, devices: list | None = None) -> Mesh:
     devices = list(jax.devices() if devices is None else devices)
-    cfg.validate(len(devices))
+    cfg.check_devices(len(devices))
     ici, dcn = with_stage(cfg.ici_mesh_shape), with_stage(cfg.dcn_mesh_shape)
     if math.prod(dcn) == 1:
         grid = mesh_utils.create_device_mesh(ici, devices, allow_split_physical_axes=True)

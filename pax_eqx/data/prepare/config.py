@@ -95,4 +95,3 @@ class PrepareConfig(Config):
                 f"--runner {self.runner!r} is not a Beam runner. {hint}Use one of {', '.join(RUNNERS)}, or a "
                 "runner's fully qualified class name."
             )
-        self.tokenizer.validate()
