@@ -217,7 +217,6 @@ def load_tokenizer(data) -> Tokenizer:
     """The experiment's tokenizer for a prepared corpus: bytes; SentencePiece from
     data.tokenizer.model_path, else the prepared directory's own model; a tokenizer.json from
     data.tokenizer.path. Refused unless its fingerprint is the manifest's."""
-    check_config(data)
     directory = data.source.directories()[0]
     prepared = PreparedCorpus(directory, "data.path").manifest.tokenizer
     cfg = data.tokenizer
@@ -249,7 +248,6 @@ def load_tokenizer(data) -> Tokenizer:
 
 def prepared_input(data, split: Split, tokenizer: Tokenizer, shard: HostShard) -> Input:
     """This host's Input of `split` from the prepared corpus or mixture (module doc)."""
-    check_config(data)
     cfg: InputConfig = getattr(data, split)
     if split == "eval" and data.source.eval_path:
         parts = [(PreparedCorpus(data.source.eval_path, "data.eval_path"), None)]
@@ -293,7 +291,7 @@ def prepared_input(data, split: Split, tokenizer: Tokenizer, shard: HostShard) -
             .to_iter_dataset(read_options(cfg))
             for k, r in enumerate(recs)
         ]
-        weights = data.mixture_weights or (1.0,) * len(recs)
+        weights = data.source.mixture_weights or (1.0,) * len(recs)
         mixed = SampledMix(parts_iter, weights, seed=cfg.input_random_seed)
     if layout == "rows":
         batches = mixed.batch(cfg.batch_size, drop_remainder=True)

@@ -36,7 +36,7 @@ from pax_eqx.data.augment import AugmentConfig
 from pax_eqx.data.host_sharding import HostShard, batch_host_examples, shard_examples
 from pax_eqx.data.input import Input, read_options
 from pax_eqx.data.input_config import Split
-from pax_eqx.data.span_corruption import SpanCorruptionConfig, raw_length
+from pax_eqx.data.span_corruption import SpanCorruptionConfig, num_sentinels, raw_length
 from pax_eqx.data.tokenizers import ByteTokenizer, Tokenizer, TokenizerJsonTokenizer, load_or_train_sentencepiece
 
 if TYPE_CHECKING:
@@ -121,6 +121,11 @@ class DataSource(OpenChoice):
         """The examples' shape and classes where the config alone says them (no file read); None
         where the files decide."""
         return None
+
+    def added_token_ids(self, seq_len: int) -> int:
+        """Token ids the source writes beyond the tokenizer's (span corruption's sentinels), which
+        the model's vocabulary must hold too."""
+        return 0
 
     @property
     def normalization(self) -> AugmentConfig:
@@ -247,6 +252,9 @@ class TextDocuments(DataSource):
         if self.is_seq2seq:
             return self.target_seq_len or raw_length(self.span_corruption, seq_len)[1]
         return seq_len
+
+    def added_token_ids(self, seq_len: int) -> int:
+        return num_sentinels(self.span_corruption, seq_len) if self.is_seq2seq else 0
 
     def training_text(self, data: DataConfig) -> Iterator[str]:
         for doc in self.documents("train"):

@@ -122,11 +122,9 @@ def num_sentinels(cfg: SpanCorruptionConfig, seq_len: int) -> int:
 
 
 def required_vocab_size(data_cfg: Any, tokenizer: Tokenizer) -> int:
-    """The smallest model vocabulary for `data_cfg`'s batches: the tokenizer's, plus the
-    sentinels for layout "span_corruption" (any other layout or source has none)."""
-    if getattr(data_cfg, "layout", None) == "span_corruption":
-        return tokenizer.vocab_size + num_sentinels(data_cfg.span_corruption, data_cfg.seq_len)
-    return tokenizer.vocab_size
+    """The smallest model vocabulary for `data_cfg`'s batches: the tokenizer's, plus the ids its
+    source adds (span corruption's sentinels; `DataSource.added_token_ids`)."""
+    return tokenizer.vocab_size + data_cfg.source.added_token_ids(data_cfg.seq_len)
 
 
 def _random_segmentation(num_items: int, num_segments: int, rng: np.random.Generator) -> np.ndarray:
