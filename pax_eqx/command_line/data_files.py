@@ -28,6 +28,9 @@ def _given(args: Sequence[str], *paths: str) -> bool:
 
 def follow_data_files(exp: ExperimentConfig, args: Sequence[str]) -> ExperimentConfig:
     """`exp` with what its data's files say adopted where no flag of `args` set it (module doc)."""
+    classes = exp.data.source.classes_in_files()
+    if classes is not None and not _given(args, "model.num_classes"):
+        exp = exp.replace(model=exp.model.with_num_classes(classes))
     data = exp.data
     said = data.source.configured(data)
     if said == data:

@@ -84,6 +84,12 @@ class DataSource(OpenChoice):
         unless a flag set it (command_line/data_files.py); `data` itself by default."""
         return data
 
+    def classes_in_files(self) -> int | None:
+        """How many classes the source's files say its labels take (a prepared image corpus's
+        manifest); None where the files do not say (or are not there yet). The command line lets
+        a classifier's num_classes follow it (command_line/data_files.py)."""
+        return None
+
     def inert_fields(self) -> dict[str, str]:
         """{field of this source: why it does nothing} as the source stands (an eval_fraction
         beside an eval_path); the command line refuses a flag given for one."""

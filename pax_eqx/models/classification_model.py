@@ -69,6 +69,9 @@ class ClassificationModelConfig(ModelConfig):
         check_range(self, "input_shape", gt=0, prefix="model")
         check_range(self, "label_smoothing_prob", ge=0, lt=1, prefix="model")
 
+    def with_num_classes(self, num_classes: int) -> ClassificationModelConfig:
+        return self.replace(num_classes=num_classes)
+
     def check_data(self, data: Any) -> None:
         """The examples must be `input_shape` and their labels fit `num_classes`, where the data
         config says what they are (the digits). Otherwise a ResNet trains on 8x8 images declared

@@ -170,6 +170,11 @@ class ModelConfig(Config):
         fit in it); None when the model reads no tokens (the default)."""
         return None
 
+    def with_num_classes(self, num_classes: int) -> ModelConfig:
+        """This config predicting `num_classes` classes: how a classifier follows the classes of a
+        prepared image corpus (command_line/data_files.py). Itself by default."""
+        return self
+
     def with_token_vocab_size(self, vocab_size: int) -> ModelConfig:
         """This config with a vocabulary of `vocab_size` token ids: how a model follows the
         tokenizer of a prepared corpus (command_line/data_files.py). Itself by default (a model

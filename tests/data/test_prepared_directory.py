@@ -105,3 +105,24 @@ def test_a_new_source_is_one_file(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     saved = json.loads((tmp_path / "job" / "config.json").read_text())["data"]["source"]
     assert saved == {"kind": "counting", "stride": 3, "num_synthetic_examples": 16}
+
+
+def test_an_image_corpus_gives_the_classifier_its_classes(tmp_path):
+    """imagenet_array_record's manifest (and imagenet_folder's class folders) set num_classes."""
+    from PIL import Image
+
+    from pax_eqx.data.image_records import write_image_records
+
+    root = tmp_path / "images"
+    for split in ("train", "val"):
+        for c in ("n0001", "n0002"):
+            (root / split / c).mkdir(parents=True)
+            Image.new("RGB", (20, 24), (40, 80, 120)).save(root / split / c / "a.JPEG")
+    write_image_records(str(root), str(tmp_path / "ar"), num_shards=1, val_num_shards=1)
+    for source, path in (("imagenet_array_record", tmp_path / "ar"), ("imagenet_folder", root)):
+        exp = _parse("--exp", "imagenet_resnet50", "--data.source", source, "--data.path", str(path))
+        assert exp.model.num_classes == 2, source  # imagenet_resnet50's own: 1000
+        exp.validate(data_files=True)
+    kept = _parse("--exp", "imagenet_resnet50", "--data.source", "imagenet_array_record", "--data.path",
+                  str(tmp_path / "ar"), "--model.num-classes", "5")  # fmt: skip
+    assert kept.model.num_classes == 5

@@ -68,6 +68,12 @@ class ImagenetFolderSource(ImagenetSource):
 
     kind: ClassVar[str] = "imagenet_folder"
 
+    def classes_in_files(self) -> int | None:
+        try:  # the train split's class folders, without listing their files
+            return len(imagenet_source.class_names(imagenet_source.split_folder(self.path, "train"), "data.path"))
+        except ConfigError:  # no data (yet): `check` names the problem where files are read
+            return None
+
     def check(self, data, files: bool) -> None:
         if files:  # the train split's class folders, without listing their files
             imagenet_source.class_names(imagenet_source.split_folder(self.path, "train"), "data.path")
