@@ -25,7 +25,7 @@ jax.distributed.initialize(
     process_id=pid,
 )
 
-from pax_eqx.data import DataConfig, InputConfig, build_input, build_tokenizer  # noqa: E402
+from pax_eqx.data import ArrayRecordSource, DataConfig, InputConfig, build_input, build_tokenizer  # noqa: E402
 
 
 def read(inp, n: int) -> list[list[list[int]]]:
@@ -34,7 +34,7 @@ def read(inp, n: int) -> list[list[list[int]]]:
 
 result = {"process": pid, "process_count": jax.process_count()}
 for name, path in (("rows", rows_dir), ("documents", documents_dir)):
-    data = DataConfig(source="array_record", path=path, layout="packed", seq_len=32, train=InputConfig(batch_size=2))
+    data = DataConfig(source=ArrayRecordSource(path=path), seq_len=32, train=InputConfig(batch_size=2))
     tokenizer = build_tokenizer(data)
     inp = build_input(data, "train", tokenizer)
     first = read(inp, 4)

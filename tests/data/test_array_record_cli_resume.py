@@ -42,7 +42,7 @@ NUM_STEPS = 16
 ARGS = [
     "--exp", "shakespeare_char", "--model.num-layers", "1", "--model.model-dims", "32", "--model.hidden-dims",
     "64", "--model.num-heads", "2", "--mesh.ici-mesh-shape", "1", "1", "1",
-    "--data.layout", "packed", "--data.seq-len", "32", "--data.train.batch-size", "4", "--data.eval.batch-size", "4",
+    "--data.seq-len", "32", "--data.train.batch-size", "4", "--data.eval.batch-size", "4",
     "--data.eval.eval-loop-num-batches", "2", "--data.eval.no-reset-for-eval",
     "--train.num-steps", str(NUM_STEPS), "--train.summary-interval-steps", "1", "--train.eval-interval-steps", "5",
     "--train.steps-per-loop", "1", "--train.no-sample-at-end",

@@ -81,6 +81,14 @@ def test_gpt3_xl_packs_a_prepared_corpus_into_its_rows(c4_prepared):
     assert tok.vocab_size == 400 <= exp.model.vocab_size
     # A vocabulary size other than the prepared model's is one line naming that size.
     other = exp.data.replace(tokenizer=exp.data.tokenizer.replace(vocab_size=300))
-    with pytest.raises(ConfigError, match="pieces; set --data.tokenizer.vocab-size 400") as e:
+    wrong_size = (
+        r"data.tokenizer.vocab_size=300 but data.path=.* was tokenized with a SentencePiece model of 400 pieces"
+    )
+    with pytest.raises(
+        ConfigError, match=wrong_size + r"; drop the flag .*, or set --data.tokenizer.vocab-size 400\.$"
+    ) as e:
+        other.validate()
+    assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match=wrong_size + r"; .*set --data.tokenizer.vocab-size 400\.$") as e:
         build_tokenizer(other)
     assert "\n" not in str(e.value)

@@ -1,7 +1,7 @@
 """--data.source array_record: a prepared corpus read with grain across hosts, resumed exactly,
-evaluated as Pax's unpacked eval split, and checked against the experiment's tokenizer, layout and
-sequence length (one-line errors). The corpora are the committed C4-shaped fixture, prepared in
-this process with the DirectRunner."""
+evaluated as Pax's unpacked eval split, and checked against the experiment's tokenizer and
+sequence length (one-line errors; the layout is the manifest's, with no flag to contradict it).
+The corpora are the committed C4-shaped fixture, prepared in this process with the DirectRunner."""
 
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ import pytest
 pytest.importorskip("apache_beam", reason="the [prepare] extra (.ci/run installs it)")
 
 from pax_eqx.config import ConfigError, MissingFileError  # noqa: E402
-from pax_eqx.data import DataConfig, InputConfig, build_input, build_tokenizer  # noqa: E402
+from pax_eqx.data import ArrayRecordSource, DataConfig, InputConfig, build_input, build_tokenizer  # noqa: E402
 from pax_eqx.data.prepare.config import PrepareConfig  # noqa: E402
 from pax_eqx.data.tokenizers import ByteTokenizer, SentencePieceConfig  # noqa: E402
+from pax_eqx.experiment import ExperimentConfig  # noqa: E402
 
 HERE = Path(__file__).parent
 C4_SMALL = HERE.parent / "fixtures" / "c4_small"
@@ -51,10 +52,12 @@ def pages(path: str | Path) -> list[str]:
         return [json.loads(line)["text"] for line in f if line.strip()]
 
 
-def data_config(path: Path, **changes) -> DataConfig:
+def data_config(path: Path, eval_path: str = "", **changes) -> DataConfig:
+    """`changes`: fields of the DataConfig (seq_len, tokenizer)."""
     train = InputConfig(batch_size=4, **ONE_HOST)
     ev = InputConfig(batch_size=4, shuffle=False, repeat=False, reset_for_eval=True, **ONE_HOST)
-    base = DataConfig(source="array_record", path=str(path), layout="packed", seq_len=32, train=train, eval=ev)
+    source = ArrayRecordSource(path=str(path), eval_path=eval_path)
+    base = DataConfig(source=source, seq_len=32, train=train, eval=ev)
     return base.replace(**changes)
 
 
@@ -159,7 +162,17 @@ def test_manifest_mismatches_are_refused_with_one_line(prepared, tmp_path):
             build_tokenizer(data)
         assert "\n" not in str(e.value)
 
-    refused(data_config(prepared["documents"], layout="stream"), "use --data.layout packed")
+    # The manifest says the layout: array_record has none to set, in Python or on the command line.
+    with pytest.raises(ConfigError, match="ArrayRecordSource has no field 'layout'"):
+        ArrayRecordSource(path=str(prepared["documents"]), layout="stream")
+    from pax_eqx.command_line import cli
+
+    with pytest.raises(
+        cli.FlagError,
+        match=r"^--data.layout: data.source is 'array_record' here, which has no layout; jsonl, text_files, "
+        r"shakespeare read it. Switch with --data.source jsonl, or drop the flag.$",
+    ):
+        cli.parse_fields(ExperimentConfig(data=data_config(prepared["documents"])), ["--data.layout", "stream"], "t")
     refused(data_config(prepared["rows"], seq_len=64), "holds rows of 32 tokens.*--data.seq-len 32")
     spm = SentencePieceConfig()
     refused(data_config(prepared["documents"], tokenizer=spm), "tokenized with byte.*--data.tokenizer byte")

@@ -6,6 +6,7 @@ from pax_eqx.data import (
     DataConfig,
     Input,
     InputConfig,
+    RandomSource,
     array_examples,
     batch_host_examples,
     build_input,
@@ -13,7 +14,7 @@ from pax_eqx.data import (
     resolve_host_shard,
 )
 
-DATA = DataConfig(source="random", seq_len=8, num_synthetic_examples=32, train=InputConfig(batch_size=4))
+DATA = DataConfig(source=RandomSource(num_synthetic_examples=32), seq_len=8, train=InputConfig(batch_size=4))
 
 
 class MyInput(Input):

@@ -10,6 +10,7 @@ from pax_eqx.data import (
     HostShard,
     Input,
     InputConfig,
+    TextFilesSource,
     array_examples,
     batch_host_examples,
     build_input,
@@ -85,10 +86,11 @@ def test_eval_reset_restarts_the_epoch():
     assert [b["x"].tolist() for b in inp] == first
 
 
-def text_data(tmp_path, text: str, **kw) -> DataConfig:
+def text_data(tmp_path, text: str, eval_fraction: float = 0.1, **kw) -> DataConfig:
     path = tmp_path / "corpus.txt"
     path.write_text(text)
-    base = dict(source="text_files", path=str(path), seq_len=8, train=InputConfig(batch_size=2, input_random_seed=3))
+    source = TextFilesSource(path=str(path), eval_fraction=eval_fraction)
+    base = dict(source=source, seq_len=8, train=InputConfig(batch_size=2, input_random_seed=3))
     return DataConfig(**{**base, **kw})
 
 

@@ -13,7 +13,13 @@ import pytest
 from PIL import Image
 
 from pax_eqx.config import ConfigError, MissingFileError
-from pax_eqx.data import DataConfig, InputConfig, build_input
+from pax_eqx.data import (
+    DataConfig,
+    ImagenetArrayRecordSource,
+    ImagenetFolderSource,
+    InputConfig,
+    build_input,
+)
 from pax_eqx.data.augment import AugmentConfig
 from pax_eqx.data.image_records import write_image_records
 from pax_eqx.data.imagenet_source import train_draw
@@ -45,16 +51,14 @@ def imagenet(tmp_path_factory):
     return root
 
 
-def data_config(root, source="imagenet_folder", **changes) -> DataConfig:
-    base = DataConfig(
-        source=source,
-        path=str(root),
-        image_shape=(S, S, 3),
-        augment=AugmentConfig(horizontal_flip=True),
+def data_config(root, source=ImagenetFolderSource, **changes) -> DataConfig:
+    """`changes`: fields of the source (image_shape, augment)."""
+    fields = {"path": str(root), "image_shape": (S, S, 3), "augment": AugmentConfig(horizontal_flip=True)}
+    return DataConfig(
+        source=source(**{**fields, **changes}),
         train=InputConfig(batch_size=4, shuffle=False, input_random_seed=3, **ONE_HOST),
         eval=InputConfig(batch_size=4, shuffle=False, repeat=False, reset_for_eval=True, **ONE_HOST),
     )
-    return base.replace(**changes)
 
 
 def files(root, split: str) -> list:
@@ -197,7 +201,7 @@ def test_array_record_shards_of_the_jpeg_bytes_read_as_the_files_do(imagenet, tm
     for split in ("train", "val"):
         for shard in sorted((out / split).glob("*.array_record")):
             assert shard.read_bytes() == (again / split / shard.name).read_bytes()
-    folder, records = data_config(imagenet), data_config(out, source="imagenet_array_record")
+    folder, records = data_config(imagenet), data_config(out, source=ImagenetArrayRecordSource)
     for split, n in (("train", 7), ("eval", 2)):
         assert digest(read(build_input(records, split, TOKENIZER), n)) == digest(
             read(build_input(folder, split, TOKENIZER), n)
@@ -240,7 +244,7 @@ def test_bad_setups_are_one_error_naming_the_field(imagenet, tmp_path, capsys):
     assert "x.JPEG' is not a readable image" in capsys.readouterr().err
     assert not list((tmp_path / "bad").rglob("*.tmp")) and not list((tmp_path / "bad").rglob("*.array_record"))
     with pytest.raises(MissingFileError, match=r"has no images.json"):
-        data_config(imagenet, source="imagenet_array_record").validate()
+        data_config(imagenet, source=ImagenetArrayRecordSource).validate()
 
 
 def test_every_data_flag_of_imagenet_resnet50_takes_effect_or_is_refused(imagenet):
@@ -251,10 +255,10 @@ def test_every_data_flag_of_imagenet_resnet50_takes_effect_or_is_refused(imagene
     from experiments import registry
 
     exp = registry.load_experiment("imagenet_resnet50")
-    assert exp.data.source == "imagenet_folder"
+    assert exp.data.source.kind == "imagenet_folder"
     for path, value in {
-        "data.path": str(imagenet),
-        "data.image_shape": (S, S, 3),
+        "data.source.path": str(imagenet),
+        "data.source.image_shape": (S, S, 3),
         "data.train.batch_size": 2,
         "data.eval.batch_size": 2,
     }.items():

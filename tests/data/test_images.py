@@ -5,7 +5,16 @@ import numpy as np
 import pytest
 
 from pax_eqx.config import ConfigError, MissingFileError
-from pax_eqx.data import DataConfig, InputConfig, build_input, build_tokenizer
+from pax_eqx.data import (
+    DataConfig,
+    DigitsImagesSource,
+    DigitsSource,
+    ImageFolderSource,
+    ImagesNpzSource,
+    InputConfig,
+    build_input,
+    build_tokenizer,
+)
 from pax_eqx.data.augment import AugmentConfig
 from pax_eqx.data.digits import digits_examples
 from pax_eqx.data.host_sharding import HostShard
@@ -24,9 +33,9 @@ def inputs(data, split, hosts=1, index=0):
 
 
 def test_digits_images_are_the_flat_digits_as_8x8x1():
-    data = DataConfig(source="digits_images", eval=InputConfig(batch_size=64, **_finite()))
+    data = DataConfig(source=DigitsImagesSource(), eval=InputConfig(batch_size=64, **_finite()))
     batches = read_all(inputs(data, "eval"))
-    flat = list(digits_examples("eval", data.eval_fraction))
+    flat = list(digits_examples("eval", data.source.eval_fraction))
     x = np.concatenate([b["inputs"] for b in batches])
     w = np.concatenate([b["weights"] for b in batches])
     y = np.concatenate([b["labels"] for b in batches])
@@ -46,13 +55,31 @@ def _finite():
     return dict(shuffle=False, repeat=False, reset_for_eval=True)
 
 
+def _parse(experiment: str, *args: str):
+    from experiments import registry
+    from pax_eqx.command_line import cli
+
+    return cli.parse_fields(registry.load_experiment(experiment), list(args), "test")
+
+
 def test_digits_images_rejects_fields_that_would_do_nothing():
-    with pytest.raises(ConfigError, match="data.path='x' would do nothing"):
-        DataConfig(source="digits_images", path="x").validate()
+    # A path of digits_images (which reads no files): no such field, and the flag is refused
+    # naming the sources that read it and the fix.
+    with pytest.raises(ConfigError, match="DigitsImagesSource has no field 'path'"):
+        DigitsImagesSource(path="x")
+    with pytest.raises(
+        ConfigError,
+        match=r"^--data.path: data.source is 'digits_images' here, which has no path; .*images_npz, image_folder.* "
+        r"read it. Switch with --data.source jsonl, or drop the flag.$",
+    ):
+        _parse("digits_resnet", "--data.path", "x")
     with pytest.raises(ConfigError, match=r"data.augment.mean=\(0.5, 0.5, 0.5\) has 3 value"):
-        DataConfig(source="digits_images", augment=AugmentConfig(mean=(0.5,) * 3, std=(0.2,) * 3)).validate()
-    with pytest.raises(ConfigError, match="data.augment.crop_padding=2 would do nothing"):
-        DataConfig(source="digits", augment=AugmentConfig(crop_padding=2)).validate()
+        DataConfig(source=DigitsImagesSource(augment=AugmentConfig(mean=(0.5,) * 3, std=(0.2,) * 3))).validate()
+    # The flat digits are no images: no augment field, and its flag is refused.
+    with pytest.raises(ConfigError, match="DigitsSource has no field 'augment'"):
+        DigitsSource(augment=AugmentConfig(crop_padding=2))
+    with pytest.raises(ConfigError, match="--data.augment.crop-padding"):
+        _parse("digits_mlp", "--data.augment.crop-padding", "2")
 
 
 # --- ground truth for the file sources ----------------------------------------------------------
@@ -93,7 +120,7 @@ def all_real(batches):
 def test_npz_source_with_eval_path(tmp_path):
     train = write_npz(tmp_path / "train.npz", n=10)
     ev = write_npz(tmp_path / "eval.npz", n=5, c=1)
-    data = DataConfig(source="images_npz", path=str(tmp_path / "train.npz"), eval_path=str(tmp_path / "eval.npz"))
+    data = DataConfig(source=ImagesNpzSource(path=str(tmp_path / "train.npz"), eval_path=str(tmp_path / "eval.npz")))
     x, y, pad = all_real(read_all(inputs(data.replace(eval=EVAL), "eval")))
     np.testing.assert_allclose(x, ev["images"] / 255.0, rtol=1e-6)
     np.testing.assert_array_equal(y, ev["labels"])
@@ -107,7 +134,7 @@ def test_npz_source_with_eval_path(tmp_path):
 
 def test_npz_held_out_split_is_fixed_and_disjoint(tmp_path):
     arrays = write_npz(tmp_path / "all.npz", n=20, c=3)
-    data = DataConfig(source="images_npz", path=str(tmp_path / "all.npz"), eval_fraction=0.25, eval=EVAL)
+    data = DataConfig(source=ImagesNpzSource(path=str(tmp_path / "all.npz"), eval_fraction=0.25), eval=EVAL)
     x_eval, y_eval, _ = all_real(read_all(inputs(data, "eval")))
     expected = held_out_indices(20, "eval", 0.25, "test")
     assert len(expected) == 5 and not set(expected) & set(held_out_indices(20, "train", 0.25, "test"))
@@ -119,9 +146,7 @@ def test_image_folder_source_decodes_every_file_with_its_class(tmp_path):
     truth = write_folder(tmp_path / "train", per_class=3)
     write_folder(tmp_path / "eval", classes=("dog",), per_class=2)  # a subset keeps the train ids
     data = DataConfig(
-        source="image_folder",
-        path=str(tmp_path / "train"),
-        eval_path=str(tmp_path / "eval"),  # so the train split is the whole folder
+        source=ImageFolderSource(path=str(tmp_path / "train"), eval_path=str(tmp_path / "eval")),
         train=InputConfig(batch_size=6, shuffle=False),
         eval=EVAL,
     )
@@ -139,9 +164,7 @@ def test_image_folder_source_decodes_every_file_with_its_class(tmp_path):
 def test_image_folder_in_colour(tmp_path):
     truth = write_folder(tmp_path, classes=("a",), per_class=2, mode="RGB")
     data = DataConfig(
-        source="image_folder",
-        path=str(tmp_path),
-        eval_path=str(tmp_path),
+        source=ImageFolderSource(path=str(tmp_path), eval_path=str(tmp_path)),
         train=InputConfig(batch_size=2, shuffle=False),
     )
     batch = inputs(data, "train").get_next()
@@ -166,7 +189,7 @@ def test_in_memory_arrays_through_image_input():
 
 def test_two_hosts_are_disjoint_and_cover_the_split(tmp_path):
     write_npz(tmp_path / "d.npz", n=23, h=2, w=2)
-    base = DataConfig(source="images_npz", path=str(tmp_path / "d.npz"), eval=EVAL, eval_fraction=0.5)
+    base = DataConfig(source=ImagesNpzSource(path=str(tmp_path / "d.npz"), eval_fraction=0.5), eval=EVAL)
     split_size = len(held_out_indices(23, "eval", 0.5, "test"))
     seen, lengths = [], []
     for host in range(2):
@@ -191,7 +214,7 @@ def test_two_hosts_are_disjoint_and_cover_the_split(tmp_path):
 
 
 def digits_train(**augment):
-    return DataConfig(source="digits_images", train=InputConfig(batch_size=32), augment=AugmentConfig(**augment))
+    return DataConfig(source=DigitsImagesSource(augment=AugmentConfig(**augment)), train=InputConfig(batch_size=32))
 
 
 def test_augmentation_is_deterministic_per_seed_and_new_every_epoch(tmp_path):
@@ -211,11 +234,10 @@ def test_augmentation_is_deterministic_per_seed_and_new_every_epoch(tmp_path):
     # One image, batch 1: every batch is a new epoch of the same image, cropped anew.
     np.savez(tmp_path / "one.npz", images=np.random.default_rng(1).random((1, 8, 8)), labels=[0])
     one = DataConfig(
-        source="images_npz",
-        path=str(tmp_path / "one.npz"),
-        eval_path=str(tmp_path / "one.npz"),
+        source=ImagesNpzSource(
+            path=str(tmp_path / "one.npz"), eval_path=str(tmp_path / "one.npz"), augment=AugmentConfig(crop_padding=3)
+        ),
         train=InputConfig(batch_size=1, shuffle=False),
-        augment=AugmentConfig(crop_padding=3),
     )
     inp = inputs(one, "train")
     epochs = [inp.get_next()["inputs"] for _ in range(6)]
@@ -233,8 +255,8 @@ def test_crop_and_flip_are_windows_of_the_padded_image():
 
 def test_normalisation_applies_to_eval_and_train():
     mean, std = (0.25,), (0.5,)
-    norm = DataConfig(source="digits_images", eval=EVAL, augment=AugmentConfig(mean=mean, std=std))
-    plain = DataConfig(source="digits_images", eval=EVAL)
+    norm = DataConfig(source=DigitsImagesSource(augment=AugmentConfig(mean=mean, std=std)), eval=EVAL)
+    plain = DataConfig(source=DigitsImagesSource(), eval=EVAL)
     x, _, pad = all_real(read_all(inputs(norm, "eval")))
     r, _, _ = all_real(read_all(inputs(plain, "eval")))
     np.testing.assert_allclose(x, (r - 0.25) / 0.5, rtol=1e-6)
@@ -264,28 +286,28 @@ def test_iterator_state_restores_augmented_batches():
 
 def test_missing_folder_and_npz(tmp_path):
     with pytest.raises(MissingFileError, match="data.path=.*is not an existing folder"):
-        DataConfig(source="image_folder", path=str(tmp_path / "nope")).validate()
+        DataConfig(source=ImageFolderSource(path=str(tmp_path / "nope"))).validate()
     with pytest.raises(MissingFileError, match="data.eval_path=.*does not exist"):
         write_npz(tmp_path / "a.npz")
-        DataConfig(source="images_npz", path=str(tmp_path / "a.npz"), eval_path=str(tmp_path / "b.npz")).validate()
+        DataConfig(source=ImagesNpzSource(path=str(tmp_path / "a.npz"), eval_path=str(tmp_path / "b.npz"))).validate()
     with pytest.raises(ConfigError, match="data.path is empty"):
-        DataConfig(source="images_npz").validate()
+        DataConfig(source=ImagesNpzSource()).validate()
     (tmp_path / "empty" / "cls").mkdir(parents=True)
     with pytest.raises(MissingFileError, match="class folder 'cls' has no .png"):
-        DataConfig(source="image_folder", path=str(tmp_path / "empty")).validate()
+        DataConfig(source=ImageFolderSource(path=str(tmp_path / "empty"))).validate()
 
 
 def test_npz_without_labels(tmp_path):
     write_npz(tmp_path / "x.npz", labels=True)
     with pytest.raises(ConfigError, match=r"data.path=.*x.npz' has no 'labels' array \(it has \['images'\]\)"):
-        DataConfig(source="images_npz", path=str(tmp_path / "x.npz")).validate()
+        DataConfig(source=ImagesNpzSource(path=str(tmp_path / "x.npz"))).validate()
 
 
 def test_mixed_image_sizes_name_the_first_odd_file(tmp_path):
     write_folder(tmp_path / "a", classes=("x",), per_class=2, size=(5, 4))
     write_folder(tmp_path / "b", classes=("y",), per_class=1, size=(6, 4))
     (tmp_path / "b" / "y").rename(tmp_path / "a" / "y")
-    data = DataConfig(source="image_folder", path=str(tmp_path / "a"), train=InputConfig(batch_size=2))
+    data = DataConfig(source=ImageFolderSource(path=str(tmp_path / "a")), train=InputConfig(batch_size=2))
     with pytest.raises(ConfigError, match=r"data.path=.*y/0.png' is 6x4 \(width x height\) but .*x/0.png' is 5x4"):
         inputs(data, "train")
 
@@ -293,7 +315,7 @@ def test_mixed_image_sizes_name_the_first_odd_file(tmp_path):
 def test_eval_folder_with_an_unknown_class(tmp_path):
     write_folder(tmp_path / "train", classes=("a",))
     write_folder(tmp_path / "eval", classes=("b",))
-    data = DataConfig(source="image_folder", path=str(tmp_path / "train"), eval_path=str(tmp_path / "eval"))
+    data = DataConfig(source=ImageFolderSource(path=str(tmp_path / "train"), eval_path=str(tmp_path / "eval")))
     with pytest.raises(ConfigError, match=r"data.eval_path=.*has class folder\(s\) \['b'\] that data.path lacks"):
         data.validate()
 

@@ -3,7 +3,15 @@
 import pytest
 
 from pax_eqx.config import ConfigError
-from pax_eqx.data import DataConfig, InputConfig, build_input, build_tokenizer, eval_num_batches
+from pax_eqx.data import (
+    DataConfig,
+    InputConfig,
+    RandomSource,
+    SyntheticSource,
+    build_input,
+    build_tokenizer,
+    eval_num_batches,
+)
 
 
 def eval_cfg(**kw) -> InputConfig:
@@ -21,8 +29,11 @@ def test_reset_true_dynamic_is_one_epoch_per_run():
 
 def test_reset_true_static_is_not_supported():
     cfg = eval_cfg(reset_for_eval=True, repeat=False, eval_loop_num_batches=5)
-    with pytest.raises(ConfigError, match=r"data\.eval\.reset_for_eval=True with data\.eval\.eval_loop_num_batches=5"):
-        eval_num_batches(cfg)
+    message = r"data\.eval\.reset_for_eval=True with data\.eval\.eval_loop_num_batches=5 is not supported"
+    with pytest.raises(ConfigError, match=message):
+        cfg.validate("eval")
+    with pytest.raises(ConfigError, match=message):  # the DataConfig holding it checks it when made
+        DataConfig(eval=cfg)
 
 
 def test_reset_false_static_rolls_over_n_batches():
@@ -33,8 +44,11 @@ def test_reset_false_static_rolls_over_n_batches():
 @pytest.mark.parametrize("n", [0, -1])
 def test_reset_false_dynamic_is_not_supported(n):
     cfg = eval_cfg(reset_for_eval=False, repeat=True, eval_loop_num_batches=n)
-    with pytest.raises(ConfigError, match="not supported"):
-        eval_num_batches(cfg)
+    message = rf"data\.eval\.reset_for_eval=False with data\.eval\.eval_loop_num_batches={n} .*is not supported"
+    with pytest.raises(ConfigError, match=message):
+        cfg.validate("eval")
+    with pytest.raises(ConfigError, match=message):  # the DataConfig holding it checks it when made
+        DataConfig(eval=cfg)
 
 
 # -- contradictory settings ----------------------------------------------------------------------
@@ -77,13 +91,19 @@ def test_bad_values_name_the_field(fields, message):
 
 
 def test_experiment_build_fails_before_any_batch():
-    """DataConfig.validate (called by ExperimentConfig.validate) reports a bad cell up front,
-    and build_input refuses it too rather than failing mid-run."""
-    bad = DataConfig(source="synthetic", eval=InputConfig(reset_for_eval=True, repeat=False, eval_loop_num_batches=2))
-    with pytest.raises(ConfigError, match="not supported"):
-        bad.validate()
-    with pytest.raises(ConfigError, match="not supported"):
-        build_input(bad, "eval", build_tokenizer(bad), 1, 0)
+    """A bad cell of the table is refused when the DataConfig is made (directly, by replace, or
+    from a job dir's config.json), so no Input is ever built from it to fail mid-run."""
+    bad = InputConfig(reset_for_eval=True, repeat=False, eval_loop_num_batches=2)
+    message = "data.eval.reset_for_eval=True with data.eval.eval_loop_num_batches=2 is not supported"
+    with pytest.raises(ConfigError, match=message):
+        DataConfig(source=SyntheticSource(), eval=bad)
+    good = DataConfig(source=SyntheticSource())
+    with pytest.raises(ConfigError, match=message):
+        good.replace(eval=bad)
+    saved = good.to_dict()
+    saved["eval"]["eval_loop_num_batches"] = 2
+    with pytest.raises(ConfigError, match=message):
+        DataConfig.from_dict(saved)
 
 
 def test_default_data_config_is_valid():
@@ -92,7 +112,7 @@ def test_default_data_config_is_valid():
 
 
 def test_host_index_beyond_process_count_is_an_error():
-    data = DataConfig(source="synthetic", num_synthetic_examples=8)
+    data = DataConfig(source=SyntheticSource(num_synthetic_examples=8))
     with pytest.raises(ConfigError, match="infeed_host_index=3 is out of range for num_infeed_hosts=2"):
         build_input(data, "train", build_tokenizer(data), num_infeed_hosts=2, infeed_host_index=3)
 
@@ -100,8 +120,7 @@ def test_host_index_beyond_process_count_is_an_error():
 def test_rolling_eval_reads_new_batches_each_run():
     """reset_for_eval=False, N static: consecutive runs see non-overlapping batches, forever."""
     data = DataConfig(
-        source="random",
-        num_synthetic_examples=10,
+        source=RandomSource(num_synthetic_examples=10),
         seq_len=4,
         eval=InputConfig(batch_size=2, shuffle=False, repeat=True, reset_for_eval=False, eval_loop_num_batches=2),
     )

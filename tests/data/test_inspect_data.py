@@ -2,7 +2,7 @@
 
 import pytest
 
-from pax_eqx.data import DataConfig, InputConfig
+from pax_eqx.data import DataConfig, InputConfig, RandomSource, SyntheticSource, TextFilesSource
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.inspect_data import inspect, main
 
@@ -10,8 +10,7 @@ from pax_eqx.inspect_data import inspect, main
 def test_report_shows_shapes_padding_and_decoded_rows(tmp_path):
     (tmp_path / "c.txt").write_text("To be, or not to be: that is the question.\n" * 3)
     data = DataConfig(
-        source="text_files",
-        path=str(tmp_path / "c.txt"),
+        source=TextFilesSource(path=str(tmp_path / "c.txt")),
         seq_len=16,
         eval=InputConfig(batch_size=4, shuffle=False, repeat=False, reset_for_eval=True),
     )
@@ -27,9 +26,10 @@ def test_report_shows_shapes_padding_and_decoded_rows(tmp_path):
 def test_seq2seq_report_decodes_inputs_and_targets_with_sentinels(tmp_path):
     (tmp_path / "c.txt").write_text("To be, or not to be: that is the question.\n" * 8)
     data = DataConfig(
-        source="text_files", path=str(tmp_path / "c.txt"), layout="span_corruption", seq_len=32,
+        source=TextFilesSource(path=str(tmp_path / "c.txt"), layout="span_corruption"),
+        seq_len=32,
         eval=InputConfig(batch_size=2, shuffle=False, repeat=False, reset_for_eval=True),
-    )  # fmt: skip
+    )
     report = inspect(data, "eval", num_batches=1)
     assert "target_ids" in report and "target padding:" in report
     assert "inputs 0: " in report and "targets 0: '<extra_id_0>" in report
@@ -37,11 +37,11 @@ def test_seq2seq_report_decodes_inputs_and_targets_with_sentinels(tmp_path):
 
 def test_bad_arguments_are_errors():
     with pytest.raises(ValueError, match="--num-batches must be > 0"):
-        inspect(DataConfig(source="synthetic"), num_batches=0)
+        inspect(DataConfig(source=SyntheticSource()), num_batches=0)
 
 
 def tiny_experiment() -> ExperimentConfig:
-    return ExperimentConfig(data=DataConfig(source="random", seq_len=8, num_synthetic_examples=32))
+    return ExperimentConfig(data=DataConfig(source=RandomSource(num_synthetic_examples=32), seq_len=8))
 
 
 def test_command_line(capsys):

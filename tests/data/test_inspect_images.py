@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 
 from pax_eqx.config import ConfigError
-from pax_eqx.data import DataConfig, InputConfig
+from pax_eqx.data import DataConfig, DigitsImagesSource, DigitsSource, InputConfig
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.inspect_data import inspect, main, write_image_grid
 
 
 def digits_images_experiment() -> ExperimentConfig:
-    return ExperimentConfig(data=DataConfig(source="digits_images", train=InputConfig(batch_size=6)))
+    return ExperimentConfig(data=DataConfig(source=DigitsImagesSource(), train=InputConfig(batch_size=6)))
 
 
 def test_command_line_writes_the_grid(tmp_path, capsys):
@@ -39,4 +39,4 @@ def test_grid_of_colour_images_marks_padding(tmp_path):
 
 def test_image_grid_needs_images(tmp_path):
     with pytest.raises(ConfigError, match="--image-grid needs a batch whose `inputs` are float images"):
-        inspect(DataConfig(source="digits"), num_batches=1, image_grid=tmp_path / "g.png")
+        inspect(DataConfig(source=DigitsSource()), num_batches=1, image_grid=tmp_path / "g.png")

@@ -5,29 +5,39 @@ import json
 import numpy as np
 import pytest
 
-from pax_eqx.data import DataConfig, InputConfig, build_input, build_tokenizer
+from pax_eqx.data import (
+    DataConfig,
+    InputConfig,
+    JsonlSource,
+    RandomSource,
+    TextFilesSource,
+    build_input,
+    build_tokenizer,
+)
 
 TRAIN = InputConfig(batch_size=3, input_random_seed=11)
 
 
-def jsonl_data(tmp_path, **kw) -> DataConfig:
+def jsonl_data(tmp_path, eval=None, **source_kw) -> DataConfig:
+    """`source_kw`: fields of the jsonl source (layout, eval_fraction)."""
     path = tmp_path / "docs.jsonl"
     with path.open("w") as f:
         for i in range(40):
             f.write(json.dumps({"text": f"document {i} " + "abc " * (i % 7)}) + "\n")
-    return DataConfig(source="jsonl", path=str(path), seq_len=16, train=TRAIN, **kw)
+    data = DataConfig(source=JsonlSource(path=str(path), **source_kw), seq_len=16, train=TRAIN)
+    return data if eval is None else data.replace(eval=eval)
 
 
 def text_data(tmp_path) -> DataConfig:
     path = tmp_path / "t.txt"
     path.write_text("".join(f"verse {i} of the poem\n" for i in range(80)))
-    return DataConfig(source="text_files", path=str(path), seq_len=12, train=TRAIN)
+    return DataConfig(source=TextFilesSource(path=str(path)), seq_len=12, train=TRAIN)
 
 
 CASES = {
     "stream": lambda tmp: text_data(tmp),
     "packed": lambda tmp: jsonl_data(tmp, layout="packed"),
-    "random": lambda tmp: DataConfig(source="random", seq_len=8, num_synthetic_examples=20, train=TRAIN),
+    "random": lambda tmp: DataConfig(source=RandomSource(num_synthetic_examples=20), seq_len=8, train=TRAIN),
 }
 
 

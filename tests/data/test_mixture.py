@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pax_eqx.config import ConfigError
-from pax_eqx.data import DataConfig, InputConfig, build_input, build_tokenizer
+from pax_eqx.data import ArrayRecordSource, DataConfig, InputConfig, ShakespeareSource, build_input, build_tokenizer
 from pax_eqx.data.mixtures import SampledMix
 
 
@@ -77,10 +77,7 @@ def test_a_mixture_of_two_prepared_corpora_packs_documents_at_the_weights(tmp_pa
         pipeline.prepare(cfg)
     one_host = InputConfig(batch_size=4, num_infeed_hosts=1, infeed_host_index=0)
     data = DataConfig(
-        source="array_record",
-        path=f"{tmp_path / 'a'},{tmp_path / 'b'}",
-        mixture_weights=(3.0, 1.0),
-        layout="packed",
+        source=ArrayRecordSource(path=f"{tmp_path / 'a'},{tmp_path / 'b'}", mixture_weights=(3.0, 1.0)),
         seq_len=64,
         train=one_host,
         eval=InputConfig(batch_size=4, shuffle=False, repeat=False, reset_for_eval=True, num_infeed_hosts=1),
@@ -102,17 +99,28 @@ def test_a_mixture_of_two_prepared_corpora_packs_documents_at_the_weights(tmp_pa
     firsts = [tok.decode(b["ids"][r, 1:2]) for b in ev for r in range(4) if b["weights"][r].sum() > 0]
     assert collections.Counter(firsts) == {"A": 15, "B": 15}
     with pytest.raises(ConfigError, match="gives 1 weight.*one weight per directory"):
-        data.replace(mixture_weights=(1.0,)).validate()
+        data.replace(source=data.source.replace(mixture_weights=(1.0,))).validate()
     with pytest.raises(ConfigError, match="names one prepared directory"):
-        data.replace(path=str(tmp_path / "a"), mixture_weights=(1.0, 2.0)).validate()
+        data.replace(source=data.source.replace(path=str(tmp_path / "a"), mixture_weights=(1.0, 2.0))).validate()
 
 
 def test_mixture_weights_are_refused_where_nothing_mixes():
     from pax_eqx.command_line import cli
 
-    with pytest.raises(cli.FlagError, match="does not read data.mixture_weights"):
+    # A source that is not array_record has no weights: the flag is refused naming the one that reads it.
+    with pytest.raises(
+        cli.FlagError,
+        match=r"^--mixture-weights: source is 'shakespeare' here, which has no mixture_weights; array_record "
+        r"reads it. Switch with --source array_record, or drop the flag.$",
+    ):
         cli.parse_fields(DataConfig(), ["--mixture-weights", "1", "2"], "t")
-    with pytest.raises(ConfigError, match="would do nothing"):
-        DataConfig(mixture_weights=(1.0, 2.0)).validate()
-    one = DataConfig(source="array_record", path="prepared/a", layout="packed")
-    assert "mixture_weights" in one.inert_fields() and "mixture_weights" not in one.replace(path="a,b").inert_fields()
+    with pytest.raises(ConfigError, match="ShakespeareSource has no field 'mixture_weights'"):
+        ShakespeareSource(mixture_weights=(1.0, 2.0))
+    # array_record with one directory: nothing to mix.
+    one = DataConfig(source=ArrayRecordSource(path="prepared/a"))
+    with pytest.raises(ConfigError, match=r"data.mixture_weights=\[1.0, 2.0\] would do nothing"):
+        one.replace(source=one.source.replace(mixture_weights=(1.0, 2.0))).validate(files=False)
+    with pytest.raises(cli.FlagError, match="--mixture-weights has no effect: data.path names one prepared directory"):
+        cli.parse_fields(one, ["--mixture-weights", "1", "2"], "t")
+    assert "mixture_weights" in one.source.inert_fields()
+    assert "mixture_weights" not in one.source.replace(path="a,b").inert_fields()

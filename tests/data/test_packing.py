@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from pax_eqx.data import ByteTokenizer, DataConfig, InputConfig, build_input
+from pax_eqx.data import ByteTokenizer, DataConfig, InputConfig, JsonlSource, build_input
 from pax_eqx.data.lm_examples import document_example, pack_documents
 from pax_eqx.layers import Context, Mode
 from pax_eqx.models import LanguageModelConfig
@@ -48,9 +48,10 @@ def packed_eval(tmp_path, texts, seq_len=16, batch_size=2) -> tuple[DataConfig, 
     path.write_text("".join(json.dumps({"text": "unused training text"}) + "\n" for _ in range(3)))
     eval_path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     data = DataConfig(
-        source="jsonl", path=str(path), eval_path=str(eval_path), layout="packed", seq_len=seq_len,
+        source=JsonlSource(path=str(path), eval_path=str(eval_path), layout="packed"),
+        seq_len=seq_len,
         eval=InputConfig(batch_size=batch_size, shuffle=False, repeat=False, reset_for_eval=True),
-    )  # fmt: skip
+    )
     return data, list(build_input(data, "eval", ByteTokenizer(), 1, 0))
 
 

@@ -28,7 +28,7 @@ import pytest
 pytest.importorskip("apache_beam", reason="the [prepare] extra (.ci/run installs it)")
 
 from pax_eqx.config import ConfigError  # noqa: E402
-from pax_eqx.data import lm_examples  # noqa: E402
+from pax_eqx.data import ArrayRecordSource, lm_examples  # noqa: E402
 from pax_eqx.data.prepare import records, shards  # noqa: E402
 from pax_eqx.data.prepare.config import PrepareConfig  # noqa: E402
 from pax_eqx.data.tokenizers import ByteTokenizer, SentencePieceConfig, SentencePieceTokenizer  # noqa: E402
@@ -287,8 +287,9 @@ def test_a_tokenizer_json_corpus_reads_back_with_that_tokenizer_only(tmp_path):
     assert manifest.tokenizer["kind"] == "tokenizer_json"
     assert (tmp_path / "out" / "tokenizer" / "tokenizer.json").read_bytes() == Path(bpe.path).read_bytes()
     one_host = InputConfig(batch_size=2, shuffle=False, repeat=False, reset_for_eval=True, num_infeed_hosts=1)
-    data = DataConfig(source="array_record", path=str(tmp_path / "out"), layout="packed", seq_len=4096, tokenizer=bpe)
-    data = data.replace(eval=one_host.replace(infeed_host_index=0), eval_path=data.path)  # eval: every page
+    data = DataConfig(source=ArrayRecordSource(path=str(tmp_path / "out")), seq_len=4096, tokenizer=bpe)
+    eval_every_page = data.source.replace(eval_path=data.source.path)
+    data = data.replace(eval=one_host.replace(infeed_host_index=0), source=eval_every_page)
     tok = build_tokenizer(data)
     rows = [r for b in build_input(data, "eval", tok) for r, w in zip(b["ids"], b["weights"]) if w.sum() > 0]
     assert sorted(tok.decode(r[1:]) for r in rows) == sorted(docs)  # each page whole, decoded exactly

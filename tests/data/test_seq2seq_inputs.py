@@ -2,6 +2,7 @@
 stream once, resumable training), JSON-lines pairs, and the fields refused where they do nothing."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -12,7 +13,12 @@ from pax_eqx.data import (
     ByteTokenizer,
     DataConfig,
     InputConfig,
+    JsonlSource,
+    Seq2SeqJsonlSource,
+    ShakespeareSource,
     SpanCorruptionConfig,
+    SyntheticSource,
+    TextFilesSource,
     build_input,
     build_tokenizer,
     is_seq2seq,
@@ -21,9 +27,10 @@ from pax_eqx.data import (
     seq2seq_pad_example,
     target_length,
 )
-from pax_eqx.data.lm_examples import tokenize_stream
 from pax_eqx.data.file_readers import split_text_tail
+from pax_eqx.data.lm_examples import tokenize_stream
 from pax_eqx.data.tokenizers import SentencePieceConfig
+from pax_eqx.experiment import ExperimentConfig
 
 TOK = ByteTokenizer()
 EVAL = InputConfig(batch_size=4, shuffle=False, repeat=False, reset_for_eval=True)
@@ -53,12 +60,16 @@ _LETTERS = np.random.default_rng(0).integers(97, 123, 4000)
 TEXT = "".join(chr(c) if i % 6 else ("\n" if i % 60 == 0 else " ") for i, c in enumerate(_LETTERS))
 
 
-def span_data(tmp_path, **kw) -> DataConfig:
+def span_data(tmp_path, **source_kw) -> DataConfig:
+    """`source_kw`: fields of the text_files source (target_seq_len)."""
     path = tmp_path / "text.txt"
     path.write_text(TEXT)
-    kw.setdefault("train", InputConfig(batch_size=3, input_random_seed=5))
-    kw.setdefault("eval", EVAL)
-    return DataConfig(source="text_files", path=str(path), layout="span_corruption", seq_len=24, **kw)
+    return DataConfig(
+        source=TextFilesSource(path=str(path), layout="span_corruption", **source_kw),
+        seq_len=24,
+        train=InputConfig(batch_size=3, input_random_seed=5),
+        eval=EVAL,
+    )
 
 
 def reassemble(row) -> list[int]:
@@ -119,7 +130,7 @@ def test_span_corruption_eval_epoch_is_deterministic_and_covers_the_stream_once(
             np.testing.assert_array_equal(a[k], b[k])
             np.testing.assert_array_equal(a[k], c[k])
     # The epoch's windows, in order, are the held-out stream (eos separators dropped), once.
-    held_out = split_text_tail(TEXT, data.eval_fraction)[1]
+    held_out = split_text_tail(TEXT, data.source.eval_fraction)[1]
     expected = [t for t in tokenize_stream([held_out], TOK).tolist() if t != TOK.eos_id]
     real = [row for row in rows(first) if not row["input_paddings"].all()]
     assert sum(len(reassemble(row)) for row in real) == len(expected)
@@ -159,17 +170,12 @@ def write_pairs(path, n):
             f.write(json.dumps({"question": f"what is {i} + {i}?", "answer": f"{2 * i}", "id": i}) + "\n")
 
 
-def pair_data(tmp_path, **kw) -> DataConfig:
+def pair_data(tmp_path, **source_kw) -> DataConfig:
+    """`source_kw`: fields of the seq2seq_jsonl source (target_seq_len, jsonl_targets_key)."""
     write_pairs(tmp_path / "qa.jsonl", 20)
+    fields = dict(jsonl_inputs_key="question", jsonl_targets_key="answer", eval_fraction=0.25)
     return DataConfig(
-        source="seq2seq_jsonl",
-        path=str(tmp_path / "qa.jsonl"),
-        jsonl_inputs_key="question",
-        jsonl_targets_key="answer",
-        seq_len=16,
-        eval_fraction=0.25,
-        eval=EVAL,
-        **kw,
+        source=Seq2SeqJsonlSource(path=str(tmp_path / "qa.jsonl"), **{**fields, **source_kw}), seq_len=16, eval=EVAL
     )
 
 
@@ -177,7 +183,7 @@ def test_seq2seq_jsonl_round_trip(tmp_path):
     data = pair_data(tmp_path, target_seq_len=5)
     data.validate()
     assert is_seq2seq(data) and target_length(data) == 5
-    assert target_length(data.replace(target_seq_len=0)) == 16  # 0 = data.seq_len
+    assert target_length(data.replace(source=data.source.replace(target_seq_len=0))) == 16  # 0 = data.seq_len
     inp = build_input(data, "eval", TOK, 1, 0)
     batches = list(inp)
     assert inp.num_batches_per_epoch == len(batches) == 2  # records 3, 7, 11, 15, 19 + 3 padding rows
@@ -199,35 +205,71 @@ def test_seq2seq_jsonl_sentencepiece_trains_on_both_fields(tmp_path):
     with path.open("w") as f:
         for i in range(40):
             f.write(json.dumps({"inputs": f"abc {i % 10}", "targets": f"xyz {i % 7}"}) + "\n")
-    data = DataConfig(source="seq2seq_jsonl", path=str(path), tokenizer=SentencePieceConfig(vocab_size=21))
+    data = DataConfig(source=Seq2SeqJsonlSource(path=str(path)), tokenizer=SentencePieceConfig(vocab_size=21))
     tok = build_tokenizer(data)
     assert tok.unknown_characters("abc xyz 0123456") == ""  # x, y, z occur only in the targets
 
 
 def test_seq2seq_jsonl_missing_field_names_the_setting(tmp_path):
-    data = pair_data(tmp_path).replace(jsonl_targets_key="reply")
+    data = pair_data(tmp_path, jsonl_targets_key="reply")
     with pytest.raises(ConfigError, match=r"no 'reply' field .*set data\.jsonl_targets_key"):
         build_input(data, "train", TOK, 1, 0).get_next()
 
 
+_PAIRS = Seq2SeqJsonlSource(path="pairs.jsonl")
+_ONLY_SEQ2SEQ = "seq2seq_jsonl reads it. Switch with --data.source seq2seq_jsonl, or drop the flag."
+_TEXT_LAYOUTS = "jsonl, text_files, shakespeare read it. Switch with --data.source jsonl, or drop the flag."
+
+
 @pytest.mark.parametrize(
-    "kw, match",
+    "source, args, message",
     [
-        ({"span_corruption": SpanCorruptionConfig(noise_density=0.3)}, r"data\.span_corruption\.noise_density=0\.3"),
-        ({"target_seq_len": 8}, r"data\.target_seq_len=8 would do nothing"),
-        ({"jsonl_inputs_key": "q"}, r"data\.jsonl_inputs_key='q' would do nothing"),
-        ({"jsonl_targets_key": "a", "source": "jsonl"}, r"data\.jsonl_targets_key='a' would do nothing"),
-        ({"source": "seq2seq_jsonl", "layout": "packed"}, r"data\.layout='packed' would do nothing"),
-        ({"source": "seq2seq_jsonl", "jsonl_text_key": "body"}, r"data\.jsonl_text_key='body' would do nothing"),
-        ({"source": "seq2seq_jsonl", "jsonl_inputs_key": ""}, r"data\.jsonl_inputs_key is empty"),
-        ({"source": "seq2seq_jsonl", "target_seq_len": -1}, r"data\.target_seq_len must be >= 0"),
-        ({"source": "synthetic", "layout": "span_corruption"}, r"data\.layout='span_corruption' needs text"),
-        ({"layout": "span_corruption", "target_seq_len": 5}, r"data\.target_seq_len=5 is too short.* >= 6"),
+        # a field of the chosen source that its other settings make inert
+        (ShakespeareSource(), ["--data.span-corruption.noise-density", "0.3"],
+         "--data.span-corruption.noise-density has no effect: data.layout='stream' is not span_corruption. Remove"),
+        (ShakespeareSource(), ["--data.target-seq-len", "8"],
+         "--data.target-seq-len has no effect: data.layout='stream' is not span_corruption. Remove"),
+        # a field the chosen source does not have
+        (ShakespeareSource(), ["--data.jsonl-inputs-key", "q"],
+         "--data.jsonl-inputs-key: data.source is 'shakespeare' here, which has no jsonl_inputs_key; " + _ONLY_SEQ2SEQ),
+        (JsonlSource(path="x.jsonl"), ["--data.jsonl-targets-key", "a"],
+         "--data.jsonl-targets-key: data.source is 'jsonl' here, which has no jsonl_targets_key; " + _ONLY_SEQ2SEQ),
+        (_PAIRS, ["--data.layout", "packed"],
+         "--data.layout: data.source is 'seq2seq_jsonl' here, which has no layout; " + _TEXT_LAYOUTS),
+        (_PAIRS, ["--data.jsonl-text-key", "body"],
+         "--data.jsonl-text-key: data.source is 'seq2seq_jsonl' here, which has no jsonl_text_key; jsonl reads it. "
+         "Switch with --data.source jsonl, or drop the flag."),
+        (SyntheticSource(), ["--data.layout", "span_corruption"],  # span corruption needs text
+         "--data.layout: data.source is 'synthetic' here, which has no layout; " + _TEXT_LAYOUTS),
+        # a bad value of a field the source has
+        (_PAIRS, ["--data.jsonl-inputs-key", ""], "data.jsonl_inputs_key is empty"),
+        (_PAIRS, ["--data.target-seq-len", "-1"], "data.target_seq_len must be >= 0"),
     ],
-)
-def test_fields_that_would_do_nothing_are_refused(kw, match):
+)  # fmt: skip
+def test_fields_that_would_do_nothing_are_refused(source, args, message):
+    """Each flag is refused naming itself, why, and the fix (a bad value: the field and the value)."""
+    from pax_eqx.command_line import cli
+
+    exp = ExperimentConfig(data=DataConfig(source=source, seq_len=24))
+    with pytest.raises(cli.FlagError, match=re.escape(message)):
+        cli.parse_fields(exp, args, "test")
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: JsonlSource(jsonl_targets_key="a"), r"JsonlSource has no field 'jsonl_targets_key'"),
+        (lambda: Seq2SeqJsonlSource(layout="packed"), r"Seq2SeqJsonlSource has no field 'layout'"),
+        (lambda: SyntheticSource(layout="span_corruption"), r"SyntheticSource has no field 'layout'"),
+        (lambda: Seq2SeqJsonlSource(jsonl_inputs_key=""), r"data\.jsonl_inputs_key is empty"),
+        (lambda: Seq2SeqJsonlSource(target_seq_len=-1), r"data\.target_seq_len must be >= 0"),
+        (lambda: DataConfig(source=ShakespeareSource(layout="span_corruption", target_seq_len=5), seq_len=24).validate(
+            files=False), r"data\.target_seq_len=5 is too short.* >= 6"),
+    ],
+)  # fmt: skip
+def test_bad_source_fields_are_refused_in_python(make, match):
     with pytest.raises(ConfigError, match=match):
-        DataConfig(seq_len=24, **kw).validate(files=False)
+        make()
 
 
 def test_a_larger_target_seq_len_pads_span_corruption_targets(tmp_path):

@@ -5,7 +5,18 @@ import json
 import numpy as np
 import pytest
 
-from pax_eqx.data import ByteTokenizer, DataConfig, Input, InputConfig, build_input, build_tokenizer
+from pax_eqx.data import (
+    ByteTokenizer,
+    CustomSource,
+    DataConfig,
+    Input,
+    InputConfig,
+    JsonlSource,
+    RandomSource,
+    TextFilesSource,
+    build_input,
+    build_tokenizer,
+)
 from pax_eqx.data.shakespeare import clean_play, load_plays, shakespeare_documents
 
 
@@ -60,20 +71,20 @@ def test_shakespeare_input_batches_decode_to_play_text():
 
 def test_text_files_need_an_existing_path(tmp_path):
     with pytest.raises(ValueError, match=r"data\.path is empty"):
-        DataConfig(source="text_files").validate()
+        DataConfig(source=TextFilesSource()).validate()
     with pytest.raises(FileNotFoundError, match=r"data\.path=.*does not exist"):
-        DataConfig(source="text_files", path=str(tmp_path / "missing.txt")).validate()
+        DataConfig(source=TextFilesSource(path=str(tmp_path / "missing.txt"))).validate()
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=r"data\.path=.*has no data files"):
-        DataConfig(source="text_files", path=str(tmp_path / "empty")).validate()
+        DataConfig(source=TextFilesSource(path=str(tmp_path / "empty"))).validate()
     with pytest.raises(FileNotFoundError, match=r"data\.eval_path=.*matches no files"):
         (tmp_path / "a.txt").write_text("x")
-        DataConfig(source="text_files", path=str(tmp_path / "a.txt"), eval_path=str(tmp_path / "*.md")).validate()
+        DataConfig(source=TextFilesSource(path=str(tmp_path / "a.txt"), eval_path=str(tmp_path / "*.md"))).validate()
 
 
 def test_empty_text_files_are_an_error(tmp_path):
     (tmp_path / "blank.txt").write_text("  \n\n")
-    data = DataConfig(source="text_files", path=str(tmp_path / "blank.txt"))
+    data = DataConfig(source=TextFilesSource(path=str(tmp_path / "blank.txt")))
     with pytest.raises(ValueError, match=r"data\.path=.*the files are empty"):
         build_input(data, "train", ByteTokenizer(), 1, 0)
 
@@ -101,11 +112,8 @@ def write_jsonl(path, n):
 def test_jsonl_holds_out_every_kth_record(tmp_path):
     write_jsonl(tmp_path / "x.jsonl", 30)
     data = DataConfig(
-        source="jsonl",
-        path=str(tmp_path),
-        layout="packed",
+        source=JsonlSource(path=str(tmp_path), layout="packed", eval_fraction=0.2),
         seq_len=400,
-        eval_fraction=0.2,
         eval=InputConfig(batch_size=1, shuffle=False, repeat=False, reset_for_eval=True),
     )
     tok = ByteTokenizer()
@@ -118,24 +126,24 @@ def test_jsonl_holds_out_every_kth_record(tmp_path):
 
 def test_jsonl_missing_key_names_the_setting(tmp_path):
     write_jsonl(tmp_path / "x.jsonl", 30)
-    data = DataConfig(source="jsonl", path=str(tmp_path / "x.jsonl"), jsonl_text_key="body")
+    data = DataConfig(source=JsonlSource(path=str(tmp_path / "x.jsonl"), jsonl_text_key="body"))
     with pytest.raises(ValueError, match=r"no 'body' field .*set data.jsonl_text_key"):
         build_input(data, "train", ByteTokenizer(), 1, 0).get_next()
 
 
 def test_custom_input_factory(tmp_path):
-    data = DataConfig(source="custom", custom_input=f"{__name__}.doubled_random_input")
+    data = DataConfig(source=CustomSource(custom_input=f"{__name__}.doubled_random_input"))
     inp = build_input(data, "train", ByteTokenizer(), 2, 1)
     batch = inp.get_next()
     assert isinstance(inp, Input) and batch["doubled"].shape == (2, 4)
     np.testing.assert_array_equal(batch["doubled"], 2 * batch["ids"])
     with pytest.raises(ValueError, match=r"data\.custom_input='nowhere\.fn': cannot import"):
-        DataConfig(source="custom", custom_input="nowhere.fn").validate()
+        DataConfig(source=CustomSource(custom_input="nowhere.fn")).validate()
 
 
 def doubled_random_input(data, split, tokenizer, shard):
     """A user's input: an existing one with a post-processed field (the seed's MyInput)."""
-    base = DataConfig(source="random", seq_len=4, num_synthetic_examples=16, train=InputConfig(batch_size=2))
+    base = DataConfig(source=RandomSource(num_synthetic_examples=16), seq_len=4, train=InputConfig(batch_size=2))
     return build_input(base, split, tokenizer, shard.count, shard.index).map(lambda b: {**b, "doubled": 2 * b["ids"]})
 
 

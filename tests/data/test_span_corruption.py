@@ -11,6 +11,8 @@ from pax_eqx.config import ConfigError
 from pax_eqx.data import (
     ByteTokenizer,
     DataConfig,
+    Seq2SeqJsonlSource,
+    ShakespeareSource,
     SpanCorruptionConfig,
     decode_with_sentinels,
     encode_with_sentinels,
@@ -141,11 +143,11 @@ def test_raw_length_matches_t5_for_its_sequence_lengths():
 
 def test_sentinels_extend_the_vocabulary():
     tok = ByteTokenizer()
-    data = DataConfig(layout="span_corruption", seq_len=512)
+    data = DataConfig(source=ShakespeareSource(layout="span_corruption"), seq_len=512)
     assert num_sentinels(SpanCorruptionConfig(), 512) == 28  # round(85 / 3)
     assert required_vocab_size(data, tok) == 260 + 28
     assert required_vocab_size(DataConfig(), tok) == 260  # an LM: no sentinels
-    assert required_vocab_size(DataConfig(source="seq2seq_jsonl", path="x.jsonl"), tok) == 260
+    assert required_vocab_size(DataConfig(source=Seq2SeqJsonlSource(path="x.jsonl")), tok) == 260
 
 
 def test_text_with_sentinel_markers_round_trips():
@@ -183,12 +185,12 @@ def test_sentinel_markers_with_sentencepiece():
 def test_bad_span_corruption_config_names_the_field(kw, field):
     value = next(iter(kw.values()))
     with pytest.raises(ConfigError, match=rf"data\.span_corruption\.{field}={value!r}"):
-        DataConfig(layout="span_corruption", span_corruption=SpanCorruptionConfig(**kw)).validate(files=False)
+        DataConfig(source=ShakespeareSource(layout="span_corruption", span_corruption=SpanCorruptionConfig(**kw)))
 
 
 def test_too_short_seq_len_for_span_corruption_names_the_minimum():
     with pytest.raises(ConfigError, match=r"data\.seq_len=2 is too short .*data\.seq_len >= 3"):
-        DataConfig(layout="span_corruption", seq_len=2).validate(files=False)
+        DataConfig(source=ShakespeareSource(layout="span_corruption"), seq_len=2).validate(files=False)
     assert raw_length(SpanCorruptionConfig(), 3) == (2, 3)
 
 
@@ -201,7 +203,7 @@ def test_the_worked_example_of_docs_data_md():
     inputs_ids, targets_ids = encode_with_sentinels(tok, inputs), encode_with_sentinels(tok, targets)
     assert len(tok.encode(window)) == 70 and len(inputs_ids) + 1 == 64 and len(targets_ids) + 1 == 14
     assert reassemble(np.array(inputs_ids), np.array(targets_ids), 260) == tok.encode(window)
-    assert required_vocab_size(DataConfig(layout="span_corruption"), tok) == 263
+    assert required_vocab_size(DataConfig(source=ShakespeareSource(layout="span_corruption")), tok) == 263
     # the draw shown (numpy's Generator stream; regenerate the docs' example if numpy changes it)
     got_inputs, got_targets = corrupt(tok.encode(window), cfg, np.random.default_rng(2), 260)
     assert (got_inputs.tolist(), got_targets.tolist()) == (inputs_ids, targets_ids)

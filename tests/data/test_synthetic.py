@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from pax_eqx.data import LM_FIELDS, ByteTokenizer, DataConfig, InputConfig, build_input
+from pax_eqx.data import LM_FIELDS, ByteTokenizer, DataConfig, InputConfig, RandomSource, SyntheticSource, build_input
 
 
 def test_synthetic_lm_data_matches_pax():
     """Pax's SyntheticLmData: ids = labels = 1, weights 1, one segment, positions 0..seq_len-1."""
-    data = DataConfig(source="synthetic", seq_len=6, train=InputConfig(batch_size=3))
+    data = DataConfig(source=SyntheticSource(), seq_len=6, train=InputConfig(batch_size=3))
     batch = build_input(data, "train", ByteTokenizer(), 1, 0).get_next()
     assert sorted(batch) == sorted(LM_FIELDS)
     assert {k: (v.shape, v.dtype.name) for k, v in batch.items()} == {
@@ -22,7 +22,7 @@ def test_synthetic_lm_data_matches_pax():
 
 @pytest.mark.parametrize("num_hosts", [2, 4])
 def test_random_tokens_differ_across_hosts_and_are_deterministic(num_hosts):
-    data = DataConfig(source="random", seq_len=8, num_synthetic_examples=64, train=InputConfig(batch_size=4))
+    data = DataConfig(source=RandomSource(num_synthetic_examples=64), seq_len=8, train=InputConfig(batch_size=4))
     tok = ByteTokenizer()
     firsts = [build_input(data, "train", tok, num_hosts, i).get_next() for i in range(num_hosts)]
     rows = [tuple(r) for b in firsts for r in b["ids"]]
@@ -36,9 +36,8 @@ def test_random_tokens_differ_across_hosts_and_are_deterministic(num_hosts):
 
 def test_synthetic_eval_is_a_finite_padded_epoch():
     data = DataConfig(
-        source="synthetic",
+        source=SyntheticSource(num_synthetic_examples=10),
         seq_len=4,
-        num_synthetic_examples=10,
         eval=InputConfig(batch_size=4, shuffle=False, repeat=False, reset_for_eval=True),
     )
     batches = list(build_input(data, "eval", ByteTokenizer(), 1, 0))

@@ -1,6 +1,6 @@
 """data.source="synthetic_images": random images of data.image_shape, deterministic per index,
 through the same host sharding and batching as the other image sources; data.image_shape is
-rejected where it does nothing and checked where images come from files."""
+refused where the source has none and checked where images come from files."""
 
 from __future__ import annotations
 
@@ -8,18 +8,35 @@ import numpy as np
 import pytest
 
 from pax_eqx.config import ConfigError
-from pax_eqx.data import DataConfig, InputConfig, build_input
+from pax_eqx.data import (
+    DataConfig,
+    DigitsImagesSource,
+    ImageFolderSource,
+    ImagesNpzSource,
+    InputConfig,
+    ShakespeareSource,
+    SyntheticImagesSource,
+    build_input,
+)
 from pax_eqx.data.images import synthetic_image_examples
 from pax_eqx.data.tokenizers import ByteTokenizer
+from pax_eqx.experiment import ExperimentConfig
 
 
-def data(**changes) -> DataConfig:
+def data(**source_changes) -> DataConfig:
+    """`source_changes`: fields of the synthetic_images source."""
     base = DataConfig(
-        source="synthetic_images", image_shape=(6, 5, 3), num_synthetic_examples=12,
+        source=SyntheticImagesSource(image_shape=(6, 5, 3), num_synthetic_examples=12),
         train=InputConfig(batch_size=3, shuffle=False),
         eval=InputConfig(batch_size=4, shuffle=False, repeat=False, reset_for_eval=True),
-    )  # fmt: skip
-    return base.replace(**changes)
+    )
+    return base.replace(source=base.source.replace(**source_changes))
+
+
+def _parse(exp: ExperimentConfig, *args: str) -> ExperimentConfig:
+    from pax_eqx.command_line import cli
+
+    return cli.parse_fields(exp, list(args), "test")
 
 
 def test_images_are_fixed_shape_and_the_same_for_an_index_every_time():
@@ -47,27 +64,39 @@ def test_batches_and_host_shards_like_the_other_sources():
 
 def test_image_shape_is_required_rejected_or_checked():
     with pytest.raises(ConfigError, match="data.image_shape is empty"):
-        data(image_shape=()).validate()
+        data(image_shape=())
     with pytest.raises(ConfigError, match="3 positive sizes"):
-        data(image_shape=(6, 5)).validate()
-    with pytest.raises(ConfigError, match=r"data.image_shape=\(6, 5, 3\) would do nothing"):
-        DataConfig(source="shakespeare", image_shape=(6, 5, 3)).validate(files=False)
-    with pytest.raises(ConfigError, match="data.path='x' would do nothing"):
-        data(path="x").validate()
+        data(image_shape=(6, 5))
+    # A source without images has no image_shape, nor synthetic_images a path: no such field, and
+    # the flag is refused naming the sources that read it.
+    with pytest.raises(ConfigError, match="ShakespeareSource has no field 'image_shape'"):
+        ShakespeareSource(image_shape=(6, 5, 3))
+    with pytest.raises(
+        ConfigError,
+        match=r"^--data.image-shape: data.source is 'shakespeare' here, which has no image_shape; images_npz, .*"
+        r"synthetic_images.* read it. Switch with --data.source images_npz, or drop the flag.$",
+    ):
+        _parse(ExperimentConfig(data=DataConfig(source=ShakespeareSource())), "--data.image-shape", "6", "5", "3")
+    with pytest.raises(ConfigError, match="SyntheticImagesSource has no field 'path'"):
+        SyntheticImagesSource(image_shape=(6, 5, 3), path="x")
+    with pytest.raises(
+        ConfigError, match=r"^--data.path: data.source is 'synthetic_images' here, which has no path; .*drop the flag.$"
+    ):
+        _parse(ExperimentConfig(data=data()), "--data.path", "x")
     with pytest.raises(ConfigError, match="digits_images' gives"):
-        DataConfig(source="digits_images", image_shape=(6, 5, 3)).validate(files=False)
-    DataConfig(source="digits_images", image_shape=(8, 8, 1)).validate(files=False)
+        DataConfig(source=DigitsImagesSource(image_shape=(6, 5, 3))).validate(files=False)
+    DataConfig(source=DigitsImagesSource(image_shape=(8, 8, 1))).validate(files=False)
 
 
 def test_image_shape_checks_the_images_of_a_file_source(tmp_path):
     np.savez(tmp_path / "x.npz", images=np.zeros((10, 4, 4, 1), np.uint8), labels=np.arange(10))
-    cfg = DataConfig(source="images_npz", path=str(tmp_path / "x.npz"), image_shape=(4, 4, 3))
+    cfg = DataConfig(source=ImagesNpzSource(path=str(tmp_path / "x.npz"), image_shape=(4, 4, 3)))
     with pytest.raises(ConfigError, match=r"data.image_shape=\(4, 4, 3\) but .* shape \(4, 4, 1\)"):
         build_input(cfg, "train", ByteTokenizer())
-    build_input(cfg.replace(image_shape=(4, 4, 1)), "train", ByteTokenizer())
+    build_input(cfg.replace(source=cfg.source.replace(image_shape=(4, 4, 1))), "train", ByteTokenizer())
 
 
 def test_a_dry_run_validation_accepts_an_image_source_without_a_path():
-    DataConfig(source="image_folder", image_shape=(6, 5, 3)).validate(files=False)
+    DataConfig(source=ImageFolderSource(image_shape=(6, 5, 3))).validate(files=False)
     with pytest.raises(ConfigError, match="data.path is empty.*synthetic_images"):
-        DataConfig(source="image_folder").validate()
+        DataConfig(source=ImageFolderSource()).validate()

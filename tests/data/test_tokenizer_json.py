@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pax_eqx.config import ConfigError, MissingFileError
-from pax_eqx.data import DataConfig, InputConfig, build_input, build_tokenizer
+from pax_eqx.data import DataConfig, InputConfig, JsonlSource, build_input, build_tokenizer
 from pax_eqx.data.tokenizers import TokenizerJsonConfig, TokenizerJsonTokenizer
 
 TEXT = "ROMEO:\nBut, soft! what light through yonder window breaks?\nIt is the east, and Juliet is the sun.\n"
@@ -88,9 +88,11 @@ def test_build_tokenizer_and_an_input_use_it(files, tmp_path):
     corpus = tmp_path / "docs.jsonl"
     corpus.write_text("".join(f'{{"text": "{line}"}}\n' for line in TEXT.splitlines() * 4))
     data = DataConfig(
-        source="jsonl", path=str(corpus), seq_len=16, train=InputConfig(batch_size=2),
+        source=JsonlSource(path=str(corpus)),
+        seq_len=16,
+        train=InputConfig(batch_size=2),
         tokenizer=TokenizerJsonConfig(path=files["byte_level"], eos_token="<|endoftext|>"),
-    )  # fmt: skip
+    )
     tok = build_tokenizer(data)
     assert isinstance(tok, TokenizerJsonTokenizer) and tok.vocab_size == 300
     batch = build_input(data, "train", tok).get_next()

@@ -5,9 +5,13 @@ import pytest
 from pax_eqx.config import ConfigError
 from pax_eqx.data import (
     ByteTokenizer,
+    CustomSource,
     DataConfig,
     InputConfig,
+    RandomSource,
     SentencePieceTokenizer,
+    SyntheticSource,
+    TextFilesSource,
     build_input,
     build_tokenizer,
     check_same_tokenizer,
@@ -87,7 +91,7 @@ def test_too_large_vocabulary_names_the_field():
 def test_build_tokenizer_trains_on_the_training_split(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text(TEXT * 3)
-    data = DataConfig(source="text_files", path=str(corpus), tokenizer=SPM, seq_len=8)
+    data = DataConfig(source=TextFilesSource(path=str(corpus)), tokenizer=SPM, seq_len=8)
     tok = build_tokenizer(data, tmp_path / "job")
     assert (tmp_path / "job" / "tokenizer" / "spm.model").is_file()
     inp = build_input(data, "train", tok, 1, 0)
@@ -103,27 +107,33 @@ def test_different_tokenizers_are_refused(spm):
 
 
 def test_custom_input_with_another_tokenizer_is_refused():
-    data = DataConfig(source="custom", custom_input=f"{__name__}.input_with_own_tokenizer")
+    data = DataConfig(source=CustomSource(custom_input=f"{__name__}.input_with_own_tokenizer"))
     with pytest.raises(ValueError, match="different tokenizers"):
         build_input(data, "train", ByteTokenizer(), 1, 0)
 
 
 def input_with_own_tokenizer(data, split, tokenizer, shard):
     own = SentencePieceTokenizer(train_sentencepiece(LINES, SPM))
-    other = DataConfig(source="synthetic", train=InputConfig(batch_size=2), seq_len=4)
+    other = DataConfig(source=SyntheticSource(), train=InputConfig(batch_size=2), seq_len=4)
     inp = build_input(other, split, own, shard.count, shard.index)
     return inp
 
 
 def test_sentencepiece_needs_text():
-    data = DataConfig(source="custom", custom_input=f"{__name__}.input_with_own_tokenizer", tokenizer=SPM)
-    with pytest.raises(ConfigError, match="data.tokenizer sentencepiece is trained from text"):
+    data = DataConfig(source=CustomSource(custom_input=f"{__name__}.input_with_own_tokenizer"), tokenizer=SPM)
+    message = (
+        r"data.tokenizer sentencepiece is trained from text, but data.source='custom' has none; use "
+        r"--data.tokenizer byte, or set --data.tokenizer.model-path."
+    )
+    with pytest.raises(ConfigError, match=message):
+        build_tokenizer(data)
+    with pytest.raises(ConfigError, match=message):  # up front, before a run starts
         data.validate()
 
 
-@pytest.mark.parametrize("source", ["synthetic", "random"])
+@pytest.mark.parametrize("source", [SyntheticSource, RandomSource], ids=["synthetic", "random"])
 def test_id_sources_print_with_bytes_when_sentencepiece_has_no_model(source):
     """`--data.source synthetic` on a C4 experiment: ids need no tokenizer, samples print as bytes."""
-    data = DataConfig(source=source, tokenizer=SPM)
+    data = DataConfig(source=source(), tokenizer=SPM)
     data.validate()
     assert isinstance(build_tokenizer(data), ByteTokenizer)

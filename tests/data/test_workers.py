@@ -9,10 +9,10 @@ import sys
 SCRIPT = """
 import json
 import numpy as np
-from pax_eqx.data import DataConfig, InputConfig, build_input, build_tokenizer
+from pax_eqx.data import DataConfig, InputConfig, RandomSource, build_input, build_tokenizer
 
 if __name__ == "__main__":
-    data = DataConfig(source="random", seq_len=8, num_synthetic_examples=64, train=InputConfig(batch_size=4))
+    data = DataConfig(source=RandomSource(num_synthetic_examples=64), seq_len=8, train=InputConfig(batch_size=4))
     tok = build_tokenizer(data)
     with_workers = data.replace(train=data.train.replace(num_workers=2))
     ref = build_input(data, "train", tok, 2, 1)
