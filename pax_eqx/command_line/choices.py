@@ -146,20 +146,32 @@ def spell_flattened(default: Any, args: Sequence[str]) -> list[str]:
 def _refuse_unchosen_fields(value: Any, args: Sequence[str]) -> None:
     choices = dict(choice_fields(value))
     for _, path, _, _ in _flags(args):
-        owner, _, name = path.rpartition(".")
-        if owner in choices:
-            chosen = _get(value, owner)
-            if name not in field_names(chosen):
-                readers = [k for k, cls in choices[owner].items() if name in field_names(cls)]
-                if readers:
-                    flag = owner.replace("_", "-")
-                    raise ChoiceError(
-                        f"--{path.replace('_', '-')}: {owner} is {chosen.kind!r} here, which has no {name}; "
-                        f"{', '.join(readers)} {'reads' if len(readers) == 1 else 'read'} it. Switch with --{flag} "
-                        f"{readers[0]}, or drop the flag."
-                    )
+        inside = [c for c in choices if path.startswith(c + ".")]
+        if not inside:
+            owner, _, name = path.rpartition(".")
+            _refuse_moved_field(value, owner, name, choices)
             continue
-        _refuse_moved_field(value, owner, name, choices)
+        owner = max(inside, key=len)  # the innermost choice the flag is under
+        name = path[len(owner) + 1 :].split(".")[0]
+        chosen = _get(value, owner)
+        own = field_names(chosen)
+        if name.startswith("no_") and name[3:] in own:
+            continue
+        if name in own:
+            continue
+        readers = [k for k, cls in choices[owner].items() if name in field_names(cls) or name[3:] in field_names(cls)]
+        if readers:
+            # The variant most like the chosen one first (the most shared base classes): an image
+            # source for an image source's missing path, not the first text source.
+            # (then the most similar name: digits_images for digits).
+            readers.sort(key=lambda k: (-len(set(type(chosen).__mro__) & set(choices[owner][k].__mro__)),
+                                        -difflib.SequenceMatcher(None, chosen.kind, k).ratio()))  # fmt: skip
+            flag = owner.replace("_", "-")
+            raise ChoiceError(
+                f"--{path.replace('_', '-')}: {owner} is {chosen.kind!r} here, which has no {name}; "
+                f"{', '.join(readers)} {'reads' if len(readers) == 1 else 'read'} it. Switch with --{flag} "
+                f"{readers[0]}, or drop the flag."
+            )
 
 
 def _refuse_moved_field(value: Any, owner: str, name: str, choices: dict[str, dict[str, type]]) -> None:

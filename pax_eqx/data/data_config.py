@@ -76,6 +76,7 @@ class DataConfig(Config):
         """What the source checks against the rest of the data and, with `files`, on the disk (paths
         exist, a prepared corpus's manifest); files=False for a --dry-run, which plans without data.
         The fields themselves were checked when each config was made."""
+        self.source.check_tokenizer(self.tokenizer)
         self.source.check(self, files)
 
 

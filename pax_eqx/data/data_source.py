@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
 import grain
 
@@ -61,6 +61,7 @@ class DataSource(OpenChoice):
 
     reads_tokens: ClassVar[bool] = True
     has_text: ClassVar[bool] = True
+    trains_tokenizer: ClassVar[bool] = False  # whether `training_text` gives text to train SentencePiece on
 
     def __post_init__(self) -> None:
         self.validate()
@@ -77,6 +78,12 @@ class DataSource(OpenChoice):
         """The source against the rest of `data` (its seq_len, batch sizes, tokenizer), and with
         `files` what reads the disk (paths exist, a prepared corpus's manifest). Run once, when
         the experiment is checked; files=False for a --dry-run, which plans without data."""
+
+    def check_tokenizer(self, tokenizer: Any) -> None:
+        """ConfigError for a tokenizer this source cannot give (a SentencePiece model to train, on
+        a source with no text to train it on), before anything is built."""
+        if tokenizer.kind == "sentencepiece" and not tokenizer.model_path and not self.trains_tokenizer:
+            raise self._no_text()
 
     def configured(self, data: DataConfig) -> DataConfig:
         """`data` as the source's own files say it is: a prepared corpus's manifest names its
@@ -140,8 +147,11 @@ class DataSource(OpenChoice):
         return AugmentConfig()
 
     def training_text(self, data: DataConfig) -> Iterator[str]:
-        """Lines of the training split, to train a SentencePiece model on."""
-        raise ConfigError(
+        """Lines of the training split, to train a SentencePiece model on (`trains_tokenizer`)."""
+        raise self._no_text()
+
+    def _no_text(self) -> ConfigError:
+        return ConfigError(
             f"data.tokenizer sentencepiece is trained from text, but {self.flag} has none; use "
             "--data.tokenizer byte, or set --data.tokenizer.model-path."
         )
@@ -217,6 +227,8 @@ class TextDocuments(DataSource):
     span_corruption: T5's noise density and mean span length (layout "span_corruption").
     target_seq_len: the targets' length with layout "span_corruption" (0 = the longest targets
     span corruption makes of data.seq_len; a set value must be at least that)."""
+
+    trains_tokenizer: ClassVar[bool] = True
 
     layout: Literal["stream", "packed", "span_corruption"] = "stream"
     span_corruption: SpanCorruptionConfig = SpanCorruptionConfig()
@@ -331,6 +343,9 @@ class TokenIdRows(GeneratedExamples):
     synthetic` on a C4 experiment, a benchmark run)."""
 
     has_text: ClassVar[bool] = False
+
+    def check_tokenizer(self, tokenizer: Any) -> None:
+        """Any: a SentencePiece model without a file prints samples as bytes (build_tokenizer)."""
 
     def inert_data_fields(self, data: DataConfig) -> dict[str, str]:
         inert = super().inert_data_fields(data)

@@ -69,8 +69,8 @@ def test_digits_images_rejects_fields_that_would_do_nothing():
         DigitsImagesSource(path="x")
     with pytest.raises(
         ConfigError,
-        match=r"^--data.path: data.source is 'digits_images' here, which has no path; .*images_npz, image_folder.* "
-        r"read it. Switch with --data.source jsonl, or drop the flag.$",
+        match=r"^--data.path: data.source is 'digits_images' here, which has no path; images_npz, image_folder, .* "
+        r"read it. Switch with --data.source images_npz, or drop the flag.$",  # an image source first
     ):
         _parse("digits_resnet", "--data.path", "x")
     with pytest.raises(ConfigError, match=r"data.augment.mean=\(0.5, 0.5, 0.5\) has 3 value"):

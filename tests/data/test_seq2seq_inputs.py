@@ -218,7 +218,8 @@ def test_seq2seq_jsonl_missing_field_names_the_setting(tmp_path):
 
 _PAIRS = Seq2SeqJsonlSource(path="pairs.jsonl")
 _ONLY_SEQ2SEQ = "seq2seq_jsonl reads it. Switch with --data.source seq2seq_jsonl, or drop the flag."
-_TEXT_LAYOUTS = "jsonl, text_files, shakespeare read it. Switch with --data.source jsonl, or drop the flag."
+# The sources that read it, the one most like the chosen source first (the one the fix names).
+_TEXT_LAYOUTS = "{} read it. Switch with --data.source {}, or drop the flag."
 
 
 @pytest.mark.parametrize(
@@ -235,12 +236,14 @@ _TEXT_LAYOUTS = "jsonl, text_files, shakespeare read it. Switch with --data.sour
         (JsonlSource(path="x.jsonl"), ["--data.jsonl-targets-key", "a"],
          "--data.jsonl-targets-key: data.source is 'jsonl' here, which has no jsonl_targets_key; " + _ONLY_SEQ2SEQ),
         (_PAIRS, ["--data.layout", "packed"],
-         "--data.layout: data.source is 'seq2seq_jsonl' here, which has no layout; " + _TEXT_LAYOUTS),
+         "--data.layout: data.source is 'seq2seq_jsonl' here, which has no layout; "
+         + _TEXT_LAYOUTS.format("jsonl, text_files, shakespeare", "jsonl")),
         (_PAIRS, ["--data.jsonl-text-key", "body"],
          "--data.jsonl-text-key: data.source is 'seq2seq_jsonl' here, which has no jsonl_text_key; jsonl reads it. "
          "Switch with --data.source jsonl, or drop the flag."),
         (SyntheticSource(), ["--data.layout", "span_corruption"],  # span corruption needs text
-         "--data.layout: data.source is 'synthetic' here, which has no layout; " + _TEXT_LAYOUTS),
+         "--data.layout: data.source is 'synthetic' here, which has no layout; "
+         + _TEXT_LAYOUTS.format("shakespeare, jsonl, text_files", "shakespeare")),
         # a bad value of a field the source has
         (_PAIRS, ["--data.jsonl-inputs-key", ""], "data.jsonl_inputs_key is empty"),
         (_PAIRS, ["--data.target-seq-len", "-1"], "data.target_seq_len must be >= 0"),

@@ -56,6 +56,9 @@ class ArrayRecordSource(FileSource):
         seq_len = manifest.seq_len if manifest.layout == "rows" else data.seq_len
         return data.replace(tokenizer=tokenizer, seq_len=seq_len)
 
+    def check_tokenizer(self, tokenizer) -> None:
+        """Any: the corpus's own (`check` compares it with the manifest)."""
+
     def draws_from_seed(self, split, data) -> bool:
         return len(self.directories()) > 1 and split == "train"  # each document's directory
 

@@ -16,6 +16,7 @@ class Seq2SeqJsonlSource(FileSource):
     of its targets. target_seq_len: the targets' length (0 = data.seq_len)."""
 
     kind: ClassVar[str] = "seq2seq_jsonl"
+    trains_tokenizer: ClassVar[bool] = True
 
     jsonl_inputs_key: str = "inputs"
     jsonl_targets_key: str = "targets"
