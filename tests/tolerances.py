@@ -72,5 +72,6 @@ def assert_same_math_tree(actual, expected, *, rtol: float = SAME_MATH_RTOL, k: 
 def assert_matches_reference(actual, expected, *, rtol: float, atol: float, err_msg: str = ""):
     """`actual` against a reference: a formula written out (NumPy, often in float64, or jnp) or
     a fixture (numbers Praxis wrote). The stated rtol / atol are the claim, kept exactly:
-    element-wise |actual - expected| <= atol + rtol * |expected|."""
-    np.testing.assert_allclose(_as_array(actual), _as_array(expected), rtol=rtol, atol=atol, err_msg=err_msg)
+    element-wise |actual - expected| <= atol + rtol * |expected| (np.testing.assert_allclose's own
+    rule, nothing added: both tolerances must be given, 0 included)."""
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=err_msg)
