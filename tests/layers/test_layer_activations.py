@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tolerances import assert_matches_reference, assert_same_math
 
 from pax_eqx.config import ConfigError
 from pax_eqx.layers import Activation, ActivationConfig, geglu, swiglu
@@ -48,7 +49,7 @@ def test_activation_matches_formula(name):
     act = ActivationConfig(name=name).build()
     y = act(jnp.asarray(X, jnp.float32).reshape(5, 13))
     assert y.shape == (5, 13) and y.dtype == jnp.float32
-    np.testing.assert_allclose(y.reshape(-1), FORMULAS[name](X), rtol=1e-5, atol=1e-6)
+    assert_matches_reference(y.reshape(-1), FORMULAS[name](X), rtol=1e-5, atol=1e-6)
 
 
 def test_leaky_relu_slope_is_configurable():
@@ -66,9 +67,9 @@ def test_gelu_approximate_and_exact_differ():
 def test_activation_under_jit_and_grad():
     act = ActivationConfig(name="silu").build()
     x = jnp.asarray(X[::8], jnp.float32)
-    np.testing.assert_allclose(jax.jit(act)(x), act(x), rtol=1e-6)
+    assert_same_math(jax.jit(act)(x), act(x))
     s = _sigmoid(np.asarray(x, np.float64))
-    np.testing.assert_allclose(jax.vmap(jax.grad(act))(x), s * (1 + np.asarray(x) * (1 - s)), rtol=1e-5, atol=1e-6)
+    assert_matches_reference(jax.vmap(jax.grad(act))(x), s * (1 + np.asarray(x) * (1 - s)), rtol=1e-5, atol=1e-6)
 
 
 def test_gated_presets():
@@ -88,7 +89,7 @@ def test_gelu_exact_gradient_matches_its_derivative_and_jax_erfc_form():
     x = np.linspace(-10.0, 10.0, 2001)
     act = ActivationConfig(name="gelu_exact").build()
     xs = jnp.asarray(x, jnp.float32)
-    np.testing.assert_allclose(act(xs), jax.nn.gelu(xs, approximate=False), rtol=1e-5, atol=1e-6)
+    assert_matches_reference(act(xs), jax.nn.gelu(xs, approximate=False), rtol=1e-5, atol=1e-6)
     grad = jax.vmap(jax.grad(act))(xs)
     phi = np.exp(-0.5 * x**2) / math.sqrt(2.0 * math.pi)
-    np.testing.assert_allclose(grad, 0.5 * (1.0 + _erf(x / math.sqrt(2.0))) + x * phi, rtol=1e-5, atol=1e-6)
+    assert_matches_reference(grad, 0.5 * (1.0 + _erf(x / math.sqrt(2.0))) + x * phi, rtol=1e-5, atol=1e-6)

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from layer_reference import random_normal
+from tolerances import assert_matches_reference, assert_same_math
 
 from pax_eqx.layers import attention_kernels as kernels
 
@@ -43,7 +44,7 @@ def test_xla_attention_grouped_equals_repeated_heads():
     mask = kernels.make_mask(5, 5, causal=True)
     grouped = kernels.xla_attention(q, k, v, mask, scale=0.5)
     full = kernels.xla_attention(q, jnp.repeat(k, 3, axis=2), jnp.repeat(v, 3, axis=2), mask, scale=0.5)
-    np.testing.assert_allclose(grouped, full, rtol=1e-5, atol=1e-6)
+    assert_same_math(grouped, full)
 
 
 def test_fully_masked_row_is_finite():
@@ -86,7 +87,7 @@ def test_rows_without_a_key_are_uniform_and_pass_no_gradient_to_queries_keys_or_
     out = attend(q, k, v, bias)
     uniform = np.repeat(np.asarray(v).mean(axis=1), 2, axis=1)  # [1, heads, dim]
     for row in dead:
-        np.testing.assert_allclose(out[0, row], uniform[0], rtol=0, atol=1e-6)
+        assert_matches_reference(out[0, row], uniform[0], rtol=0, atol=1e-6)
     cotangent = jnp.zeros(out.shape).at[:, dead].set(random_normal((1, 3, 4, 4), 5))
     dq, dk, dv, dbias = jax.grad(lambda *a: jnp.sum(attend(*a) * cotangent), argnums=(0, 1, 2, 3))(q, k, v, bias)
     assert not np.any(dq) and not np.any(dk) and not np.any(dbias)

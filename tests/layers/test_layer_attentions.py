@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from jaxtyping import TypeCheckError
 from layer_reference import causal_mask, jit, random_module, random_normal, reference_attention
+from tolerances import assert_matches_reference, assert_same_math
 
 from pax_eqx.config import ConfigError
 from pax_eqx.layers import AttentionConfig, Context, Mode, apply
@@ -70,7 +71,7 @@ def test_combined_qkv_equals_separate_projections():
     separate = eqx.tree_at(lambda m: (m.w_q, m.w_k, m.w_v), _build(seed=5), tuple(combined.w_qkv[i] for i in range(3)))
     separate = eqx.tree_at(lambda m: m.w_o, separate, combined.w_o)
     x = _x()
-    np.testing.assert_allclose(_fwd(combined, x), _fwd(separate, x), rtol=1e-6, atol=1e-6)
+    assert_same_math(_fwd(combined, x), _fwd(separate, x))
     expected = reference_attention(x, *np.asarray(combined.w_qkv), np.asarray(combined.w_o), mask=causal_mask(B, T))
     np.testing.assert_allclose(_fwd(combined, x), expected, rtol=1e-5, atol=1e-5)
 
@@ -88,7 +89,7 @@ def test_per_dim_scale_at_init_is_the_plain_scale():
     plain = _build()
     scaled = eqx.tree_at(lambda m: m.per_dim_scale, plain, jnp.zeros(H), is_leaf=lambda x: x is None)
     x = _x()
-    np.testing.assert_allclose(_fwd(scaled, x), _fwd(plain, x), rtol=1e-5, atol=1e-6)
+    assert_same_math(_fwd(scaled, x), _fwd(plain, x))
 
 
 def test_logit_cap_matches_numpy():
@@ -178,7 +179,7 @@ def test_grouped_kv_heads_equal_mha_with_replicated_kv_heads(kv_heads):
     assert grouped.w_k.shape == (D, kv_heads, H)
     x = _x()
     y = _fwd(grouped, x)
-    np.testing.assert_allclose(y, _fwd(_replicate_kv(grouped, kv_heads), x), rtol=1e-5, atol=1e-6)
+    assert_same_math(y, _fwd(_replicate_kv(grouped, kv_heads), x))
     expected = reference_attention(x, *_weights(grouped), mask=causal_mask(B, T))
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
@@ -202,7 +203,7 @@ def test_decode_with_kv_cache_equals_full_forward(kw):
             outs.append(out)
         return jnp.concatenate(outs, axis=1)
 
-    np.testing.assert_allclose(prefill_then_step(att, x, cache), _fwd(att, x), rtol=1e-5, atol=1e-5)
+    assert_same_math(prefill_then_step(att, x, cache), _fwd(att, x))
 
 
 def test_decode_ignores_invalid_cache_slots():
@@ -212,7 +213,7 @@ def test_decode_ignores_invalid_cache_slots():
     valid = jnp.ones((B, T), bool).at[:, 0].set(False)
     decode = jit(lambda att, x: att.decode(x, att.init_cache(B, T), jnp.int32(0), pos, valid)[0])
     y, y_noisy = decode(att, x), decode(att, x.at[:, 0].set(50.0))
-    np.testing.assert_allclose(y[:, 1:], y_noisy[:, 1:], rtol=1e-5, atol=1e-5)
+    assert_same_math(y[:, 1:], y_noisy[:, 1:])
 
 
 def test_grad_matches_finite_differences():
@@ -233,7 +234,7 @@ def test_attention_dropout_only_in_training():
     att = _build(dropout_prob=0.5)
     x = _x()
     no_dropout = _fwd(_build(), x)
-    np.testing.assert_allclose(_fwd(att, x), no_dropout, rtol=1e-6)
+    assert_same_math(_fwd(att, x), no_dropout)
     train = jit(lambda m, x, key: apply(m, x, key=key))
     a = train(att, x, jax.random.key(1))
     np.testing.assert_array_equal(a, train(att, x, jax.random.key(1)))
@@ -355,9 +356,9 @@ def test_praxis_mask_mode_matches_praxis_masks(causal, segments):
     seg = SEGMENTS if segments else None
     y, probs = _fwd_probs(att, x, paddings=PADDINGS, segment_ids=seg)
     expected_probs = _praxis_probs(att, x, _praxis_mask(np.asarray(PADDINGS), causal=causal, segment_ids=seg))
-    np.testing.assert_allclose(probs, expected_probs, rtol=1e-5, atol=1e-6)
+    assert_matches_reference(probs, expected_probs, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(y, _praxis_output(att, x, expected_probs), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(_fwd(att, x, paddings=PADDINGS, segment_ids=seg), y, rtol=1e-6, atol=1e-6)
+    assert_same_math(_fwd(att, x, paddings=PADDINGS, segment_ids=seg), y)
     padded = np.asarray(PADDINGS) > 0.5
     if causal or segments:
         np.testing.assert_allclose(np.asarray(probs).transpose(0, 2, 1, 3)[padded], 1.0 / T, rtol=1e-6)
@@ -365,7 +366,7 @@ def test_praxis_mask_mode_matches_praxis_masks(causal, segments):
     # padded query see real keys: causal without segments (with segments, padding is segment 0,
     # whose keys are all masked, so the default's row is uniform too).
     plain = _fwd(_build(causal=causal), x, paddings=PADDINGS, segment_ids=seg)
-    np.testing.assert_allclose(np.asarray(y)[~padded], np.asarray(plain)[~padded], rtol=1e-5, atol=1e-5)
+    assert_same_math(np.asarray(y)[~padded], np.asarray(plain)[~padded])
     same = np.allclose(np.asarray(y)[padded], np.asarray(plain)[padded], atol=1e-5)
     assert same != (causal and not segments)
 
@@ -379,9 +380,9 @@ def test_probabilities_match_numpy_and_are_what_multiplies_v():
     assert probs.shape == (B, N, T, T)
     mask = causal_mask(B, T) & (np.asarray(PADDINGS) < 0.5)[:, None, :]
     np.testing.assert_allclose(y, reference_attention(x, *_weights(att), mask=mask), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(_fwd(att, x, paddings=PADDINGS), y, rtol=1e-6, atol=1e-6)
+    assert_same_math(_fwd(att, x, paddings=PADDINGS), y)
     expected = _praxis_probs(att, x, np.where(mask, 0.0, _LARGE_NEGATIVE)[:, None])
-    np.testing.assert_allclose(probs, expected, rtol=1e-5, atol=1e-6)
+    assert_matches_reference(probs, expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.asarray(probs).sum(-1), 1.0, rtol=1e-6)
 
 
@@ -393,10 +394,12 @@ def test_cross_probabilities_mask_padded_memory_only():
         att, x, memory, memory_paddings
     )
     assert probs.shape == (B, N, T, 4)
-    np.testing.assert_allclose(np.asarray(probs) * np.asarray(memory_paddings)[:, None, None, :], 0.0, atol=1e-7)
+    assert_matches_reference(
+        np.asarray(probs) * np.asarray(memory_paddings)[:, None, None, :], 0.0, rtol=1e-7, atol=1e-7
+    )
     np.testing.assert_allclose(np.asarray(probs).sum(-1), 1.0, rtol=1e-6)  # no query row is masked
     expected = jit(lambda a, x, m, p: a.cross(x, m, EVAL, memory_paddings=p)[0])(att, x, memory, memory_paddings)
-    np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
+    assert_same_math(y, expected)
 
 
 def test_probabilities_in_training_are_after_dropout():

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from layer_reference import causal_mask, jit, key, random_module, random_normal, reference_attention, softmax
+from tolerances import assert_same_math
 
 from pax_eqx.layers import AttentionConfig, Context, KVCache, Mode, apply
 
@@ -82,7 +83,7 @@ def test_padded_memory_is_never_attended_to():
     y = _cross(att, x, memory, memory_paddings=MEMORY_PADDINGS)
     noise = random_normal(memory.shape, 9, scale=100.0)
     noisy = jnp.where(MEMORY_PADDINGS[..., None] > 0.5, noise, memory)
-    np.testing.assert_allclose(_cross(att, x, noisy, memory_paddings=MEMORY_PADDINGS), y, rtol=1e-6, atol=1e-6)
+    assert_same_math(_cross(att, x, noisy, memory_paddings=MEMORY_PADDINGS), y)
     assert not np.allclose(_cross(att, x, noisy), _cross(att, x, memory), atol=1e-3)  # it would leak unmasked
 
 
@@ -120,9 +121,9 @@ def test_decode_cross_equals_cross(num_kv_heads):
         return jnp.concatenate([att.decode_cross(x[:, t : t + 1], memory_kv, valid) for t in range(T)], axis=1)
 
     expected = _cross(att, x, memory, memory_paddings=MEMORY_PADDINGS)
-    np.testing.assert_allclose(one_at_a_time(att, x, memory_kv), expected, rtol=1e-6, atol=1e-6)
+    assert_same_math(one_at_a_time(att, x, memory_kv), expected)
     all_at_once = jit(lambda att, x, kv: att.decode_cross(x, kv, valid))(att, x, memory_kv)
-    np.testing.assert_allclose(all_at_once, expected, rtol=1e-6, atol=1e-6)
+    assert_same_math(all_at_once, expected)
 
 
 def test_decode_with_bias_equals_full_forward_with_bias():
@@ -152,7 +153,7 @@ def test_decode_with_bias_equals_full_forward_with_bias():
         x, att.w_q, att.w_k, att.w_v, att.w_o, mask=causal_mask(B, t), bias=np.asarray(full_bias)
     )
     np.testing.assert_allclose(full, expected, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(prefill_then_step(att, x, bias), full, rtol=1e-5, atol=1e-5)
+    assert_same_math(prefill_then_step(att, x, bias), full)
 
 
 def test_logit_max_summary_from_cross_logits():

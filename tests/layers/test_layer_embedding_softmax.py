@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from jaxtyping import TypeCheckError
 from layer_reference import jit, key, random_normal
+from tolerances import assert_matches_reference, assert_same_math
 
 from pax_eqx.layers import (
     EmbeddingConfig,
@@ -71,7 +72,7 @@ def test_full_softmax_logits_formula():
     sm = eqx.tree_at(lambda m: m.b, sm, random_normal((V,), 9))
     x = _x()
     expected = np.asarray(x) @ np.asarray(sm.w) + np.asarray(sm.b)
-    np.testing.assert_allclose(sm.logits(x), expected, rtol=1e-5, atol=1e-6)
+    assert_matches_reference(sm.logits(x), expected, rtol=1e-5, atol=1e-6)
     assert SoftmaxConfig(input_dims=D, num_classes=V, use_bias=False).build(key(0)).b is None
 
 
@@ -80,7 +81,7 @@ def test_full_softmax_soft_cap():
     x = _x() * 10.0
     raw = np.asarray(x) @ np.asarray(sm.w) + np.asarray(sm.b)
     logits = sm.logits(x)
-    np.testing.assert_allclose(logits, 0.5 * np.tanh(raw / 0.5), rtol=1e-5, atol=1e-6)
+    assert_matches_reference(logits, 0.5 * np.tanh(raw / 0.5), rtol=1e-5, atol=1e-6)
     assert float(jnp.max(jnp.abs(logits))) <= 0.5
 
 
@@ -128,7 +129,7 @@ def test_shared_embedding_softmax_uses_one_weight_both_ways():
     ids, x = _ids(), _x()
     w = np.asarray(layer.w)
     np.testing.assert_allclose(layer.lookup(ids), w[np.asarray(ids)] * math.sqrt(D), rtol=1e-6)
-    np.testing.assert_allclose(layer.logits(x), 3.0 * np.tanh(np.asarray(x) @ w.T / 3.0), rtol=1e-5, atol=1e-6)
+    assert_matches_reference(layer.logits(x), 3.0 * np.tanh(np.asarray(x) @ w.T / 3.0), rtol=1e-5, atol=1e-6)
 
 
 def test_shared_embedding_softmax_bias_is_added_to_the_logits_only():
@@ -140,7 +141,7 @@ def test_shared_embedding_softmax_bias_is_added_to_the_logits_only():
     ids, x = _ids(), _x()
     w, b = np.asarray(layer.w), np.asarray(layer.b)
     np.testing.assert_allclose(layer.lookup(ids), w[np.asarray(ids)], rtol=1e-6)
-    np.testing.assert_allclose(layer.logits(x), np.asarray(x) @ w.T + b, rtol=1e-5, atol=1e-6)
+    assert_matches_reference(layer.logits(x), np.asarray(x) @ w.T + b, rtol=1e-5, atol=1e-6)
 
 
 def test_shared_embedding_softmax_grad_is_the_sum_of_both_uses():
@@ -159,7 +160,7 @@ def test_shared_embedding_softmax_grad_is_the_sum_of_both_uses():
         return grad(lambda m: embed_loss(m) + softmax_loss(m)), grad(embed_loss), grad(softmax_loss)
 
     both, g_embed, g_softmax = grads(layer)
-    np.testing.assert_allclose(both, g_embed + g_softmax, rtol=1e-5, atol=1e-6)
+    assert_same_math(both, g_embed + g_softmax)
     assert np.any(np.asarray(g_embed) != 0) and np.any(np.asarray(g_softmax) != 0)
 
 

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from layer_reference import jit, key, random_module, random_normal
+from tolerances import assert_same_math, assert_same_math_tree
 
 from pax_eqx.layers import (
     AttentionConfig,
@@ -87,8 +88,7 @@ def test_encoder_outputs_ignore_what_sits_at_padded_inputs(repeat):
     y = _fwd(encoder, x, paddings=PADDINGS)
     noisy = jnp.where(PADDINGS[..., None] > 0.5, random_normal(x.shape, 9, scale=100.0), x)
     real = np.asarray(PADDINGS) < 0.5
-    np.testing.assert_allclose(np.asarray(_fwd(encoder, noisy, paddings=PADDINGS))[real], np.asarray(y)[real],
-                               rtol=1e-5, atol=1e-5)  # fmt: skip
+    assert_same_math(np.asarray(_fwd(encoder, noisy, paddings=PADDINGS))[real], np.asarray(y)[real])
     # Bidirectional: the first position sees the ones after it (a causal stack's would not change).
     later = x.at[:, 1:].add(random_normal((B, S - 1, D), 8))
     assert not np.allclose(_fwd(encoder, later, paddings=PADDINGS)[:, 0], y[:, 0], atol=1e-3)
@@ -120,7 +120,7 @@ def test_decoding_token_by_token_equals_the_full_forward(stack_kind):
 
     pos = jnp.arange(T)[None]
     full = _fwd(stack, x, bias=_relative_bias()(pos, pos), memory=memory, memory_paddings=PADDINGS)
-    np.testing.assert_allclose(decode(stack, rel_bias, x, memory), full, rtol=1e-5, atol=1e-5)
+    assert_same_math(decode(stack, rel_bias, x, memory), full)
     # The bias and the memory padding are used (else the test above would prove nothing about them).
     assert not np.allclose(_fwd(stack, x, memory=memory, memory_paddings=PADDINGS), full, atol=1e-3)
     assert not np.allclose(_fwd(stack, x, bias=_relative_bias()(pos, pos), memory=memory), full, atol=1e-3)
@@ -178,7 +178,7 @@ def test_select_cache_then_decode_equals_decoding_the_selected_rows():
         return out
 
     full = _fwd(stack, x[rows], memory=memory[rows], memory_paddings=PADDINGS[rows])
-    np.testing.assert_allclose(two_steps(stack, x, memory, rows), full[:, 1:2], rtol=1e-5, atol=1e-5)
+    assert_same_math(two_steps(stack, x, memory, rows), full[:, 1:2])
 
 
 @jit
@@ -215,13 +215,12 @@ def test_repeated_equals_list_with_remat_outputs_and_gradients():
     }
     for name, stack in variants.items():
         y, (grads, g_mem) = _grad(stack, x, memory, bias)
-        np.testing.assert_allclose(y, y_rep, rtol=1e-5, atol=1e-5, err_msg=name)
-        np.testing.assert_allclose(g_mem, g_memory, rtol=1e-4, atol=1e-5, err_msg=name)
+        assert_same_math(y, y_rep, err_msg=name)
+        assert_same_math(g_mem, g_memory, rtol=1e-4, err_msg=name)
         layers = grads.layers
         if isinstance(layers, tuple):
             layers = jax.tree.map(lambda *a: jnp.stack(a), *layers)
-        for a, b in zip(jax.tree.leaves(layers), expected, strict=True):
-            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=name)
+        assert_same_math_tree(jax.tree.leaves(layers), expected, rtol=1e-4, err_msg=name)
 
 
 def test_cross_attention_summaries_per_layer():
@@ -233,9 +232,7 @@ def test_cross_attention_summaries_per_layer():
     assert rep_summaries["repeat/cross_attention/logit_max"].shape == (L,)
     for i in range(L):
         for name in ("attention/logit_max", "cross_attention/logit_max", "activation_rms"):
-            np.testing.assert_allclose(
-                rep_summaries[f"repeat/{name}"][i], lst_summaries[f"x_layers_{i}/{name}"], rtol=1e-5
-            )
+            assert_same_math(rep_summaries[f"repeat/{name}"][i], lst_summaries[f"x_layers_{i}/{name}"], err_msg=name)
 
 
 def test_dropout_in_a_scanned_decoder_with_cross_attention():
@@ -246,8 +243,7 @@ def test_dropout_in_a_scanned_decoder_with_cross_attention():
     a = train(rep, x, memory, key(1))
     np.testing.assert_array_equal(a, train(rep, x, memory, key(1)))
     assert not np.allclose(a, train(rep, x, memory, key(2)))
-    np.testing.assert_allclose(_fwd(rep, x, memory=memory), _fwd(_decoders()["repeated"], x, memory=memory),
-                               rtol=1e-6)  # fmt: skip
+    assert_same_math(_fwd(rep, x, memory=memory), _fwd(_decoders()["repeated"], x, memory=memory))
 
 
 def test_memory_must_match_the_stack():

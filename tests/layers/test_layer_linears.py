@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from jaxtyping import TypeCheckError
 from layer_reference import key, random_normal
+from tolerances import assert_matches_reference, assert_same_math
 
 from pax_eqx.config import ConfigError
 from pax_eqx.layers import (
@@ -48,7 +49,7 @@ def test_linear_shapes_and_formula():
     x = _x((2, 4, 3))
     y = lin(x)
     assert y.shape == (2, 4, 5)
-    np.testing.assert_allclose(y, np.asarray(x) @ np.asarray(lin.w), rtol=1e-5, atol=1e-6)
+    assert_matches_reference(y, np.asarray(x) @ np.asarray(lin.w), rtol=1e-5, atol=1e-6)
 
 
 def test_linear_xavier_init_is_within_pax_limit():
@@ -66,7 +67,7 @@ def test_linear_keeps_the_input_dtype():
 def test_linear_jit_and_grad_match_formula():
     lin = LinearConfig(input_dims=3, output_dims=2).build(key(0))
     x = _x((4, 3))
-    np.testing.assert_allclose(eqx.filter_jit(lambda m, x: m(x))(lin, x), lin(x), rtol=1e-6)
+    assert_same_math(eqx.filter_jit(lambda m, x: m(x))(lin, x), lin(x))
     grads = eqx.filter_grad(lambda m: jnp.sum(m(x)))(lin)
     # d/dw_io sum_bo (x w)_bo = sum_b x_bi, the same for every output column o.
     expected = np.repeat(np.asarray(x).sum(0)[:, None], 2, axis=1)
@@ -97,7 +98,7 @@ def test_feedforward_relu_formula(has_bias):
         ff = _with_random(ff, lambda m: m.bias.b)
     x = np.asarray(_x((5, 3)))
     pre = x @ np.asarray(ff.linear.w) + (np.asarray(ff.bias.b) if has_bias else 0.0)
-    np.testing.assert_allclose(ff(jnp.asarray(x)), np.maximum(pre, 0.0), rtol=1e-5, atol=1e-6)
+    assert_matches_reference(ff(jnp.asarray(x)), np.maximum(pre, 0.0), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("act, fn", [(geglu(), _gelu_tanh), (swiglu(), _silu)], ids=["geglu", "swiglu"])
@@ -108,7 +109,7 @@ def test_feedforward_gated_formula(act, fn):
     x = np.asarray(_x((2, 5, 3)), np.float64)
     gate = x @ np.asarray(ff.gate.w) + np.asarray(ff.gate_bias.b)
     value = x @ np.asarray(ff.linear.w) + np.asarray(ff.bias.b)
-    np.testing.assert_allclose(ff(jnp.asarray(x, jnp.float32)), fn(gate) * value, rtol=1e-5, atol=1e-6)
+    assert_matches_reference(ff(jnp.asarray(x, jnp.float32)), fn(gate) * value, rtol=1e-5, atol=1e-6)
 
 
 def test_feedforward_grad_reaches_every_weight():
@@ -133,7 +134,7 @@ def test_mlp_block_formula(num_layers):
     h = x
     for layer in mlp.layers:
         h = np.tanh(h @ np.asarray(layer.linear.w) + np.asarray(layer.bias.b))
-    np.testing.assert_allclose(mlp(jnp.asarray(x, jnp.float32)), h, rtol=1e-5, atol=1e-6)
+    assert_matches_reference(mlp(jnp.asarray(x, jnp.float32)), h, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from layer_reference import jit, key, random_normal
+from tolerances import assert_same_math, assert_same_math_tree
 
 from pax_eqx.config import ConfigError
 from pax_eqx.layers import (
@@ -78,18 +79,17 @@ def test_scanned_blocks_equal_the_list_stack(interval):
     x = random_normal((B, T, D), 1)
     (y_rep, s_rep, a_rep), g_rep = _run_jit(rep, x)
     (y_lst, s_lst, a_lst), g_lst = _run_jit(lst, x)
-    np.testing.assert_allclose(y_rep, y_lst, rtol=1e-5, atol=1e-6)
-    for gr, gl in zip(_layer_grads(rep, g_rep), _layer_grads(lst, g_lst), strict=True):
-        for a, b in zip(jax.tree.leaves(gr), jax.tree.leaves(gl), strict=True):
-            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert_same_math(y_rep, y_lst)
+    for i, (gr, gl) in enumerate(zip(_layer_grads(rep, g_rep), _layer_grads(lst, g_lst), strict=True)):
+        assert_same_math_tree(gr, gl, rtol=1e-4, err_msg=f"layer {i}")
     # Aux losses: the scanned stack's is the sum over the MoE layers of the list stack's.
     per_layer = [a_lst[f"x_layers_{i}/moe/load_balance_loss"] for i in moe_layers]
     assert set(a_lst) == {f"x_layers_{i}/moe/load_balance_loss" for i in moe_layers}
-    np.testing.assert_allclose(a_rep["repeat/moe/load_balance_loss"], sum(per_layer), rtol=1e-5)
+    assert_same_math(a_rep["repeat/moe/load_balance_loss"], sum(per_layer))
     # Summaries: one entry per layer that records it, in layer order.
     load = s_rep["repeat/moe/expert_load_e0"]
     assert load.shape == (len(moe_layers),)
-    np.testing.assert_allclose(load, [s_lst[f"x_layers_{i}/moe/expert_load_e0"] for i in moe_layers], rtol=1e-5)
+    assert_same_math(load, [s_lst[f"x_layers_{i}/moe/expert_load_e0"] for i in moe_layers])
     assert {f"repeat/moe/expert_load_e{e}" for e in range(E)} <= set(s_rep)
     assert {"repeat/moe/dropped_fraction", "repeat/moe/router_entropy"} <= set(s_rep)
 
@@ -116,11 +116,11 @@ def test_moe_stack_decode_equals_forward(interval):
     forward = jit(lambda s, x: apply(s, x, mode=Mode.EVAL))
     got_rep, cache_rep = prefill_then_step(rep, x)
     got_lst, cache_lst = prefill_then_step(lst, x)
-    np.testing.assert_allclose(got_rep, forward(rep, x), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(got_lst, got_rep, rtol=1e-5, atol=1e-5)
+    assert_same_math(got_rep, forward(rep, x))
+    assert_same_math(got_lst, got_rep)
     assert cache_rep.k.shape == (L, B, T, 2, 4)  # one cache per layer, in layer order
     for i in range(L):
-        np.testing.assert_allclose(cache_rep.k[i], cache_lst[i].k, rtol=1e-5, atol=1e-6)
+        assert_same_math(cache_rep.k[i], cache_lst[i].k)
     rows = jnp.asarray([1, 0])
     np.testing.assert_array_equal(rep.select_cache(cache_rep, rows).k[:, 0], cache_rep.k[:, 1])
 

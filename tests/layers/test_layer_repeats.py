@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from jaxtyping import Array, Float
 from layer_reference import jit, key, random_module, random_normal
+from tolerances import assert_matches_reference, assert_same_math, assert_same_math_tree
 
 from pax_eqx.config import ConfigError
 from pax_eqx.layers import (
@@ -87,7 +88,7 @@ def test_repeated_equals_list_with_the_same_weights():
     x = _x()
     y = _fwd(rep, x)
     assert y.shape == (B, T, D)
-    np.testing.assert_allclose(y, _fwd(lst, x), rtol=1e-5, atol=1e-5)
+    assert_same_math(y, _fwd(lst, x))
 
 
 def test_outputs_and_gradients_agree_across_repeat_and_remat():
@@ -108,12 +109,11 @@ def test_outputs_and_gradients_agree_across_repeat_and_remat():
     }
     for name, stack in variants.items():
         y, grads = _grad(stack, x)
-        np.testing.assert_allclose(y, y_rep, rtol=1e-5, atol=1e-5, err_msg=name)
+        assert_same_math(y, y_rep, err_msg=name)
         layers = grads.layers
         if isinstance(layers, tuple):
             layers = jax.tree.map(lambda *a: jnp.stack(a), *layers)
-        for a, b in zip(jax.tree.leaves(layers), expected, strict=True):
-            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=name)
+        assert_same_math_tree(jax.tree.leaves(layers), expected, rtol=1e-4, err_msg=name)
 
 
 def _saved_activations(policy: str) -> list[str]:
@@ -160,7 +160,7 @@ def test_which_policies_run_the_fused_attention_kernel_again_in_the_backward(cud
 def test_unrolled_scan_equals_rolled():
     unrolled = _with_layers(_cfg(unroll=L), _repeated().layers)
     x = _x()
-    np.testing.assert_allclose(_fwd(unrolled, x), _fwd(_repeated(), x), rtol=1e-5, atol=1e-6)
+    assert_same_math(_fwd(unrolled, x), _fwd(_repeated(), x))
 
 
 def test_dropout_keys_in_a_scanned_stack():
@@ -173,7 +173,7 @@ def test_dropout_keys_in_a_scanned_stack():
     a = train(rep, x, key(1))
     np.testing.assert_array_equal(a, train(rep, x, key(1)))
     assert not np.allclose(a, train(rep, x, key(2)))
-    np.testing.assert_allclose(_fwd(rep, x), _fwd(_repeated(), x), rtol=1e-6)  # no dropout in EVAL
+    assert_same_math(_fwd(rep, x), _fwd(_repeated(), x))  # no dropout in EVAL
 
 
 @pytest.mark.parametrize("repeat", [True, False])
@@ -193,7 +193,7 @@ def test_decode_equals_full_forward(repeat):
             outs.append(out)
         return jnp.concatenate(outs, 1)
 
-    np.testing.assert_allclose(prefill_then_step(stack, x), _fwd(stack, x), rtol=1e-5, atol=1e-5)
+    assert_same_math(prefill_then_step(stack, x), _fwd(stack, x))
 
 
 def test_cache_shapes():
@@ -272,7 +272,7 @@ def test_scanned_stack_stacks_summaries_sums_aux_losses_and_updates_state():
     x = _x()
     y, ctx = _apply_mutable(rep, x, state)
     h, means, squares = _expected_probe_outputs(x)
-    np.testing.assert_allclose(y, h, rtol=1e-5, atol=1e-6)
+    assert_matches_reference(y, h, rtol=1e-5, atol=1e-6)
     assert set(ctx.summaries) == {"repeat/h_mean"} and set(ctx.aux_losses) == {"repeat/h_sq"}
     assert ctx.summaries["repeat/h_mean"].shape == (L,)  # one value per layer
     np.testing.assert_allclose(ctx.summaries["repeat/h_mean"], means, rtol=1e-5)
@@ -304,7 +304,7 @@ def test_list_stack_names_side_outputs_per_layer():
     x = _x()
     y, ctx = _apply_mutable(lst, x, state)
     h, means, squares = _expected_probe_outputs(x)
-    np.testing.assert_allclose(y, h, rtol=1e-5, atol=1e-6)
+    assert_matches_reference(y, h, rtol=1e-5, atol=1e-6)
     assert set(ctx.summaries) == {f"x_layers_{i}/h_mean" for i in range(L)}
     for i in range(L):
         np.testing.assert_allclose(ctx.summaries[f"x_layers_{i}/h_mean"], means[i], rtol=1e-5)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 from layer_reference import jit, key, random_normal
+from tolerances import assert_matches_reference, assert_same_math
 
 from pax_eqx.config import ConfigError
 from pax_eqx.layers import (
@@ -120,7 +121,7 @@ def test_zero_init_residual_makes_each_block_start_as_its_shortcut(bottleneck):
     assert all((g == 0.0).all() for g in gammas[:-1]) and (gammas[-1] == -1.0).all()  # scale = 1 + gamma
     x = random_normal((2, 4, 4, 8), seed=2)
     y, _ = jit(_forward)(block, x, state, Mode.TRAIN)
-    np.testing.assert_allclose(y, jax.nn.relu(x), atol=1e-6)
+    assert_matches_reference(y, jax.nn.relu(x), rtol=1e-7, atol=1e-6)
 
 
 def test_sharded_training_forward_equals_single_device():
@@ -139,15 +140,15 @@ def test_sharded_training_forward_equals_single_device():
     y8, state8 = step(block, x8, state)
     assert len(y8.sharding.device_set) == 8 and not y8.sharding.is_fully_replicated
 
-    np.testing.assert_allclose(y8, y1, rtol=1e-5, atol=1e-5)
+    assert_same_math(y8, y1)
     new1, new8 = jax.tree.leaves(state1), jax.tree.leaves(state8)
     assert len(new1) == 2 * 4  # conv_in, conv_mid, conv_out, shortcut
     for a, b in zip(new1, new8):
-        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+        assert_same_math(b, a)
     # The moving means really are the global batch's: the shortcut BN's mean of a 1x1 conv of x.
     shortcut_conv = np.asarray(jit(lambda conv, x: conv(x))(block.shortcut.conv, x), np.float64)
     moving_mean = state8.get(block.shortcut.norm.moving_mean)
-    np.testing.assert_allclose(moving_mean, 0.1 * shortcut_conv.mean((0, 1, 2)), rtol=1e-4, atol=1e-6)
+    assert_matches_reference(moving_mean, 0.1 * shortcut_conv.mean((0, 1, 2)), rtol=1e-4, atol=1e-6)
 
 
 def test_every_weight_has_logical_axes_the_rules_know():

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from layer_reference import key, random_normal
+from tolerances import assert_same_math, assert_same_math_tree
 
 from pax_eqx.config import ConfigError
 from pax_eqx.layers import Context, Mode, StackedTransformerConfig, TransformerConfig
@@ -35,7 +36,7 @@ def test_the_forward_is_the_one_layer_applied_num_layers_times(repeat):
     h = x
     for _ in range(3):
         h, _ = stack.layer(h, EVAL)
-    np.testing.assert_allclose(stack(x, EVAL)[0], h, atol=1e-5)
+    assert_same_math(stack(x, EVAL)[0], h)
 
 
 @pytest.mark.parametrize("repeat", [True, False])
@@ -47,12 +48,11 @@ def test_the_gradient_is_the_sum_of_every_applications(repeat):
     copies = eqx.tree_at(lambda s: s.layers, copies, (shared.layer,) * 3)
     x, cotangent = random_normal((2, 5, 8), 1), random_normal((2, 5, 8), 2)
     objective = lambda stack: jnp.sum(stack(x, EVAL)[0] * cotangent)
-    np.testing.assert_allclose(objective(shared), objective(copies), rtol=1e-5)
+    assert_same_math(objective(shared), objective(copies))
     g_shared = eqx.filter_grad(objective)(shared).layer
     g_copies = eqx.filter_grad(objective)(copies).layers
     summed = jax.tree.map(lambda *g: sum(g), *g_copies)
-    for a, b in zip(jax.tree.leaves(g_shared), jax.tree.leaves(summed), strict=True):
-        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4)
+    assert_same_math_tree(g_shared, summed, rtol=1e-4)
 
 
 def test_the_weights_exist_once_with_the_layers_own_axes():
@@ -86,7 +86,7 @@ def test_a_shared_language_model_decodes_as_it_computes(repeat):
     for t in range(4, 7):
         logits, cache = model.extend_step(ids[:, t : t + 1], cache, jnp.int32(t), positions[:, t : t + 1], valid)
         steps.append(logits)
-    np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, atol=2e-5, rtol=1e-5)
+    assert_same_math(jnp.concatenate(steps, axis=1), full)
 
 
 def test_what_one_shared_layer_cannot_be_is_refused():

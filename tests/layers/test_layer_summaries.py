@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from layer_reference import random_module, random_normal
+from tolerances import assert_same_math
 
 from pax_eqx.layers import AttentionConfig, Context, Mode, StackedTransformerConfig, TransformerConfig
 from pax_eqx.layers.base import LAYER_STATISTICS_VERBOSITY
@@ -75,7 +76,7 @@ def test_a_stack_records_one_value_per_layer(repeat):
     for layer in layers:
         h, _ = layer(h, Context(mode=Mode.EVAL))
         expected.append(jnp.sqrt(jnp.mean(h**2)))
-    np.testing.assert_allclose(rms, jnp.stack(expected), rtol=1e-5)
+    assert_same_math(rms, jnp.stack(expected))
 
 
 @pytest.mark.parametrize("repeat", [True, False])

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from layer_reference import causal_mask, jit, key, random_module, random_normal, reference_attention
 from test_layer_cross_attention import reference_cross_attention
+from tolerances import assert_same_math
 
 from pax_eqx.config import ConfigError
 from pax_eqx.layers import (
@@ -131,7 +132,7 @@ def test_ff_paddings_zero_the_feed_forward_at_padded_positions(policy, gated):
     np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4)
     # Real positions are what they are without the option; padded ones are not.
     plain = _fwd(_randomized(_cfg(norm_policy=policy, activation=act)), x, paddings=PADDINGS)
-    np.testing.assert_allclose(np.asarray(y)[valid], np.asarray(plain)[valid], rtol=1e-5, atol=1e-5)
+    assert_same_math(np.asarray(y)[valid], np.asarray(plain)[valid])
     assert not np.allclose(np.asarray(y)[~valid], np.asarray(plain)[~valid])
 
 
@@ -145,7 +146,7 @@ def test_ff_paddings_zero_the_hidden_activations_before_the_relu_dropout():
     no_ff = eqx.tree_at(lambda m: m.ff_out.w, no_ff, jnp.zeros((F, D)))
     y0, _ = no_ff(x, Context(key=key(3), mode=Mode.TRAIN), paddings=PADDINGS)
     padded = np.asarray(PADDINGS) > 0.5
-    np.testing.assert_allclose(np.asarray(y)[padded], np.asarray(y0)[padded], rtol=1e-6, atol=1e-6)
+    assert_same_math(np.asarray(y)[padded], np.asarray(y0)[padded])
     assert not np.allclose(np.asarray(y)[~padded], np.asarray(y0)[~padded])
 
 
@@ -211,7 +212,7 @@ def test_cross_attention_layer_decode_equals_full_forward():
         return jnp.concatenate(outs, 1)
 
     expected = _fwd(layer, x, memory=memory, memory_paddings=MEMORY_PADDINGS)
-    np.testing.assert_allclose(prefill_then_step(layer, x, memory), expected, rtol=1e-5, atol=1e-5)
+    assert_same_math(prefill_then_step(layer, x, memory), expected)
 
 
 def test_memory_must_match_whether_the_layer_has_cross_attention():
@@ -262,8 +263,8 @@ def test_segment_ids_keep_packed_documents_apart():
     seg = jnp.asarray([[1, 1, 1, 2, 2]])
     pos = jnp.asarray([[0, 1, 2, 0, 1]])
     y = _fwd(layer, x, segment_ids=seg, segment_pos=pos)
-    np.testing.assert_allclose(y[:, :3], _fwd(layer, x[:, :3]), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(y[:, 3:], _fwd(layer, x[:, 3:]), rtol=1e-5, atol=1e-5)
+    assert_same_math(y[:, :3], _fwd(layer, x[:, :3]))
+    assert_same_math(y[:, 3:], _fwd(layer, x[:, 3:]))
 
 
 @pytest.mark.parametrize("policy", ["post", "primer_hybrid"])  # "pre": tests/models decode the LM
@@ -283,14 +284,14 @@ def test_decode_equals_full_forward(policy):
         return jnp.concatenate(outs, 1)
 
     x = _x()
-    np.testing.assert_allclose(prefill_then_step(layer, x), _fwd(layer, x), rtol=1e-5, atol=1e-5)
+    assert_same_math(prefill_then_step(layer, x), _fwd(layer, x))
 
 
 def test_dropout_needs_a_key_in_training_only():
     layer = _randomized(_cfg(residual_dropout_prob=0.3, relu_dropout_prob=0.3))
     plain = _randomized(_cfg())  # the same weights, no dropout
     x = _x()
-    np.testing.assert_allclose(_fwd(layer, x), _fwd(plain, x), rtol=1e-6)
+    assert_same_math(_fwd(layer, x), _fwd(plain, x))
     train = jit(lambda m, x, k: apply(m, x, key=k))
     with pytest.raises(ValueError, match="needs randomness"):
         train(layer, x, None)
