@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tolerances import assert_same_math, assert_same_math_tree
 
 from benchmarks.reference_config import ReferenceConfig, resolve_attention_impl
 from benchmarks.reference_gpt import (
@@ -24,9 +25,6 @@ TINY = ReferenceConfig(
     num_layers=3, model_dims=32, num_heads=4, hidden_dims=48, seq_len=16, vocab_size=64, batch_size=4,
     dtype="float32", remat_policy="none", learning_rate=1e-2, weight_decay=0.0,
 )  # fmt: skip
-# Tolerance for "the same computation, different program" (scan vs unrolled, remat vs not):
-# float32 on CPU, where XLA may fuse or reorder reductions differently.
-SAME_PROGRAM = dict(rtol=1e-5, atol=1e-6)
 
 # The model choices benchmarks.mfu mirrors from an experiment (shakespeare_char's among them).
 CHOICES = [
@@ -156,9 +154,8 @@ def _loss_and_grads(cfg, params, batch):
 
 def _assert_same(a, b):
     (loss_a, grads_a), (loss_b, grads_b) = a, b
-    np.testing.assert_allclose(loss_a, loss_b, **SAME_PROGRAM)
-    for ga, gb in zip(jax.tree.leaves(grads_a), jax.tree.leaves(grads_b)):
-        np.testing.assert_allclose(ga, gb, **SAME_PROGRAM)
+    assert_same_math(loss_a, loss_b)  # the same computation in another program (tests/tolerances.py)
+    assert_same_math_tree(grads_a, grads_b)
 
 
 def test_scan_and_unrolled_layers_give_the_same_loss_and_grads():
@@ -182,7 +179,7 @@ def test_microbatches_make_the_update_of_the_whole_batch():
     _, whole_step = make_train_step(TINY)
     after_parts, loss_parts = step(init(jax.random.key(1)), batch)
     after_whole, loss_whole = whole_step(init(jax.random.key(1)), batch)
-    np.testing.assert_allclose(loss_parts, loss_whole, **SAME_PROGRAM)
+    assert_same_math(loss_parts, loss_whole)
     # Adam's first update is lr * g / (|g| + eps): gradients equal to float32 rounding (above)
     # move a parameter whose gradient is ~1e-6 by a visibly different fraction of lr.
     for a, b in zip(jax.tree.leaves(after_parts.params), jax.tree.leaves(after_whole.params), strict=True):

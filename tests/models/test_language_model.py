@@ -1,15 +1,28 @@
 """LanguageModel: forward shapes, loss metrics against the formula, extend_step == forward, decoding."""
 
+import re
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from tolerances import assert_same_math, assert_same_math_tree
 
+from pax_eqx.config import ConfigError
 from pax_eqx.layers import Context, Mode
-from pax_eqx.models import LanguageModelConfig, SampleConfig, filter_logits, generate, sample
+from pax_eqx.models import (
+    GreedyStrategy,
+    LanguageModelConfig,
+    SampleConfig,
+    SampleStrategy,
+    filter_logits,
+    generate,
+    sample,
+)
 from pax_eqx.models.incremental import LanguageModelDecoder
+from pax_eqx.models.sampler import Draw, draw_tokens
 
 
 def tiny(**kw) -> LanguageModelConfig:
@@ -54,7 +67,7 @@ def test_relative_bias_is_each_layers_own_table_of_causal_buckets():
     x = jax.random.normal(jax.random.key(2), (2, t, 16))
     plain = eqx.tree_at(lambda a: a.relative_bias, attention, None, is_leaf=lambda v: v is None)
     ctx = Context(mode=Mode.EVAL)
-    np.testing.assert_allclose(attention(x, ctx)[0], plain(x, ctx, bias=bias)[0], atol=1e-6)
+    assert_same_math(attention(x, ctx)[0], plain(x, ctx, bias=bias)[0])
 
 
 def test_relative_bias_in_packed_rows_is_each_documents_own():
@@ -68,7 +81,7 @@ def test_relative_bias_in_packed_rows_is_each_documents_own():
     packed, _ = model(ids, ctx, segment_ids=segment_ids, segment_pos=segment_pos)
     first, _ = model(ids[:, :4], ctx)
     second, _ = model(ids[:, 4:], ctx)
-    np.testing.assert_allclose(packed, jnp.concatenate([first, second], axis=1), atol=2e-5)
+    assert_same_math(packed, jnp.concatenate([first, second], axis=1))
 
 
 def test_compute_loss_matches_formula():
@@ -116,11 +129,10 @@ def test_chunked_loss_equals_the_whole_sequence_loss_and_its_gradients(kw, chunk
     logits, _ = whole(ids, Context(mode=Mode.EVAL))  # and both equal compute_loss on full logits
     direct = whole.metrics_from_logits(logits, labels, weights)
     for key in direct:
-        np.testing.assert_allclose(m_w[key], direct[key], rtol=1e-6)
-        np.testing.assert_allclose(m_c[key], direct[key], rtol=1e-6)
+        assert_same_math_tree(m_w[key], direct[key], err_msg=key)
+        assert_same_math_tree(m_c[key], direct[key], err_msg=key)
     assert float(m_c["avg_xent"].weight) == 15.0
-    for a, b in zip(jax.tree.leaves(g_w), jax.tree.leaves(g_c)):
-        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-7)
+    assert_same_math_tree(g_c, g_w, rtol=2e-5)
 
 
 def test_negative_loss_chunk_size_names_the_field():
@@ -174,25 +186,28 @@ def _train_copy_model(pattern: list[int], steps: int = 200):
 def test_greedy_decode_reproduces_a_learned_pattern():
     pattern = [1, 2, 3, 4, 5]
     model = _train_copy_model(pattern)
-    out = generate(model, [[1, 2, 3], [4, 5]], SampleConfig(max_new_tokens=7, temperature=0.0), jax.random.key(0))
+    greedy = SampleConfig(max_new_tokens=7, strategy=GreedyStrategy())
+    out = generate(model, [[1, 2, 3], [4, 5]], greedy, jax.random.key(0))
     assert out[0] == [4, 5, 1, 2, 3, 4, 5]
     assert out[1] == [1, 2, 3, 4, 5, 1, 2]
     # Batched prompts of different lengths give what each prompt gives alone.
-    alone = generate(model, [[4, 5]], SampleConfig(max_new_tokens=7, temperature=0.0), jax.random.key(0))
+    alone = generate(model, [[4, 5]], greedy, jax.random.key(0))
     assert alone[0] == out[1]
     # EOS stops the row: everything from the first 1 onwards is cut.
-    stopped = generate(model, [[4, 5]], SampleConfig(max_new_tokens=7, temperature=0.0, eos_id=1), jax.random.key(0))
+    stopped = generate(model, [[4, 5]], greedy.replace(eos_id=1), jax.random.key(0))
     assert stopped[0] == []
-    stopped = generate(model, [[1, 2]], SampleConfig(max_new_tokens=7, temperature=0.0, eos_id=5), jax.random.key(0))
+    stopped = generate(model, [[1, 2]], greedy.replace(eos_id=5), jax.random.key(0))
     assert stopped[0] == [3, 4]
 
 
 def test_sampling_is_seeded_and_respects_top_k():
     model = tiny().build(jax.random.key(0))
-    cfg = SampleConfig(max_new_tokens=6, temperature=1.0, top_k=1)
-    greedy = generate(model, [[1, 2]], SampleConfig(max_new_tokens=6, temperature=0.0), jax.random.key(0))
+    cfg = SampleConfig(max_new_tokens=6, strategy=SampleStrategy(temperature=1.0, top_k=1))
+    greedy = generate(model, [[1, 2]], SampleConfig(max_new_tokens=6, strategy=GreedyStrategy()), jax.random.key(0))
     assert generate(model, [[1, 2]], cfg, jax.random.key(3)) == greedy  # top-1 sampling is greedy
-    cfg = SampleConfig(max_new_tokens=6, temperature=1.0)
+    cold = SampleConfig(max_new_tokens=6, strategy=SampleStrategy(temperature=0.0))
+    assert generate(model, [[1, 2]], cold, jax.random.key(3)) == greedy  # and so is temperature 0
+    cfg = SampleConfig(max_new_tokens=6, strategy=SampleStrategy(temperature=1.0))
     a = generate(model, [[1, 2]], cfg, jax.random.key(3))
     assert a == generate(model, [[1, 2]], cfg, jax.random.key(3))
 
@@ -209,39 +224,48 @@ class _CountedDecoder(LanguageModelDecoder):
 
 
 def test_a_new_temperature_top_p_or_eos_id_reuses_the_compiled_sampler():
-    """Only what shapes the program is static in the sampler (greedy or not, top-k's k, top-p on
-    or off, lengths); the temperature, top-p and EOS id are traced, so a decode sweeping them
-    compiles once. Each still takes effect: the first token is drawn from softmax(filtered
-    logits / temperature), and a row stops at its EOS."""
+    """Only what shapes the program is static in the sampler (`sampler.draw_tokens`: greedy or
+    not, top-k's k, top-p on or off, lengths); the temperature, top-p and EOS id are traced (a
+    `Draw`'s arrays), so a decode sweeping them compiles once. Each still takes effect: the first
+    token is drawn from softmax(filtered logits / temperature), and a row stops at its EOS."""
     model = tiny().build(jax.random.key(0))
     decoder = _CountedDecoder.from_prompts(model, [[1, 2], [3]], 6)
     logits = decoder.start()[0].astype(jnp.float32)
     key = jax.random.key(5)
     _SAMPLER_TRACES.clear()
     for temperature, top_p in [(1.0, 0.9), (0.5, 0.6), (2.0, 0.99)]:
-        tokens, _ = sample(decoder, SampleConfig(max_new_tokens=6, temperature=temperature, top_p=top_p), key)
+        cfg = SampleConfig(max_new_tokens=6, strategy=SampleStrategy(temperature=temperature, top_p=top_p))
+        tokens, _ = sample(decoder, cfg, key)
         expected = jax.random.categorical(
             jax.random.split(key)[1], filter_logits(logits / temperature, 0, top_p), axis=-1
         )
         np.testing.assert_array_equal(tokens[:, 0], expected)
     assert len(_SAMPLER_TRACES) == 1
     first = int(tokens[0, 0])
-    stopped, _ = sample(decoder, SampleConfig(max_new_tokens=6, temperature=2.0, top_p=0.99, eos_id=first), key)
+    cfg = SampleConfig(max_new_tokens=6, eos_id=first, strategy=SampleStrategy(temperature=2.0, top_p=0.99))
+    stopped, _ = sample(decoder, cfg, key)
     assert int(stopped[0, 0]) == first and (np.asarray(stopped[0, 1:]) == 0).all()  # pads after the EOS
+    assert len(_SAMPLER_TRACES) == 1
+    # `sample` is the strategy's Draw in sampler.draw_tokens: called directly, the same program.
+    direct, _ = draw_tokens(decoder, Draw.of(temperature=2.0, top_k=0, top_p=0.99, eos_id=first), key, 0, 6)
+    np.testing.assert_array_equal(direct, stopped)
     assert len(_SAMPLER_TRACES) == 1
 
 
 def test_bad_sample_config_is_reported():
     model = tiny().build(jax.random.key(0))
-    with pytest.raises(ValueError, match="top_p"):
-        generate(model, [[1]], SampleConfig(top_p=0.0), jax.random.key(0))
+    with pytest.raises(ValueError, match=re.escape("decode.top_p must be in (0, 1]")):
+        generate(model, [[1]], SampleConfig(strategy=SampleStrategy(top_p=0.0)), jax.random.key(0))
+    # top_p is the sampling strategy's field, no longer SampleConfig's: a flat one is refused by name.
+    with pytest.raises(ConfigError, match="SampleConfig has no field 'top_p'"):
+        SampleConfig(top_p=0.9)
 
 
 def test_generation_longer_than_the_position_table_slides_a_window():
     model = tiny(max_seq_len=8).build(jax.random.key(0))
-    cfg = SampleConfig(max_new_tokens=20, temperature=0.0)
+    cfg = SampleConfig(max_new_tokens=20, strategy=GreedyStrategy())
     out = generate(model, [[1, 2, 3]], cfg, jax.random.key(0))
     assert len(out[0]) == 20
     # The first window is an ordinary generation from the (cropped) prompt.
-    first = generate(model, [[1, 2, 3][-4:]], SampleConfig(max_new_tokens=4, temperature=0.0), jax.random.key(0))
+    first = generate(model, [[1, 2, 3][-4:]], cfg.replace(max_new_tokens=4), jax.random.key(0))
     assert out[0][:4] == first[0]

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tolerances import assert_same_math, assert_same_math_tree
 
 from pax_eqx.config import ConfigError, config
 from pax_eqx.layers import Context, MLPConfig, Mode
@@ -107,7 +108,7 @@ def test_loss_aggregator_and_aux_losses_give_the_full_batch_gradient(num_microba
     batch = _two_loss_batch()
     (got,) = _gradient(task, state, batch)
     want = _two_loss_direct_gradient(state.params.w, batch, 1.0, 0.5, 2.0)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert_same_math(got, want)
     _, out = task.train_step(state, batch)
     pred = batch["x"] @ np.asarray(state.params.w)
     mean_a = ((pred - batch["y"]) ** 2 * batch["w_a"]).sum() / batch["w_a"].sum()
@@ -179,10 +180,8 @@ def test_microbatch_gradient_equals_full_batch_gradient_under_uneven_padding():
         return jnp.sum(xent * batch["weights"]) / jnp.sum(batch["weights"])
 
     want = jax.tree.leaves(eqx.filter_grad(mean_xent)(model))
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7)
-    for g, w in zip(_gradient(whole, state, batch), want):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7)
+    assert_same_math_tree(got, want)
+    assert_same_math_tree(_gradient(whole, state, batch), want)
 
     # The equal-weight average of the microbatch means is a different (wrong) gradient here.
     def microbatch_mean(model, rows):
@@ -209,10 +208,9 @@ def test_lm_microbatch_metrics_and_gradient_equal_the_whole_batch():
     micro = Task(cfg, SGD.replace(num_microbatches=2))
     state = whole.init_state(jax.random.PRNGKey(0))
     (grad_w, out_w), (grad_m, out_m) = (_gradient_and_outputs(t, state, batch) for t in (whole, micro))
-    for a, b in zip(grad_w, grad_m):
-        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-7)
+    assert_same_math_tree(grad_m, grad_w, rtol=2e-5)
     for name in ("avg_xent", "accuracy", "total_loss"):
-        np.testing.assert_allclose(out_m.metrics[name].value, out_w.metrics[name].value, rtol=1e-5)
+        assert_same_math(out_m.metrics[name].value, out_w.metrics[name].value, err_msg=name)
         assert float(out_m.metrics[name].weight) == float(weights.sum()) == 14.0
 
 
@@ -234,7 +232,7 @@ def test_mean_sync_state_is_averaged_over_microbatches():
         expected.append(jax.tree.leaves(ctx.state))
     got = jax.tree.leaves(new_state.nt_state)
     for g, a, b in zip(got, *expected):
-        np.testing.assert_allclose(g, (np.asarray(a) + np.asarray(b)) / 2, rtol=1e-5, atol=1e-7)
+        assert_same_math(g, (np.asarray(a) + np.asarray(b)) / 2)
 
 
 # --------------------------------------------------------------------- variational noise
@@ -259,10 +257,10 @@ def test_variational_noise_perturbs_training_not_eval():
     state = clean.init_state(jax.random.PRNGKey(0))
     batch = _two_loss_batch()
     # Step 0 is before start_step: the same update.
-    np.testing.assert_allclose(_gradient(noisy, state, batch)[0], _gradient(clean, state, batch)[0], rtol=1e-6)
+    assert_same_math(_gradient(noisy, state, batch)[0], _gradient(clean, state, batch)[0])
     state1 = eqx.tree_at(lambda s: s.step, state, jnp.int32(1))
     assert float(np.abs(_gradient(noisy, state1, batch)[0] - _gradient(clean, state1, batch)[0]).max()) > 1e-3
-    np.testing.assert_allclose(
+    assert_same_math(
         noisy.eval_step(state1, batch).metrics["loss_a"].value, clean.eval_step(state1, batch).metrics["loss_a"].value
     )
 
