@@ -25,9 +25,9 @@ import pytest
 from pax_eqx.config import ConfigError
 from pax_eqx.layers import Context, Mode
 from pax_eqx.layers.initializers import gaussian
-from pax_eqx.models import LanguageModelConfig, SampleConfig, generate
-from pax_eqx.models.beam_search import beam_search, beam_search_lm, length_normalize
-from pax_eqx.models.decoding import sample
+from pax_eqx.models import BeamStrategy, GreedyStrategy, LanguageModelConfig, SampleConfig, SampleStrategy, generate
+from pax_eqx.models.beam_search import beam_search, length_normalize
+from pax_eqx.models.decoding import beam_search_lm, sample
 from pax_eqx.models.incremental import IncrementalDecoder, LanguageModelDecoder
 
 
@@ -45,7 +45,7 @@ PROMPTS = [[1, 2, 3], [4], [5, 6, 7, 8, 9], [3, 3], [10, 11], [12, 13, 14, 15], 
 
 
 def greedy(decoder, new, eos_id, pad_id=0):
-    cfg = SampleConfig(max_new_tokens=new, temperature=0.0, eos_id=eos_id)
+    cfg = SampleConfig(max_new_tokens=new, eos_id=eos_id, strategy=GreedyStrategy())
     tokens, log_probs = sample(decoder, cfg, jax.random.key(0), pad_id)
     return np.asarray(tokens), np.asarray(log_probs)
 
@@ -232,29 +232,34 @@ def test_an_lm_trained_to_copy_beam_searches_the_copy_of_held_out_prompts():
     assert float(loss) < 0.05
     model = eqx.combine(params, static)
     prompts = [x + [sep] for x in held_out.tolist()]
-    cfg = SampleConfig(max_new_tokens=n + 2, beam_size=3, eos_id=eos)
+    cfg = SampleConfig(max_new_tokens=n + 2, eos_id=eos, strategy=BeamStrategy(beam_size=3))
     nbest = beam_search_lm(model, prompts, cfg, pad_id=0)
     assert [hyps[0][0] for hyps in nbest] == held_out.tolist()
     assert all(len(hyps) == 3 and hyps[0][1] > hyps[1][1] for hyps in nbest)
-    # generate with beam_size > 1 returns each prompt's best hypothesis.
+    # generate with a beam strategy returns each prompt's best hypothesis.
     assert generate(model, prompts[:2], cfg, jax.random.key(0)) == held_out[:2].tolist()
 
 
 def test_bad_beam_settings_are_refused_by_name():
+    """Each strategy holds only its own fields: a sampling field on a beam (or a beam's on
+    sampling) does not exist, so it is refused by name as it is constructed."""
     model = random_lm()
     bad = [
-        (dict(beam_size=0), "decode.beam_size must be >= 1"),
-        (dict(beam_size=4, length_norm_alpha=-0.5), "decode.length_norm_alpha must be >= 0"),
-        (dict(beam_size=4, top_k=40), "decode.top_k=40 has no effect with decode.beam_size=4"),
-        (dict(beam_size=4, top_p=0.9), "decode.top_p=0.9 has no effect with decode.beam_size=4"),
-        (dict(length_norm_alpha=0.6), "decode.length_norm_alpha=0.6 has no effect with decode.beam_size=1"),
-        (dict(beam_size=2, max_new_tokens=30), "more than model.max_seq_len=32"),  # no sliding window
+        (BeamStrategy, dict(beam_size=0), {}, "decode.beam_size must be >= 1"),
+        (BeamStrategy, dict(beam_size=4, length_norm_alpha=-0.5), {}, "decode.length_norm_alpha must be >= 0"),
+        (BeamStrategy, dict(beam_size=4, top_k=40), {}, "BeamStrategy has no field 'top_k'"),
+        (BeamStrategy, dict(beam_size=4, top_p=0.9), {}, "BeamStrategy has no field 'top_p'"),
+        (SampleStrategy, dict(length_norm_alpha=0.6), {}, "SampleStrategy has no field 'length_norm_alpha'"),
+        (BeamStrategy, dict(beam_size=2), dict(max_new_tokens=30), "more than model.max_seq_len=32"),  # no window
     ]
-    for fields, message in bad:
+    for strategy, fields, cfg_fields, message in bad:
         with pytest.raises(ConfigError, match=re.escape(message)):
-            beam_search_lm(model, [[1, 2, 3]], SampleConfig(**fields), pad_id=0)
-    with pytest.raises(ConfigError, match="sample.. draws one continuation per row"):
-        sample(LanguageModelDecoder.from_prompts(model, [[1]], 4), SampleConfig(beam_size=2), jax.random.key(0))
+            beam_search_lm(model, [[1, 2, 3]], SampleConfig(strategy=strategy(**fields), **cfg_fields), pad_id=0)
+    with pytest.raises(ConfigError, match="beam_search_lm needs decode.strategy beam, not 'sample'"):
+        beam_search_lm(model, [[1, 2, 3]], SampleConfig(max_new_tokens=4), pad_id=0)
+    decoder = LanguageModelDecoder.from_prompts(model, [[1]], 4)
+    with pytest.raises(ConfigError, match="decode.strategy='beam' does not draw one token a step"):
+        sample(decoder, SampleConfig(strategy=BeamStrategy(beam_size=2)), jax.random.key(0))
 
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "programs"))  # the CLI tests' tiny job flags
@@ -268,7 +273,8 @@ def test_decode_cli_prints_the_beam_n_best_list(tmp_path, capsys):
     args = tiny_args(tmp_path / "job", "--train.no-sample-at-end")
     assert train.main(args) == 0
     capsys.readouterr()
-    assert decode.main(args + ["--prompt", "ROMEO:", "--decode.beam-size", "3", "--max-new-tokens", "8"]) == 0
+    beam = ["--decode.strategy", "beam", "--decode.beam-size", "3"]
+    assert decode.main(args + ["--prompt", "ROMEO:", *beam, "--max-new-tokens", "8"]) == 0
     out = capsys.readouterr().out
     assert "Beam search from the checkpoint" in out and "3 best of beam_size 3" in out
     ranks = re.findall(r"^--- (\d+) \(score (-?[\d.]+)\) ---$", out, re.MULTILINE)
@@ -276,13 +282,18 @@ def test_decode_cli_prints_the_beam_n_best_list(tmp_path, capsys):
     scores = [float(s) for _, s in ranks]
     assert len(scores) == 3 and scores == sorted(scores, reverse=True)
     assert out.count("\nROMEO:") == 3
-    # shakespeare_char samples with top_k=40: that does not stop a beam, but a flag the mode
-    # ignores, given on the command line, is refused before anything is restored.
+    # shakespeare_char samples with top_k=40: that does not stop a beam (the beam has no top_k),
+    # but a flag of another strategy, or one the beam ignores, given on the command line, is
+    # refused before anything is restored. The short --beam-size N chooses the beam itself.
     for flags, message in [
-        (["--beam-size", "2", "--num-samples", "2"], "decode.num_samples (--decode.num-samples) has no effect with "
-         "decode.beam_size=2"),
-        (["--beam-size", "2", "--top-k", "5"], "--decode.top-k has no effect: decode.beam_size=2 runs beam search"),
-        (["--length-norm-alpha", "0.5"], "--decode.length-norm-alpha has no effect: decode.beam_size=1 samples"),
+        (["--beam-size", "2", "--num-samples", "2"], "--decode.num-samples has no effect: decode.strategy='beam' "
+         "prints one n-best list of the prompt"),
+        (["--beam-size", "2", "--top-k", "5"], "--decode.top-k: decode.strategy is 'beam' here, which has no "
+         "top_k; sample reads it. Switch with --decode.strategy sample, or drop the flag."),
+        (["--length-norm-alpha", "0.5"], "--decode.length-norm-alpha: decode.strategy is 'sample' here, which has "
+         "no length_norm_alpha; beam reads it. Switch with --decode.strategy beam"),
+        (["--decode.beam-size", "3"], "--decode.beam-size: decode.strategy is 'sample' here, which has no "
+         "beam_size; beam reads it."),
         (["--beam-size", "0"], "decode.beam_size must be >= 1"),
     ]:  # fmt: skip
         with pytest.raises((ConfigError, SystemExit)) as refused:
@@ -293,11 +304,12 @@ def test_decode_cli_prints_the_beam_n_best_list(tmp_path, capsys):
 
 def test_decode_beam_style_reaches_the_search_and_is_refused_without_a_beam():
     """decode.beam_style='praxis' runs Praxis' search (beam_search_lm = beam_search(style=...)),
-    which returns only ended hypotheses; with beam_size 1 the field is refused, naming it."""
+    which returns only ended hypotheses; a strategy that does not search has no such field, and
+    giving it one is refused, naming it."""
     model = random_lm()
     decoder = LanguageModelDecoder.from_prompts(model, PROMPTS[:3], 6, pad_id=0)
     eos = 5
-    cfg = SampleConfig(max_new_tokens=6, eos_id=eos, beam_size=3, beam_style="praxis")
+    cfg = SampleConfig(max_new_tokens=6, eos_id=eos, strategy=BeamStrategy(beam_size=3, beam_style="praxis"))
     direct = beam_search(decoder, beam_size=3, max_new_tokens=6, eos_id=eos, pad_id=0, style="praxis")
     got = beam_search_lm(model, PROMPTS[:3], cfg, pad_id=0)
     for row, nbest in enumerate(got):
@@ -307,5 +319,6 @@ def test_decode_beam_style_reaches_the_search_and_is_refused_without_a_beam():
     lengths = np.asarray(direct.lengths)
     finite = np.isfinite(np.asarray(direct.scores))
     assert all(ended[r, k, lengths[r, k] - 1] for r, k in zip(*np.nonzero(finite)))  # every one ends with EOS
-    with pytest.raises(ConfigError, match="decode.beam_style='praxis' has no effect with decode.beam_size=1"):
-        SampleConfig(beam_style="praxis").validate()
+    for strategy in (SampleStrategy, GreedyStrategy):
+        with pytest.raises(ConfigError, match=f"{strategy.__name__} has no field 'beam_style'"):
+            strategy(beam_style="praxis")

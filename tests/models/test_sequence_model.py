@@ -10,13 +10,14 @@ import pytest
 
 from pax_eqx.config import ConfigError
 from pax_eqx.layers import Context, Mode
+from pax_eqx.models import GreedyStrategy
 from pax_eqx.models.beam_search import beam_search
 from pax_eqx.models.decoding import SampleConfig, sample
 from pax_eqx.models.sequence_model import SequenceModelConfig, SequenceModelDecoder
 
 VOCAB, BOS, EOS, PAD = 12, 2, 3, 0
 EVAL = Context(mode=Mode.EVAL)
-GREEDY = SampleConfig(temperature=0.0, eos_id=EOS)
+GREEDY = SampleConfig(eos_id=EOS, strategy=GreedyStrategy())
 
 
 def tiny(**kw) -> SequenceModelConfig:
