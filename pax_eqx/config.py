@@ -40,6 +40,8 @@ class MissingFileError(ConfigError, FileNotFoundError):
 
 def _suggest(name: str, choices: typing.Iterable[str]) -> str:
     choices = sorted(choices)
+    if not choices:
+        return " It has no fields."
     close = difflib.get_close_matches(name, choices, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     return f"{hint} Valid fields: {', '.join(choices)}."
