@@ -33,7 +33,7 @@ from experiments import registry
 from pax_eqx import layers
 from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.config import ConfigError, config
-from pax_eqx.data import DataConfig, InputConfig, build_input, build_tokenizer
+from pax_eqx.data import DataConfig, DigitsSource, InputConfig, build_input, build_tokenizer
 from pax_eqx.experiment import ExperimentConfig, TrainConfig
 from pax_eqx.learners import LearnerConfig, SgdConfig
 from pax_eqx.metrics import HostAccumulator, Metrics, weighted_mean
@@ -197,7 +197,7 @@ model, model_state = layers.init(model_cfg, jax.random.key(1))
 # The digits through Pax's input contract (`pax_eqx.data`: Pax's BaseInput, on grain): 64 pixel
 # intensities, a label and a weight per example. The same data feeds the Task and the experiment.
 data = DataConfig(
-    source="digits",
+    source=DigitsSource(),
     train=InputConfig(batch_size=64),
     eval=InputConfig(batch_size=64, shuffle=False, repeat=False, reset_for_eval=True),
 )

@@ -8,7 +8,7 @@ the train step is one jitted pure function.
 import jax
 import numpy as np
 
-from pax_eqx.data import DataConfig, InputConfig, build_input, build_tokenizer
+from pax_eqx.data import DataConfig, DigitsImagesSource, InputConfig, build_input, build_tokenizer
 from pax_eqx.layers import ResNetBlockConfig, ResNetConfig
 from pax_eqx.learners import AdamWConfig, LearnerConfig
 from pax_eqx.metrics import HostAccumulator
@@ -30,7 +30,7 @@ eval_step = jax.jit(task.eval_step)
 
 # 3. The digits as [8, 8, 1] images, through Pax's input contract (one host here).
 data = DataConfig(
-    source="digits_images",
+    source=DigitsImagesSource(),
     train=InputConfig(batch_size=64),
     eval=InputConfig(batch_size=64, shuffle=False, repeat=False, reset_for_eval=True),
 )
