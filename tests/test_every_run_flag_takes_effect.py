@@ -12,6 +12,11 @@ For every leaf field, the walk changes the field and compares one cheap observab
   (timings dropped), the steps whose checkpoints remain, what the run printed (timings dropped)
   and the files it wrote.
 
+A choice of these sections (`data.source`, `data.tokenizer`, `decode.strategy`) is switched to
+each of its other variants, which must change the observable or be refused; the fields of a
+variant no experiment chooses (`--data.source text_files`, `--decode.strategy beam`) are walked
+on the first experiment that takes the switch.
+
 A change must alter the observable, or be refused at start: by the inert-flag check (the flag
 names a field a config lists in `inert_fields`) or by validation with an error naming the field.
 The few fields that change nothing here by design are in `NO_EFFECT_HERE`, each with its
@@ -40,15 +45,22 @@ from event_files import scalar_tags
 from experiments import registry
 from pax_eqx.command_line.choices import choice_fields
 from pax_eqx.command_line.inert_flags import InertFlagError, refuse_inert_flags
-from pax_eqx.config import config, switch_variant
-from pax_eqx.data import DataConfig, build_input, build_tokenizer
+from pax_eqx.config import config, field_names, switch_variant
+from pax_eqx.data import (
+    DataConfig,
+    GeneratedExamples,
+    JsonlSource,
+    TextFilesSource,
+    build_input,
+    build_tokenizer,
+)
+from pax_eqx.data.data_source import TextFileDocuments
 from pax_eqx.data.input_config import eval_num_batches
 from pax_eqx.experiment import ExperimentConfig
-from pax_eqx.programs.decode_modes import check_decode
 from pax_eqx.programs.example_decoding import decode_records
 from pax_eqx.programs.runtime import Runtime, build_task
-from pax_eqx.programs.sampling import beam_text, sample_text
-from pax_eqx.programs.seq2seq_decoding import decodes_examples, print_seq2seq
+from pax_eqx.programs.sampling import prompt_texts
+from pax_eqx.programs.seq2seq_decoding import print_seq2seq
 from pax_eqx.programs.train_loop import train
 from pax_eqx.tasks.task import Task
 
@@ -76,7 +88,7 @@ VALUES = {
     "train.early_stopping.metric": ["eval/loss"],
     "decode.prompt": ["JULIET:"],
     "data.tokenizer.max_training_chars": [10_000],  # half of CORPUS
-    "decode.top_k": [2],
+    "decode.strategy.top_k": [2],
     # The mesh must cover the 8 devices: fsdp or tensor parallel instead of data parallel, and a
     # DCN shape that multiplies the devices (refused). (1, 1, 1, 1), the generic try, is an alias
     # of (1, 1, 1): a stage axis of 1.
@@ -209,7 +221,7 @@ def decoded(exp: ExperimentConfig) -> list:
         lines = []
         print_seq2seq(rt, state, exp.decode, log=lines.append)
         return lines
-    return beam_text(rt, state, exp.decode) if exp.decode.beam_size > 1 else sample_text(rt, state, exp.decode)
+    return prompt_texts(rt, state, exp.decode)  # samples, or a beam's n-best list with its scores
 
 
 def decode_observable(exp: ExperimentConfig) -> str:
@@ -338,7 +350,7 @@ def _values(exp: ExperimentConfig, path: str) -> list[Any]:
         rt, state = _decoder(exp.name)
         if exp.model.decodes_inputs:
             return [_first_decoded(rt, state, exp)]
-        text = decoded(exp)[0]
+        text, _ = decoded(exp)[0]
         return [rt.tokenizer.encode(text)[len(rt.tokenizer.encode(exp.decode.prompt))]]  # an LM echoes its prompt
     if path in VALUES:
         return VALUES[path]
@@ -349,10 +361,9 @@ def _values(exp: ExperimentConfig, path: str) -> list[Any]:
 def _first_decoded(rt: Runtime, state: Any, exp: ExperimentConfig) -> int:
     """The first token an encoder-decoder's decode writes for its first input (the ids, not the
     text: sentinels and bytes do not round-trip through text)."""
-    from pax_eqx.programs.decode_modes import for_mode
     from pax_eqx.programs.seq2seq_decoding import decode_rows, source_rows
 
-    cfg = for_mode(exp.decode, examples=True).replace(eos_id=rt.tokenizer.eos_id)
+    cfg = exp.decode.replace(eos_id=rt.tokenizer.eos_id)
     model = rt.programs.task.model(rt.programs.task.inference_params(state))
     rows = [r for r, _ in source_rows(rt, cfg)]
     tokens, _, beams = decode_rows(model, rows, cfg, rt.tokenizer.pad_id, rt.tokenizer.bos_id)
@@ -361,13 +372,10 @@ def _first_decoded(rt: Runtime, state: Any, exp: ExperimentConfig) -> int:
 
 
 def _refused(exp: ExperimentConfig, path: str) -> str | None:
-    """The reason `--path` is refused at start on `exp` (as inert, by validation, or, for a
-    decode field, because the decode mode does not read it, as the decode program refuses it),
-    else None."""
+    """The reason `--path` is refused at start on `exp` (as inert: a decode field the strategy or
+    the model's decoding does not read is listed so; or by validation), else None."""
     try:
         refuse_inert_flags(exp, ["--" + path])
-        if path.startswith("decode.") and exp.model.decodes:
-            check_decode(exp.decode, given={path.split(".")[1]}, examples=decodes_examples(exp))
         if path.startswith("data."):  # what reads the data: the experiment's mesh may want 1,024 devices
             exp.data.validate()
             exp.model.check_data(exp.data)
@@ -438,18 +446,18 @@ def _tiny_data(exp: ExperimentConfig) -> ExperimentConfig:
     """`exp` reading a few small batches: its files replaced by `CORPUS`, its synthetic set cut to
     a few examples (so an epoch ends within the batches read), a SentencePiece vocabulary the
     small corpus can train."""
-    data = exp.data
+    data, source = exp.data, exp.data.source
     # Span corruption needs rows long enough for more than one noise span (one span's place is fixed).
-    seq_len = min(data.seq_len, 64 if data.layout == "span_corruption" else 16)
+    seq_len = min(data.seq_len, 64 if getattr(source, "layout", "") == "span_corruption" else 16)
     over = {"data.train.batch_size": 2, "data.eval.batch_size": 2, "data.seq_len": seq_len}
-    if data.target_seq_len:
-        over["data.target_seq_len"] = min(data.target_seq_len, 8)
     if data.eval.eval_loop_num_batches:
         over["data.eval.eval_loop_num_batches"] = 2
-    if data.source in ("synthetic", "random", "synthetic_images"):
-        over["data.num_synthetic_examples"] = 6
-    if data.source in ("jsonl", "text_files"):
-        over |= {"data.source": "jsonl", "data.path": str(CORPUS), "data.eval_path": ""}
+    if isinstance(source, (JsonlSource, TextFilesSource)):  # text_files read as jsonl: the one corpus here
+        over["data.source"] = switch_variant(source, JsonlSource).replace(path=str(CORPUS), eval_path="")
+    if getattr(source, "target_seq_len", 0):
+        over["data.source.target_seq_len"] = min(source.target_seq_len, 8)
+    if isinstance(source, GeneratedExamples):
+        over["data.source.num_synthetic_examples"] = 6
     if data.tokenizer.kind == "sentencepiece":
         over["data.tokenizer.vocab_size"] = 400
     for path, value in over.items():
@@ -465,25 +473,117 @@ def _data_configs() -> dict[str, ExperimentConfig]:
     found: dict[Any, tuple[str, ExperimentConfig]] = {}
     for name in registry.names():
         exp = registry.load_experiment(name)
-        if exp.data.source in ("image_folder", "imagenet_folder"):
+        if exp.data.source.kind in ("image_folder", "imagenet_folder"):
             continue
         tiny = _tiny_data(exp)
         found.setdefault(tiny.data, (name, tiny))
     return {name: exp for name, exp in found.values()}
 
 
-def _data_cases() -> list:
+# Choices: a switch of each, and the fields of the variants no experiment chooses ---------------------
+def _other_kinds(exp: ExperimentConfig, section: str) -> list[tuple[str, str]]:
+    """(choice path, kind) of every variant but the chosen one of every choice in `section`
+    (`data.source`, `data.tokenizer`, `decode.strategy`)."""
     return [
-        pytest.param(name, path, id=f"{name}-{path}")
-        for name, exp in _data_configs().items()
-        for path in _section_paths(exp, "data")
-        if path not in NO_EFFECT_HERE.keys() | BY_A_RUN
+        (path, kind)
+        for path, options in choice_fields(exp)
+        if path.startswith(section + ".")
+        for kind in options
+        if kind != functools.reduce(getattr, path.split("."), exp).kind
     ]
 
 
-@pytest.mark.parametrize("name, path", _data_cases())
-def test_every_data_flag_of_every_experiment_takes_effect_or_is_refused(name, path):
-    check_takes_effect(_data_configs()[name], path)
+def _variant(exp: ExperimentConfig, path: str, kind: str) -> type:
+    return dict(choice_fields(exp))[path][kind]
+
+
+def _switch(exp: ExperimentConfig, path: str, kind: str) -> ExperimentConfig:
+    """`exp` with `--PATH KIND`: the variant's defaults, the fields the two variants share kept
+    (`switch_variant`, as the command line switches), and a source of text files given this walk's
+    corpus. ValueError where the variant needs a value of its own first (an image shape)."""
+    current = functools.reduce(getattr, path.split("."), exp)
+    new = switch_variant(current, _variant(exp, path, kind))
+    if isinstance(new, TextFileDocuments) and not new.path:  # jsonl, text_files: the one corpus here
+        new = new.replace(path=str(CORPUS))
+    return exp.override(path, new)
+
+
+def _starts(exp: ExperimentConfig, section: str) -> bool:
+    """Whether a run of `exp` would start as far as `section` is concerned (its files, the model
+    against the data; all of it for the decode section)."""
+    try:
+        if section == "data":
+            exp.data.validate()
+            exp.model.check_data(exp.data)
+        else:
+            exp.validate(num_devices=jax.device_count())
+    except ValueError:
+        return False
+    return True
+
+
+def _switched_walks(experiments: dict[str, ExperimentConfig], section: str) -> dict[str, tuple[ExperimentConfig, str]]:
+    """{label: (experiment, the choice whose fields are walked)} for each variant of a choice of
+    `section` that none of `experiments` chooses, switched on the first of them that takes it
+    (with its other settings), so that the variant's own fields are walked too; as the model and
+    learner walk walks every switch's own fields. Variants that need files this walk lacks (a
+    prepared corpus, images, a tokenizer.json) or a value of their own are refused by the switch
+    test below and walked in tests/data."""
+    chosen = {
+        (path, functools.reduce(getattr, path.split("."), exp).kind)
+        for exp in experiments.values()
+        for path, _ in choice_fields(exp)
+        if path.startswith(section + ".")
+    }
+    found: dict[tuple[str, str], tuple[str, ExperimentConfig, str]] = {}
+    for name, exp in experiments.items():
+        for path, kind in _other_kinds(exp, section):
+            if (path, kind) in chosen or (path, kind) in found:
+                continue
+            try:
+                switched = _switch(exp, path, kind)
+            except ValueError:
+                continue
+            if _starts(switched, section) and not _inert(switched, path):
+                found[(path, kind)] = (f"{name}[{path}={kind}]", switched, path)
+    return {label: (exp, path) for label, exp, path in found.values()}
+
+
+def _inert(exp: ExperimentConfig, path: str) -> bool:
+    try:
+        refuse_inert_flags(exp, ["--" + path])
+    except InertFlagError:
+        return True
+    return False
+
+
+@functools.cache
+def _data_walks() -> dict[str, tuple[ExperimentConfig, str]]:
+    """{label: (tiny experiment, the data fields walked on it)}: every field of each distinct
+    experiment's data, and the source's (or tokenizer's) own of each variant no experiment chooses."""
+    walks = {name: (exp, "data") for name, exp in _data_configs().items()}
+    return walks | _switched_walks(_data_configs(), "data")
+
+
+def _data_cases() -> list:
+    return [
+        pytest.param(label, path, id=f"{label}-{path}")
+        for label, (exp, under) in _data_walks().items()
+        for path in _section_paths(exp, "data")
+        if path.startswith(under + ".") and path not in NO_EFFECT_HERE.keys() | BY_A_RUN
+    ]
+
+
+@pytest.mark.parametrize("label, path", _data_cases())
+def test_every_data_flag_of_every_experiment_takes_effect_or_is_refused(label, path):
+    check_takes_effect(_data_walks()[label][0], path)
+
+
+def test_every_source_the_walk_can_read_is_walked():
+    """The sources this walk has files for (its corpus; none: made-up examples, the plays, the
+    digits) each have their fields walked, chosen by an experiment or switched to."""
+    walked = {exp.data.source.kind for exp, _ in _data_walks().values()}
+    assert walked >= {"shakespeare", "jsonl", "text_files", "synthetic", "random", "digits", "digits_images"}
 
 
 @pytest.mark.parametrize("path", _base_cases())
@@ -506,6 +606,27 @@ def test_every_task_mesh_and_decode_flag_of_the_other_families_takes_effect_or_i
     check_takes_effect(_experiment(name), path)
 
 
+@functools.cache
+def _decode_walks() -> dict[str, tuple[ExperimentConfig, str]]:
+    """{label: (experiment, the choice walked)}: the decode strategies the base and the
+    representatives do not choose (`--decode.strategy beam`), each on the first that takes it."""
+    return _switched_walks({name: _experiment(name) for name in (BASE, *REPRESENTATIVES)}, "decode")
+
+
+def _decode_switch_cases() -> list:
+    return [
+        pytest.param(label, path, id=f"{label}-{path}")
+        for label, (exp, under) in _decode_walks().items()
+        for path in _section_paths(exp, "decode")
+        if path.startswith(under + ".")
+    ]
+
+
+@pytest.mark.parametrize("label, path", _decode_switch_cases())
+def test_every_flag_of_a_decode_strategy_no_experiment_chooses_takes_effect_or_is_refused(label, path):
+    check_takes_effect(_decode_walks()[label][0], path)
+
+
 @pytest.mark.parametrize("path", sorted(NO_EFFECT_HERE))
 def test_what_is_listed_as_without_effect_here_has_none(path):
     exp, section = _base(), path.split(".", 1)[0]
@@ -524,31 +645,35 @@ def test_every_section_is_walked():
     assert sections - {"model", "learner"} == set(SECTIONS)
 
 
-def _data_switch_cases() -> list:
+def _switch_cases() -> list:
+    data = [("data", name, exp) for name, exp in _data_configs().items()]
+    decode = [("decode", name, _experiment(name)) for name in (BASE, *REPRESENTATIVES)]
     return [
-        pytest.param(name, path, kind, id=f"{name}-{path}={kind}")
-        for name, exp in _data_configs().items()
-        for path, options in choice_fields(exp)
-        if path.startswith("data.")
-        for kind in options
-        if kind != functools.reduce(getattr, path.split("."), exp).kind
+        pytest.param(section, name, path, kind, id=f"{name}-{path}={kind}")
+        for section, name, exp in data + decode
+        for path, kind in _other_kinds(exp, section)
     ]
 
 
-@pytest.mark.parametrize("name, path, kind", _data_switch_cases())
-def test_switching_a_data_choice_changes_the_batches_or_is_refused(name, path, kind):
-    """`--data.tokenizer sentencepiece` on a byte-level experiment, and back."""
-    exp = _data_configs()[name]
-    current = functools.reduce(getattr, path.split("."), exp)
+@pytest.mark.parametrize("section, name, path, kind", _switch_cases())
+def test_switching_a_data_or_decode_choice_changes_what_it_does_or_is_refused(section, name, path, kind):
+    """`--data.tokenizer sentencepiece` on a byte-level experiment, and back; `--data.source
+    jsonl` on the plays; `--decode.strategy beam`. A refusal names the choice, or the field the
+    chosen variant needs a value of (`--data.source custom` without data.custom_input)."""
+    exp = _data_configs()[name] if section == "data" else _experiment(name)
     try:
-        switched = exp.override(path, switch_variant(current, dict(choice_fields(exp))[path][kind]))
+        switched = _switch(exp, path, kind)
         refuse_inert_flags(switched, ["--" + path])
-        switched.data.validate()
-        observed = data_observable(switched)
+        if section == "data":
+            switched.data.validate()
+        else:
+            switched.validate(num_devices=jax.device_count())
+        observed = OBSERVABLES[section](switched)
     except ValueError as error:
-        assert re.search(rf"\b{path.rsplit('.', 1)[-1]}\b", str(error)), f"{path}={kind}: {error}"
+        named = "|".join([path.rsplit(".", 1)[-1], *field_names(_variant(exp, path, kind))])
+        assert re.search(rf"\b({named})\b", str(error)), f"{path}={kind}: {error}"
         return
-    assert observed != _baseline("data", exp), f"--{path} {kind} was accepted and {name} reads the same batches"
+    assert observed != _baseline(section, exp), f"--{path} {kind} was accepted and {name}'s {section} is the same"
 
 
 @config

@@ -73,7 +73,7 @@ def test_fine_tuning_may_change_the_learner_and_data_but_not_the_model_or_tokeni
     assert {c.split(":")[0] for c in changed} == {"learner.learning_rate", "data.seq_len"}
     with pytest.raises(JobDirError, match="learner.learning_rate"):  # a resumed run keeps its learner
         check_config(tmp_path, tuned.to_dict(), False)
-    tokenizer = TokenizerJsonConfig(path="tok.json")
+    tokenizer = TokenizerJsonConfig(path="tok.json", eos_token="</s>")
     with pytest.raises(JobDirError, match=r"data\.tokenizer"):
         check_config(
             tmp_path, saved.replace(data=saved.data.replace(tokenizer=tokenizer)).to_dict(), False, start_point=True

@@ -32,7 +32,7 @@ def test_import_decode_and_fine_tune_through_the_cli(tmp_path):
     assert "Imported llama" in out.stdout and (job / "tokenizer" / "tokenizer.json").is_file()
     saved = json.loads((job / "config.json").read_text())
     assert saved["data"]["tokenizer"]["kind"] == "tokenizer_json" and saved["model"]["num_kv_heads"] == 2
-    assert saved["learner"]["optimizer"]["kind"] != "sgd" and saved["data"]["source"] != "jsonl"
+    assert saved["learner"]["optimizer"]["kind"] != "sgd" and saved["data"]["source"]["kind"] != "jsonl"
 
     out = _run("pax_eqx.decode", "--job-log-dir", str(job), "--prompt", "Now is the", "--max-new-tokens", "6")
     assert out.returncode == 0, out.stderr
@@ -47,10 +47,11 @@ def test_import_decode_and_fine_tune_through_the_cli(tmp_path):
     assert out.returncode == 0, out.stderr
     assert f"Loading experiment {job / 'config.json'}" in out.stdout
     assert "Fine-tuning" in out.stdout and "imported step-0 checkpoint" in out.stdout
-    assert "learner.optimizer" in out.stdout and "data.source: " in out.stdout  # the changes, listed
+    assert "learner.optimizer.kind: " in out.stdout and "data.source.kind: " in out.stdout, out.stdout  # the changes
     assert (job / "checkpoints" / "2").is_dir()
     fine_tuned = json.loads((job / "config.json").read_text())
-    assert fine_tuned["learner"]["optimizer"]["kind"] == "sgd" and fine_tuned["data"]["path"] == str(corpus)
+    source = fine_tuned["data"]["source"]
+    assert fine_tuned["learner"]["optimizer"]["kind"] == "sgd" and (source["kind"], source["path"]) == ("jsonl", str(corpus))
 
     out = _run("pax_eqx.train", "--job-log-dir", str(job), "--learner.optimizer", "adam", "--train.num-steps", "3")
     assert out.returncode == 2 and "learner.optimizer" in out.stderr  # past step 0 it resumes: no learner change

@@ -15,7 +15,8 @@ from pax_table import ALL, pax_param_count
 
 from experiments import registry
 from pax_eqx import train
-from pax_eqx.data import build_input, build_tokenizer
+from pax_eqx.config import switch_variant
+from pax_eqx.data import SyntheticSource, build_input, build_tokenizer
 from pax_eqx.data.tokenizers import ByteTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,11 +95,11 @@ def test_data_synthetic_true_is_data_source_synthetic(capsys):
     exp, _, _ = cli.parse(
         ["--exp", "c4_spmd_1b_adam_4replicas", "--data.synthetic", "true"], "t", "", job_dir_required=False
     )
-    assert exp.data.source == "synthetic"
+    assert exp.data.source.kind == "synthetic"
     exp, _, _ = cli.parse(
         ["--exp", "c4_spmd_1b_adam_4replicas", "--data.synthetic", "false"], "t", "", job_dir_required=False
     )
-    assert exp.data.source == "jsonl"
+    assert exp.data.source.kind == "jsonl"
     with pytest.raises(SystemExit) as e:
         cli.parse(["--exp", "c4_spmd_1b_adam_4replicas", "--data.synthetic", "maybe"], "t", "", job_dir_required=False)
     assert e.value.code == 2
@@ -110,7 +111,7 @@ def test_data_synthetic_true_is_data_source_synthetic(capsys):
 def test_synthetic_rows_are_paxs_synthetic_lm_data(name, batch):
     """Pax's SyntheticLmData: ids = labels = 1, weights 1, one segment, positions 0..seq-1."""
     exp = registry.load_experiment(name)
-    exp = exp.replace(data=exp.data.replace(source="synthetic"))  # `--data.source synthetic` alone
+    exp = exp.replace(data=exp.data.replace(source=switch_variant(exp.data.source, SyntheticSource)))  # `--data.source synthetic` alone
     exp.validate()
     tokenizer = build_tokenizer(exp.data)  # C4's SentencePiece has no text here: bytes print samples
     assert isinstance(tokenizer, ByteTokenizer)
@@ -154,7 +155,7 @@ def test_doc_table_row_matches_the_experiment(name):
     dcn = f" x {exp.mesh.dcn_mesh_shape}" if set(exp.mesh.dcn_mesh_shape) != {1} else ""
     assert mesh == f"{exp.mesh.ici_mesh_shape}{dcn}"
     assert dtype == exp.train.fprop_dtype
-    assert data == ("synthetic" if exp.data.source == "synthetic" else "C4 (jsonl)")
+    assert data == ("synthetic" if exp.data.source.kind == "synthetic" else "C4 (jsonl)")
     row = next(r for r in ALL if r.name == name)
     assert count(params) == pytest.approx(pax_param_count(row), rel=0.006)
 
@@ -171,7 +172,7 @@ def test_doc_user_module_example_runs_by_dotted_path(tmp_path, capsys, monkeypat
         assert (exp.name, exp.model.num_layers, exp.model.model_dims, exp.learner.learning_rate) == (
             "my_exp", 4, 128, 1e-3,
         )  # fmt: skip
-        assert exp.train.num_steps == 500 and exp.data.source == "synthetic"
+        assert exp.train.num_steps == 500 and exp.data.source.kind == "synthetic"
         code, out, _ = run_main(capsys, "--exp", "mypkg.mymodule.my_small_gpt", "--dry-run")
         assert code == 0 and "Dry run of my_small_gpt" in out
         small = registry.load_experiment("mypkg.mymodule.my_small_gpt")

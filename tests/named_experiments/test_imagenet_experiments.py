@@ -48,7 +48,7 @@ def test_pax_class_names_are_aliases(exp):
 
 def test_every_number_is_paxs(exp):
     pax, m, lr, data = PAX_RESNET50, exp.model, exp.learner, exp.data
-    assert m.input_shape == data.image_shape == pax["image"]
+    assert m.input_shape == data.source.image_shape == pax["image"]
     assert m.num_classes == pax["num_classes"]
     assert m.label_smoothing_prob == 0.0
     assert (m.head_init.method, m.head_init.scale) == ("gaussian", pax["softmax_init_scale"])
@@ -58,7 +58,7 @@ def test_every_number_is_paxs(exp):
         "imagenet", 64, True, True,
     )  # fmt: skip
     assert (data.train.batch_size, data.eval.batch_size) == (pax["train_batch"], pax["eval_batch"])
-    assert data.augment.horizontal_flip and data.augment.std == (1 / 255,) * 3  # Pax feeds 0..255 pixels
+    assert data.source.augment.horizontal_flip and data.source.augment.std == (1 / 255,) * 3  # Pax feeds 0..255 pixels
     assert lr.optimizer == SgdConfig(momentum=pax["momentum"], nesterov=pax["nesterov"])
     assert lr.learning_rate == pytest.approx(pax["learning_rate"])
     assert (lr.l2_regularization, lr.weight_decay) == (pax["l2"], 0.0)  # Pax's coupled L2, no decoupled decay
@@ -116,4 +116,4 @@ def test_one_real_training_step_on_small_synthetic_images(capsys, tmp_path):
     assert code == 0, err
     assert "Finished at step 1" in out
     config = json.loads((job / "config.json").read_text())
-    assert config["data"]["source"] == "synthetic_images" and config["learner"]["optimizer"]["kind"] == "sgd"
+    assert config["data"]["source"]["kind"] == "synthetic_images" and config["learner"]["optimizer"]["kind"] == "sgd"

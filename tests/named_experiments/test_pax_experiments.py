@@ -17,7 +17,8 @@ from pax_table import (
 )
 
 from experiments import registry
-from pax_eqx.data import ByteTokenizerConfig
+from pax_eqx.config import switch_variant
+from pax_eqx.data import ByteTokenizerConfig, SyntheticSource
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.learners import AdamWConfig
 from pax_eqx.programs.dry_run import plan
@@ -27,7 +28,7 @@ IDS = [r.name for r in ALL]
 
 def synthetic(exp: ExperimentConfig) -> ExperimentConfig:
     """The `--data.source synthetic --data.tokenizer byte` swap (c4 data is not on disk)."""
-    data = exp.data.replace(source="synthetic", tokenizer=ByteTokenizerConfig())
+    data = exp.data.replace(source=switch_variant(exp.data.source, SyntheticSource), tokenizer=ByteTokenizerConfig())
     return exp.replace(data=data)
 
 
@@ -73,7 +74,7 @@ def test_lm_cloud_spmd_architecture_and_optimizer(row: Row):
     assert m.embedding_init.method == "gaussian" and m.embedding_init.scale == pytest.approx(1 / math.sqrt(row.dims))
     assert (m.init.method, m.init.scale) == ("xavier", 1.000001)
     assert_set_default_adam(exp, learning_rate=2.5e-4)
-    assert exp.data.source == "synthetic"
+    assert exp.data.source.kind == "synthetic"
     assert (exp.checkpoint.every_n_steps, exp.checkpoint.max_to_keep) == (5000, 10)
     assert (exp.train.summary_interval_steps, exp.train.eval_interval_steps) == (100, 100)
 
@@ -86,7 +87,7 @@ def test_lm_cloud_transformer_adam_is_data_parallel_relu_separate_qkv_float32(ro
     assert (att.combine_qkv, att.use_bias, att.per_dim_scale, att.logit_cap) == (False, False, True, 50.0)
     assert (m.soft_cap_logits, m.position_embedding, m.remat_policy) == (0.0, "sinusoidal", "none")
     assert_set_default_adam(exp, learning_rate=1e-3)
-    assert exp.data.source == "synthetic"
+    assert exp.data.source.kind == "synthetic"
 
 
 def assert_set_default_adam(exp: ExperimentConfig, learning_rate: float) -> None:
@@ -114,7 +115,8 @@ def test_c4_spmd_recipe(row: Row):
     assert exp.checkpoint.every_n_steps == 1000
     assert exp.train.summary_interval_steps == (100 if row.name == "c4_spmd_adam" else 10)
     data = exp.data
-    assert (data.source, data.path, data.layout, data.tokenizer.kind) == ("jsonl", "", "packed", "sentencepiece")
+    source = data.source
+    assert (source.kind, source.path, source.layout, data.tokenizer.kind) == ("jsonl", "", "packed", "sentencepiece")
     assert data.tokenizer.vocab_size == row.vocab
     assert (data.train.input_random_seed, data.eval.input_random_seed) == (9876, 4321)
     assert data.eval.reset_for_eval and not data.eval.repeat and data.train.repeat

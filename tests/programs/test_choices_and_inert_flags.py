@@ -91,15 +91,51 @@ def test_a_flag_of_a_variant_not_chosen_is_refused_naming_the_variant(args, mess
 @pytest.mark.parametrize(
     "name, args, message",
     [
-        ("shakespeare_char", ["--data.path", "x.txt"], "data.source='shakespeare' does not read data.path"),
-        ("shakespeare_char", ["--data.eval-path", "x"], "does not read data.eval_path"),
-        ("shakespeare_char", ["--data.jsonl-text-key", "body"], "does not read data.jsonl_text_key"),
-        ("shakespeare_char", ["--data.custom-input", "a.b"], "does not read data.custom_input"),
-        ("shakespeare_char", ["--data.num-synthetic-examples", "5"], "does not read data.num_synthetic_examples"),
+        # A field of a source that is not the chosen one: the flag as typed, the sources that read it, the switch.
+        (
+            "shakespeare_char",
+            ["--data.path", "x.txt"],
+            r"^--data.path: data.source is 'shakespeare' here, which has no path; jsonl, .*text_files.* read it. "
+            "Switch with --data.source jsonl, or drop the flag.",
+        ),
+        (
+            "shakespeare_char",
+            ["--data.source.path", "x.txt"],
+            "^--data.source.path: .*'shakespeare' here, which has no path",
+        ),
+        (
+            "shakespeare_char",
+            ["--data.eval-path", "x"],
+            "^--data.eval-path: .*'shakespeare' here, which has no eval_path",
+        ),
+        (
+            "shakespeare_char",
+            ["--data.jsonl-text-key", "body"],
+            "^--data.jsonl-text-key: .*no jsonl_text_key; jsonl reads it. Switch with --data.source jsonl",
+        ),
+        (
+            "shakespeare_char",
+            ["--data.custom-input", "a.b"],
+            "^--data.custom-input: .*no custom_input; custom reads it. Switch with --data.source custom",
+        ),
+        (
+            "shakespeare_char",
+            ["--data.num-synthetic-examples", "5"],
+            "^--data.num-synthetic-examples: .*'shakespeare' here, which has no num_synthetic_examples; random, ",
+        ),
+        (
+            "shakespeare_char",
+            ["--data.source", "array_record", "--data.layout", "packed"],
+            "^--data.layout: data.source is 'array_record' here, which has no layout; .*Switch with --data.source",
+        ),
         ("shakespeare_char", ["--data.train.eval-loop-num-batches", "3"], "the train input has none"),
         ("shakespeare_char", ["--decode.temperature", "0", "--decode.top-p", "0.9"], "decodes greedily"),
         ("digits_mlp", ["--data.seq-len", "32"], "fixed-size examples, not token rows"),
-        ("digits_mlp", ["--data.layout", "packed"], "does not read data.layout"),
+        (
+            "digits_mlp",
+            ["--data.layout", "packed"],
+            "^--data.layout: data.source is 'digits' here, which has no layout",
+        ),
         ("digits_mlp", ["--decode.prompt", "hi"], "decodes examples to records"),
         ("digits_mlp", ["--decode.max-new-tokens", "5"], "decodes examples to records"),
         ("shakespeare_char", ["--decode.inputs", "a.png"], "continues a prompt"),

@@ -35,7 +35,7 @@ def test_a_classifier_trains_resumes_and_evaluates_through_the_same_cli(tmp_path
     assert train.main(args) == 0
     assert "Resuming" in capsys.readouterr().out
     config = json.loads((job / "config.json").read_text())
-    assert config["model"]["num_classes"] == 10 and config["data"]["source"] == "digits"
+    assert config["model"]["num_classes"] == 10 and config["data"]["source"]["kind"] == "digits"
     assert sorted(p.name for p in (job / "checkpoints").iterdir() if p.name.isdigit()) == ["20", "40"]
     rows = metrics(job)
     assert [r["step"] for r in rows if r["split"] == "train"] == [10, 20, 30, 40]

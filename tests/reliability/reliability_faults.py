@@ -2,11 +2,12 @@
 
 The reliability tests run every job with
 
-    --data.source custom --data.custom-input reliability_faults.faulty_text_input --data.path CORPUS
+    --data.source custom --data.custom-input reliability_faults.faulty_text_input
 
-so the uninterrupted reference run, the killed runs and their reruns all have the same
-command line and the same data. With no `PAX_RELIABILITY_FAULTS` in the environment this is the
-text_files input, untouched. The variable names faults at absolute batch numbers (batch n feeds
+and the corpus's path in `PAX_RELIABILITY_CORPUS` (the custom source has no data.path: its
+function is the whole source), so the uninterrupted reference run, the killed runs and their
+reruns all have the same command line and the same data. With no `PAX_RELIABILITY_FAULTS` in the
+environment this is the text_files input of that corpus, untouched. The variable names faults at absolute batch numbers (batch n feeds
 training step n; the count is part of the checkpointed iterator state, so it survives resumes):
 
     hold:train:5     before reading train batch 5, write MARKERS/hold-train-5 and wait until
@@ -32,10 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from pax_eqx.data import ByteTokenizer, Input, build_input
+from pax_eqx.data import ByteTokenizer, Input, TextFilesSource, build_input
 
 FAULTS_ENV = "PAX_RELIABILITY_FAULTS"
 MARKERS_ENV = "PAX_RELIABILITY_MARKERS"
+CORPUS_ENV = "PAX_RELIABILITY_CORPUS"
 HOLD_LIMIT_S = 120.0
 
 
@@ -91,9 +93,17 @@ def _hold(name: str) -> None:
         time.sleep(0.005)
 
 
+def text_files_input(data_cfg, split, tokenizer, shard) -> Input:
+    """The text_files input of the corpus at $PAX_RELIABILITY_CORPUS, with the experiment's data
+    settings (seq_len, batch sizes, seeds)."""
+    if CORPUS_ENV not in os.environ:
+        raise KeyError(f"{CORPUS_ENV} is not set: reliability_harness.environment() names the corpus there.")
+    text_files = data_cfg.replace(source=TextFilesSource(path=os.environ[CORPUS_ENV]))
+    return build_input(text_files, split, tokenizer, shard.count, shard.index)
+
+
 def faulty_text_input(data_cfg, split, tokenizer, shard) -> Input:
-    inner = build_input(data_cfg.replace(source="text_files"), split, tokenizer, shard.count, shard.index)
-    return FaultyInput(inner)
+    return FaultyInput(text_files_input(data_cfg, split, tokenizer, shard))
 
 
 class _OtherBytes(ByteTokenizer):
@@ -104,7 +114,7 @@ class _OtherBytes(ByteTokenizer):
 
 def mismatched_tokenizer_input(data_cfg, split, tokenizer, shard) -> Input:
     """The text_files input, whose eval split is built with a different tokenizer than train's."""
-    inner = build_input(data_cfg.replace(source="text_files"), split, tokenizer, shard.count, shard.index)
+    inner = text_files_input(data_cfg, split, tokenizer, shard)
     if split == "eval":
         inner.tokenizer = _OtherBytes()
     return inner

@@ -67,7 +67,7 @@ def command(job: Path, *extra: str, program: str = "pax_eqx.train", max_file_byt
     """The command line; with `max_file_bytes`, the program runs under that file-size limit
     (RLIMIT_FSIZE, set by a launcher that then runs the module: a write past it fails with EFBIG,
     as a write to a full disk fails with ENOSPC; Python ignores SIGXFSZ, so it is an error)."""
-    args = [*ARGS, "--data.path", str(corpus()), "--job-log-dir", str(job), *extra]
+    args = [*ARGS, "--job-log-dir", str(job), *extra]
     if max_file_bytes is None:
         return [sys.executable, "-m", program, *args]
     launcher = (
@@ -88,6 +88,7 @@ def environment(faults: str = "", markers: Path | None = None) -> dict[str, str]
         JAX_COMPILATION_CACHE_DIR=str(workspace() / "jax_cache"),
         JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
         JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+        PAX_RELIABILITY_CORPUS=str(corpus()),  # what reliability_faults' custom input reads
     )
     if faults:
         env["PAX_RELIABILITY_FAULTS"] = faults

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import jax
 import pytest
+from reliability_faults import CORPUS_ENV
 from reliability_harness import (
     ARGS,
     assert_no_traceback,
@@ -33,7 +34,7 @@ from reliability_harness import (
 from pax_eqx import decode, train
 from pax_eqx import eval as eval_main
 from pax_eqx.command_line import entry
-from pax_eqx.data import DataConfig, build_tokenizer
+from pax_eqx.data import DataConfig, TextFilesSource, build_tokenizer
 from pax_eqx.data.tokenizers import SentencePieceConfig
 
 
@@ -45,7 +46,14 @@ def args(job, *extra: str) -> list[str]:
     if "--data.source" in extra:  # another source than the fault-injecting custom input: not its flag
         i = base.index("--data.custom-input")
         del base[i : i + 2]
-    return [*base, "--data.path", str(corpus()), "--job-log-dir", str(job), *mesh, *extra]
+    return [*base, "--job-log-dir", str(job), *mesh, *extra]
+
+
+@pytest.fixture(autouse=True)
+def _corpus_of_the_custom_input(monkeypatch):
+    """The corpus the fault-injecting custom input reads, as `reliability_harness.environment()`
+    names it to a subprocess."""
+    monkeypatch.setenv(CORPUS_ENV, str(corpus()))
 
 
 @pytest.fixture(autouse=True)
@@ -160,7 +168,7 @@ def test_empty_data_file(text, says, tmp_path, capsys):
     data = tmp_path / "corpus.txt"
     data.write_text(text)
     job = tmp_path / "j"
-    code, message = cli(train.main, args(job, "--data.path", str(data)), capsys)
+    code, message = cli(train.main, args(job, "--data.source", "text_files", "--data.path", str(data)), capsys)
     assert code == 2
     assert_says(message, *says)
     assert not job.exists()  # the job dir train created for the run is removed again
@@ -255,7 +263,7 @@ def test_eval_of_a_job_dir_that_does_not_exist(tmp_path, capsys):
 def spm_model(tmp_path_factory) -> Path:
     """A small SentencePiece model of the (ASCII) corpus: no "é", no "☃" in its vocabulary."""
     where = tmp_path_factory.mktemp("spm")
-    data = DataConfig(source="text_files", path=str(corpus()), tokenizer=SentencePieceConfig(vocab_size=128))
+    data = DataConfig(source=TextFilesSource(path=str(corpus())), tokenizer=SentencePieceConfig(vocab_size=128))
     build_tokenizer(data, where)
     return where / "tokenizer" / "spm.model"
 

@@ -9,7 +9,7 @@ position to keep).
 
 from __future__ import annotations
 
-from pax_eqx.data import DataConfig, InputConfig
+from pax_eqx.data import DataConfig, InputConfig, RandomSource
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.programs.input_positions import INPUT_STATES_KEY, input_states, replay_eval_window, restore_inputs
 
@@ -39,7 +39,7 @@ class FakeRuntime:
 
 
 def experiment(eval_cfg: InputConfig) -> ExperimentConfig:
-    return ExperimentConfig(data=DataConfig(source="random", eval=eval_cfg))
+    return ExperimentConfig(data=DataConfig(source=RandomSource(), eval=eval_cfg))
 
 
 def test_train_and_rolling_eval_positions_round_trip():
