@@ -60,9 +60,11 @@ class HfSource:
         except json.JSONDecodeError as e:
             raise HfConfigError(f"{str(d / 'config.json')!r} is not valid JSON ({e}).") from None
         family = model_type(config)
-        model, notes = model_config(config)
-        try:
+        try:  # the configs it is made of check themselves when made; the model's sizes here
+            model, notes = model_config(config)
             model.ensure_valid()
+        except HfConfigError:
+            raise
         except ConfigError as e:
             raise HfConfigError(f"config.json gives a model pax_eqx refuses: {e}") from None
         files = SafetensorsFiles.open(d)
