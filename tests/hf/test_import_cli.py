@@ -51,7 +51,8 @@ def test_import_decode_and_fine_tune_through_the_cli(tmp_path):
     assert (job / "checkpoints" / "2").is_dir()
     fine_tuned = json.loads((job / "config.json").read_text())
     source = fine_tuned["data"]["source"]
-    assert fine_tuned["learner"]["optimizer"]["kind"] == "sgd" and (source["kind"], source["path"]) == ("jsonl", str(corpus))
+    assert fine_tuned["learner"]["optimizer"]["kind"] == "sgd"
+    assert (source["kind"], source["path"]) == ("jsonl", str(corpus))
 
     out = _run("pax_eqx.train", "--job-log-dir", str(job), "--learner.optimizer", "adam", "--train.num-steps", "3")
     assert out.returncode == 2 and "learner.optimizer" in out.stderr  # past step 0 it resumes: no learner change

@@ -111,7 +111,8 @@ def test_data_synthetic_true_is_data_source_synthetic(capsys):
 def test_synthetic_rows_are_paxs_synthetic_lm_data(name, batch):
     """Pax's SyntheticLmData: ids = labels = 1, weights 1, one segment, positions 0..seq-1."""
     exp = registry.load_experiment(name)
-    exp = exp.replace(data=exp.data.replace(source=switch_variant(exp.data.source, SyntheticSource)))  # `--data.source synthetic` alone
+    synthetic = switch_variant(exp.data.source, SyntheticSource)  # `--data.source synthetic` alone
+    exp = exp.replace(data=exp.data.replace(source=synthetic))
     exp.validate()
     tokenizer = build_tokenizer(exp.data)  # C4's SentencePiece has no text here: bytes print samples
     assert isinstance(tokenizer, ByteTokenizer)

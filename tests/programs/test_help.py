@@ -37,7 +37,7 @@ def test_help_lists_the_flags_the_experiments_and_the_fields(main, capsys):
         assert flag in out
     listed = re.findall(r"^  (\w+)(?: \(.*\))?$", out, re.M)
     assert listed == registry.names()  # every experiment, in order, each with its sentence below
-    assert "--model.num-layers INT" in out and "--decode.temperature FLOAT" in out
+    assert "--model.num-layers INT" in out and "--decode.strategy.temperature FLOAT" in out
 
 
 def test_each_field_has_its_own_sentence(capsys):

@@ -7,8 +7,9 @@ The reliability tests run every job with
 and the corpus's path in `PAX_RELIABILITY_CORPUS` (the custom source has no data.path: its
 function is the whole source), so the uninterrupted reference run, the killed runs and their
 reruns all have the same command line and the same data. With no `PAX_RELIABILITY_FAULTS` in the
-environment this is the text_files input of that corpus, untouched. The variable names faults at absolute batch numbers (batch n feeds
-training step n; the count is part of the checkpointed iterator state, so it survives resumes):
+environment this is the text_files input of that corpus, untouched. The variable names faults at
+absolute batch numbers (batch n feeds training step n; the count is part of the checkpointed
+iterator state, so it survives resumes):
 
     hold:train:5     before reading train batch 5, write MARKERS/hold-train-5 and wait until
                      MARKERS/release-train-5 exists: the run is parked at a known point (step 4

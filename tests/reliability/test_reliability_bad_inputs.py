@@ -105,7 +105,10 @@ def test_unknown_experiment(tmp_path, capsys):
             ["Unrecognized options: --model.num-layer", "Perhaps you meant", "--model.num-layers"],
         ),
         (["--model.num-layers", "two"], ["--model.num-layers", "'two'", "--model.num-layers INT"]),
-        (["--data.source", "files"], ["invalid choice 'files'", "--data.source", "'text_files'"]),
+        (
+            ["--data.source", "files"],
+            ["--data.source 'files' is not one of", "shakespeare", "Did you mean 'text_files'?"],
+        ),
         (["--mesh.ici-mesh-shape", "1", "x", "1"], ["--mesh.ici-mesh-shape", "'x'", "INT [INT ...]"]),
         (["--checkpoint.every-n-steps", "-1"], ["checkpoint.every_n_steps must be >= 0", "got -1"]),
     ],
