@@ -26,10 +26,12 @@ none: an entry cannot hide a field that started to matter, or outlive its field.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import json
 import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -49,12 +51,9 @@ from pax_eqx.config import config, field_names, switch_variant
 from pax_eqx.data import (
     DataConfig,
     GeneratedExamples,
-    JsonlSource,
-    TextFilesSource,
     build_input,
     build_tokenizer,
 )
-from pax_eqx.data.data_source import TextFileDocuments
 from pax_eqx.data.input_config import eval_num_batches
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.programs.example_decoding import decode_records
@@ -442,8 +441,23 @@ CORPUS = Path(__file__).parent / "fixtures" / "corpus" / "docs.jsonl"
 """60 short documents (A Midsummer Night's Dream) standing in for an experiment's corpus (C4)."""
 
 
+@functools.cache
+def _walk_files() -> dict[str, str]:
+    """{source kind: the file this walk gives it}: `CORPUS` for the sources of documents, and
+    CORPUS's documents cut in two as (inputs, targets) pairs for seq2seq_jsonl. Sources of other
+    files (a prepared corpus, images) are walked in tests/data."""
+    where = Path(tempfile.mkdtemp(prefix="pax_eqx_walk_"))
+    atexit.register(shutil.rmtree, where, ignore_errors=True)
+    pairs = where / "pairs.jsonl"
+    with pairs.open("w") as out:
+        for line in CORPUS.read_text().splitlines():
+            text = json.loads(line)["text"]
+            out.write(json.dumps({"inputs": text[: len(text) // 2], "targets": text[len(text) // 2 :]}) + "\n")
+    return {"jsonl": str(CORPUS), "text_files": str(CORPUS), "seq2seq_jsonl": str(pairs)}
+
+
 def _tiny_data(exp: ExperimentConfig) -> ExperimentConfig:
-    """`exp` reading a few small batches: its files replaced by `CORPUS`, its synthetic set cut to
+    """`exp` reading a few small batches: its files replaced by this walk's, its synthetic set cut to
     a few examples (so an epoch ends within the batches read), a SentencePiece vocabulary the
     small corpus can train."""
     data, source = exp.data, exp.data.source
@@ -452,8 +466,8 @@ def _tiny_data(exp: ExperimentConfig) -> ExperimentConfig:
     over = {"data.train.batch_size": 2, "data.eval.batch_size": 2, "data.seq_len": seq_len}
     if data.eval.eval_loop_num_batches:
         over["data.eval.eval_loop_num_batches"] = 2
-    if isinstance(source, (JsonlSource, TextFilesSource)):  # text_files read as jsonl: the one corpus here
-        over["data.source"] = switch_variant(source, JsonlSource).replace(path=str(CORPUS), eval_path="")
+    if source.kind in _walk_files():
+        over["data.source"] = source.replace(path=_walk_files()[source.kind], eval_path="")
     if getattr(source, "target_seq_len", 0):
         over["data.source.target_seq_len"] = min(source.target_seq_len, 8)
     if isinstance(source, GeneratedExamples):
@@ -499,13 +513,12 @@ def _variant(exp: ExperimentConfig, path: str, kind: str) -> type:
 
 def _switch(exp: ExperimentConfig, path: str, kind: str) -> ExperimentConfig:
     """`exp` with `--PATH KIND`: the variant's defaults, the fields the two variants share kept
-    (`switch_variant`, as the command line switches), and a source of text files given this walk's
-    corpus. ValueError where the variant needs a value of its own first (an image shape)."""
+    (`switch_variant`, as the command line switches); a data config made tiny as every one here
+    (a source this walk has files for reads them). ValueError where the variant needs a value of
+    its own first (an image shape)."""
     current = functools.reduce(getattr, path.split("."), exp)
-    new = switch_variant(current, _variant(exp, path, kind))
-    if isinstance(new, TextFileDocuments) and not new.path:  # jsonl, text_files: the one corpus here
-        new = new.replace(path=str(CORPUS))
-    return exp.override(path, new)
+    switched = exp.override(path, switch_variant(current, _variant(exp, path, kind)))
+    return _tiny_data(switched) if path.startswith("data.") else switched
 
 
 def _starts(exp: ExperimentConfig, section: str) -> bool:
