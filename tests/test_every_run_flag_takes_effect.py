@@ -535,30 +535,34 @@ def _starts(exp: ExperimentConfig, section: str) -> bool:
     return True
 
 
-def _switched_walks(experiments: dict[str, ExperimentConfig], section: str) -> dict[str, tuple[ExperimentConfig, str]]:
-    """{label: (experiment, the choice whose fields are walked)} for each variant of a choice of
-    `section` that none of `experiments` chooses, switched on the first of them that takes it
-    (with its other settings), so that the variant's own fields are walked too; as the model and
-    learner walk walks every switch's own fields. Variants that need files this walk lacks (a
-    prepared corpus, images, a tokenizer.json) or a value of their own are refused by the switch
-    test below and walked in tests/data."""
+def _switched_walks(
+    experiments: dict[str, ExperimentConfig], section: str, once: bool = True
+) -> dict[str, tuple[ExperimentConfig, str]]:
+    """{label: (experiment, the choice whose fields are walked)} for the variants of the choices
+    of `section`, so that each variant's own fields are walked too (as the model and learner walk
+    walks every switch's own fields). once: each variant none of `experiments` chooses, switched
+    on the first of them that takes it (with its other settings); else every other variant on
+    every experiment that takes it. Variants that need files this walk lacks (a prepared corpus,
+    images, a tokenizer.json) or a value of their own are refused by the switch test below and
+    walked in tests/data."""
     chosen = {
         (path, functools.reduce(getattr, path.split("."), exp).kind)
         for exp in experiments.values()
         for path, _ in choice_fields(exp)
         if path.startswith(section + ".")
     }
-    found: dict[tuple[str, str], tuple[str, ExperimentConfig, str]] = {}
+    found: dict[tuple[str, ...], tuple[str, ExperimentConfig, str]] = {}
     for name, exp in experiments.items():
         for path, kind in _other_kinds(exp, section):
-            if (path, kind) in chosen or (path, kind) in found:
+            key = (path, kind) if once else (name, path, kind)
+            if once and (path, kind) in chosen or key in found:
                 continue
             try:
                 switched = _switch(exp, path, kind)
             except ValueError:
                 continue
             if _starts(switched, section) and not _inert(switched, path):
-                found[(path, kind)] = (f"{name}[{path}={kind}]", switched, path)
+                found[key] = (f"{name}[{path}={kind}]", switched, path)
     return {label: (exp, path) for label, exp, path in found.values()}
 
 
@@ -621,9 +625,10 @@ def test_every_task_mesh_and_decode_flag_of_the_other_families_takes_effect_or_i
 
 @functools.cache
 def _decode_walks() -> dict[str, tuple[ExperimentConfig, str]]:
-    """{label: (experiment, the choice walked)}: the decode strategies the base and the
-    representatives do not choose (`--decode.strategy beam`), each on the first that takes it."""
-    return _switched_walks({name: _experiment(name) for name in (BASE, *REPRESENTATIVES)}, "decode")
+    """{label: (experiment, the choice walked)}: each decode strategy the base or a representative
+    does not choose, on it (`--decode.strategy beam` on the plays' language model); each family
+    decodes in its own way (a prompt's n-best list, an encoder-decoder's examples)."""
+    return _switched_walks({name: _experiment(name) for name in (BASE, *REPRESENTATIVES)}, "decode", once=False)
 
 
 def _decode_switch_cases() -> list:
@@ -636,7 +641,7 @@ def _decode_switch_cases() -> list:
 
 
 @pytest.mark.parametrize("label, path", _decode_switch_cases())
-def test_every_flag_of_a_decode_strategy_no_experiment_chooses_takes_effect_or_is_refused(label, path):
+def test_every_flag_of_the_decode_strategies_of_each_family_takes_effect_or_is_refused(label, path):
     check_takes_effect(_decode_walks()[label][0], path)
 
 
