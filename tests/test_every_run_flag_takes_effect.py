@@ -523,16 +523,22 @@ def _switch(exp: ExperimentConfig, path: str, kind: str) -> ExperimentConfig:
 
 def _starts(exp: ExperimentConfig, section: str) -> bool:
     """Whether a run of `exp` would start as far as `section` is concerned (its files, the model
-    against the data; all of it for the decode section)."""
+    against the data and its batches; all of it for the decode section)."""
     try:
         if section == "data":
             exp.data.validate()
             exp.model.check_data(exp.data)
-        else:
-            exp.validate(num_devices=jax.device_count())
+            return set(_input_keys(exp.model)) <= set(_first_batch(exp))  # a classifier takes no token rows
+        exp.validate(num_devices=jax.device_count())
     except ValueError:
         return False
     return True
+
+
+@functools.cache
+def _input_keys(model: Any) -> tuple[str, ...]:
+    """The batch keys the model built from config `model` needs (traced, nothing computed)."""
+    return type(eqx.filter_eval_shape(model.build, jax.random.key(0))).input_keys
 
 
 def _switched_walks(
