@@ -169,8 +169,8 @@ def test_manifest_mismatches_are_refused_with_one_line(prepared, tmp_path):
 
     with pytest.raises(
         cli.FlagError,
-        match=r"^--data.layout: data.source is 'array_record' here, which has no layout; jsonl, text_files, "
-        r"shakespeare read it. Switch with --data.source jsonl, or drop the flag.$",
+        match=r"^--data.layout: data.source is 'array_record' here, which has no layout; text_files, jsonl, "
+        r"shakespeare read it. Switch with --data.source text_files, or drop the flag.$",
     ):
         cli.parse_fields(ExperimentConfig(data=data_config(prepared["documents"])), ["--data.layout", "stream"], "t")
     refused(data_config(prepared["rows"], seq_len=64), "holds rows of 32 tokens.*--data.seq-len 32")

@@ -259,6 +259,7 @@ def test_every_data_flag_of_imagenet_resnet50_takes_effect_or_is_refused(imagene
     for path, value in {
         "data.source.path": str(imagenet),
         "data.source.image_shape": (S, S, 3),
+        "model.input_shape": (S, S, 3),
         "data.train.batch_size": 2,
         "data.eval.batch_size": 2,
     }.items():
