@@ -29,7 +29,7 @@ import jax
 
 from benchmarks.mfu import synthetic_step
 from pax_eqx.command_line import cli
-from pax_eqx.programs.pgle import write_profile, xla_flag
+from pax_eqx.programs.train.pgle import write_profile, xla_flag
 
 NO_COMMAND_BUFFERS = "--xla_gpu_enable_command_buffer="
 
@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv, "python -m benchmarks.pgle", "Collect a PGLE profile (DIR/profile.pb) for an experiment's train step.",
         extra=[("--steps", dict(type=int, default=5))],
     )  # fmt: skip
-    from pax_eqx.programs.job_dir import prepare
+    from pax_eqx.job.job_dir import prepare
 
     exp.validate(num_devices=jax.device_count())
     path = prepare(job_dir)

@@ -41,7 +41,7 @@ from benchmarks import hlo_ops
 from benchmarks.mfu import reference_step, synthetic_step, time_steps
 from benchmarks.pgle import without_command_buffers
 from pax_eqx.command_line import cli
-from pax_eqx.programs.pgle import newest_trace_dir
+from pax_eqx.programs.train.pgle import newest_trace_dir
 
 Event = tuple[str, str, int, int]  # (hlo_op, device, start_ns, end_ns)
 # Lines a trace viewer derives from a GPU's kernel lines; adding them would count time twice.

@@ -1,7 +1,7 @@
 """`python -m benchmarks.time_model_check RESULTS.jsonl`: the dry run's predictions beside a sweep's measurements.
 
 For each measured line of a `benchmarks.sweep` results file (one device), the step time that
-`--dry-run --recommend`'s time model predicts for the same command (pax_eqx/programs/recommend.py,
+`--dry-run --recommend`'s time model predicts for the same command (pax_eqx/programs/plan/recommend.py,
 at the device kind's constants) and the memory the dry run plans, beside what `benchmarks.mfu`
 measured: one table, ratios predicted / measured. The recorded H100 run is
 benchmarks/sweeps/recommend_time_model_h100.jsonl (docs/performance.md).
@@ -15,9 +15,9 @@ import shlex
 from typing import Any
 
 from pax_eqx.command_line import cli
-from pax_eqx.programs.device_kinds import DEVICE_KINDS
-from pax_eqx.programs.dry_run import MemoryModel
-from pax_eqx.programs.recommend import Layout, model_sizes, step_time
+from pax_eqx.programs.plan.device_kinds import DEVICE_KINDS
+from pax_eqx.programs.plan.dry_run import MemoryModel
+from pax_eqx.programs.plan.recommend import Layout, model_sizes, step_time
 
 KINDS = (("H100", "h100"), ("TPU v4", "tpu_v4"), ("TPU v5 lite", "tpu_v5e"), ("TPU v5", "tpu_v5p"))
 

@@ -5,7 +5,7 @@
 
 A model that decodes examples (a classifier) prints each of the first `--num-samples` eval
 examples' prediction, or those of the files `--inputs a.png b.png` names, and writes them to
-DIR/decode/step_<step>.jsonl (programs.example_decoding).
+DIR/decode/step_<step>.jsonl (programs.decode.example_decoding).
 
 The experiment is the one DIR/config.json saved (every flag the run was trained with); `--exp`
 is needed only for a job dir without one.
@@ -55,18 +55,17 @@ def expand_short_flags(argv: list[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    entry.set_memory_planner(programs.planned_bytes)  # an out-of-memory line quotes the plan
     import sys
 
     argv = expand_short_flags(list(sys.argv[1:] if argv is None else argv))
     exp, job_dir, _ = cli.parse(
         argv, "python -m pax_eqx.decode", DESCRIPTION, saved_experiment=True, sections=("decode", "checkpoint", "mesh")
     )
+    from pax_eqx.programs.decode.sampling import print_samples
     from pax_eqx.programs.restore import restore_for_inference
-    from pax_eqx.programs.sampling import print_samples
 
     if exp.model.decodes_examples:
-        from pax_eqx.programs.example_decoding import print_decoded
+        from pax_eqx.programs.decode.example_decoding import print_decoded
 
         rt, state, step = restore_for_inference(exp, job_dir, "decode from")
         source = f"{len(exp.decode.inputs)} files" if exp.decode.inputs else "the eval split"
@@ -80,4 +79,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    entry.run(main)
+    entry.run(main, memory_planner=programs.planned_bytes)  # an out-of-memory line quotes the plan

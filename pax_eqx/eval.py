@@ -24,7 +24,6 @@ SPLIT = "eval_separate"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    entry.set_memory_planner(programs.planned_bytes)  # an out-of-memory line quotes the plan
     exp, job_dir, _ = cli.parse(
         argv,
         "python -m pax_eqx.eval",
@@ -34,8 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     import jax
 
-    from pax_eqx.programs.errors import RunError
-    from pax_eqx.programs.eval_loop import evaluate
+    from pax_eqx.job.errors import RunError
+    from pax_eqx.programs.evaluate.eval_loop import evaluate
     from pax_eqx.programs.restore import restore_for_inference
     from pax_eqx.summaries.writer import EVAL_RESULTS_FILE, SummaryWriteError, SummaryWriter
 
@@ -55,4 +54,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    entry.run(main)
+    entry.run(main, memory_planner=programs.planned_bytes)  # an out-of-memory line quotes the plan

@@ -62,9 +62,9 @@ def export(job_dir: Path, out: Path, dtype: str = "bfloat16", step: int | None =
     from pax_eqx.hf.exporter import copy_tokenizer, write_hf
     from pax_eqx.hf.families import model_config, model_type
     from pax_eqx.hf.importer import SOURCE_DIR, TOKENIZER_DIR
+    from pax_eqx.job.job_dir import prepare
     from pax_eqx.learners.variables import path_name
     from pax_eqx.programs.compiled import Programs
-    from pax_eqx.programs.job_dir import prepare
     from pax_eqx.programs.lora_base import restore_state
     from pax_eqx.programs.runtime import build_task
     from pax_eqx.sharding.distributed import initialize

@@ -63,8 +63,8 @@ def _write(source, exp, job_dir: Path) -> int:
 
     from pax_eqx.checkpoint import Checkpointer
     from pax_eqx.import_pax import _refuse_used_job_dir
+    from pax_eqx.job.job_dir import prepare
     from pax_eqx.programs.compiled import Programs
-    from pax_eqx.programs.job_dir import prepare
     from pax_eqx.programs.runtime import build_task
     from pax_eqx.sharding.distributed import initialize
     from pax_eqx.sharding.mesh import build_mesh
@@ -90,8 +90,8 @@ def _import_into(source, exp, path: Path, programs, abstract) -> int:
 
     from pax_eqx.checkpoint import Checkpointer
     from pax_eqx.import_pax import _refuse_used_job_dir
-    from pax_eqx.programs.job_dir import exclusive, write_config
-    from pax_eqx.programs.state_from_params import state_with_params
+    from pax_eqx.job.job_dir import exclusive, write_config
+    from pax_eqx.programs.train.state_from_params import state_with_params
 
     with exclusive(path, lock=jax.process_index() == 0):
         _refuse_used_job_dir(Checkpointer(path / "checkpoints", read_only=True), path)

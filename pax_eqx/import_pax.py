@@ -71,8 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from pax_eqx.checkpoint import Checkpointer
     from pax_eqx.checkpoint.pax_import import describe, read_checkpoint
+    from pax_eqx.job.job_dir import exclusive, prepare, write_config
     from pax_eqx.programs.compiled import Programs
-    from pax_eqx.programs.job_dir import exclusive, prepare, write_config
     from pax_eqx.programs.runtime import build_task
     from pax_eqx.sharding.distributed import initialize
     from pax_eqx.sharding.mesh import build_mesh
@@ -156,7 +156,7 @@ def _refuse_used_job_dir(ckpt, path) -> None:
     """An import starts a job dir: refused where one has started (checkpoints, or a run's
     config.json and metrics, even without a checkpoint), which it would turn into one dir of two
     experiments."""
-    from pax_eqx.programs.job_dir import JobDirError
+    from pax_eqx.job.job_dir import JobDirError
 
     if ckpt.committed_steps():
         raise JobDirError(

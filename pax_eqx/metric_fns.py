@@ -65,11 +65,11 @@ class MetricFn:
 _CLASSIFIER = ("predicted", "label", "weight")
 REGISTRY: dict[str, MetricFn] = {
     "confusion_matrix": MetricFn(
-        "scores", "pax_eqx.programs.eval_metrics:confusion_metric", _CLASSIFIER,
+        "scores", "pax_eqx.programs.evaluate.eval_metrics:confusion_metric", _CLASSIFIER,
         "writes DIR/plots/confusion.png and confusion.json (a classifier)", (),
     ),
     "balanced_accuracy": MetricFn(
-        "scores", "pax_eqx.programs.eval_metrics:balanced_accuracy_metric", _CLASSIFIER,
+        "scores", "pax_eqx.programs.evaluate.eval_metrics:balanced_accuracy_metric", _CLASSIFIER,
         "the mean per-class recall (a classifier)", ("balanced_accuracy",),
     ),
     "bits_per_byte": MetricFn(

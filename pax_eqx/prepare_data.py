@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         manifest = pipeline.prepare(cfg)
     except pipeline.PipelineError as e:
-        from pax_eqx.programs.errors import RunError
+        from pax_eqx.job.errors import RunError
 
         raise RunError(f"{e}; rerun the same command (complete shards are kept), or add --verbose for its log.") from e
     print(

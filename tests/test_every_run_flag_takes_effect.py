@@ -56,11 +56,11 @@ from pax_eqx.data import (
 )
 from pax_eqx.data.input_config import eval_num_batches
 from pax_eqx.experiment import ExperimentConfig
-from pax_eqx.programs.example_decoding import decode_records
+from pax_eqx.programs.decode.example_decoding import decode_records
+from pax_eqx.programs.decode.sampling import prompt_texts
+from pax_eqx.programs.decode.seq2seq_decoding import print_seq2seq
 from pax_eqx.programs.runtime import Runtime, build_task
-from pax_eqx.programs.sampling import prompt_texts
-from pax_eqx.programs.seq2seq_decoding import print_seq2seq
-from pax_eqx.programs.train_loop import train
+from pax_eqx.programs.train.train_loop import train
 from pax_eqx.tasks.task import Task
 
 BASE = "shakespeare_char"
@@ -233,7 +233,7 @@ def _plots_as_names():
     """Each tiny run draws its plots at every eval: half its time, and no part of what the walk
     compares (the plots are drawn from metrics.jsonl, which it compares; tests/summaries checks
     the drawing). Here a run writes the plot folder's name only."""
-    from pax_eqx.programs import train_loop
+    from pax_eqx.programs.train import train_loop
 
     def names_only(job_dir):
         (Path(job_dir) / "plots").mkdir(exist_ok=True)
@@ -360,7 +360,7 @@ def _values(exp: ExperimentConfig, path: str) -> list[Any]:
 def _first_decoded(rt: Runtime, state: Any, exp: ExperimentConfig) -> int:
     """The first token an encoder-decoder's decode writes for its first input (the ids, not the
     text: sentinels and bytes do not round-trip through text)."""
-    from pax_eqx.programs.seq2seq_decoding import decode_rows, source_rows
+    from pax_eqx.programs.decode.seq2seq_decoding import decode_rows, source_rows
 
     cfg = exp.decode.replace(eos_id=rt.tokenizer.eos_id)
     model = rt.programs.task.model(rt.programs.task.inference_params(state))

@@ -2,7 +2,7 @@
 
     exit 0    done (or stopped by SIGTERM/SIGINT after saving a checkpoint)
     exit 1    the run started and then failed: NaN/Inf loss, a failing data pipeline, a
-              checkpoint that cannot be written or read (pax_eqx.programs.errors,
+              checkpoint that cannot be written or read (pax_eqx.job.errors,
               pax_eqx.checkpoint), out of device or host memory; the checkpoints written
               before are intact
     exit 2    a user error: a bad flag, field, value, path, data file or job dir, an `--exp`
@@ -56,7 +56,7 @@ DEFAULT_EXPERIMENT = "shakespeare_char"
 # too (the wrong flags or job dir), found before a step runs: exit 2, although it is a
 # CheckpointError.
 _USER_ERRORS = (("pax_eqx.config", "ConfigError"), ("pax_eqx.checkpoint.errors", "CheckpointMismatchError"))
-_RUN_ERRORS = (("pax_eqx.programs.errors", "RunError"), ("pax_eqx.checkpoint.errors", "CheckpointError"))
+_RUN_ERRORS = (("pax_eqx.job.errors", "RunError"), ("pax_eqx.checkpoint.errors", "CheckpointError"))
 
 
 class _State:
@@ -68,13 +68,6 @@ class _State:
     exp: Any = None
     job_dir: str | None = None
     planner: Callable[[Any], int] | None = None  # experiment -> planned bytes per device (--dry-run)
-
-
-def set_memory_planner(planned_bytes: Callable[[Any], int]) -> None:
-    """What an out-of-memory line quotes: the program's estimate of an experiment's bytes per
-    device. A program that plans memory (train, eval, decode: the dry-run planner) sets it; this
-    room never imports the programs."""
-    _State.planner = planned_bytes
 
 
 def set_verbose(on: bool = True) -> None:
@@ -132,8 +125,13 @@ class OneLineParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def run(main: Callable[[], int]) -> None:
-    _State.verbose, _State.program, _State.exp, _State.job_dir, _State.planner = False, "", None, None, None
+def run(main: Callable[[], int], memory_planner: Callable[[Any], int] | None = None) -> None:
+    """Runs a program's `main` and exits with its status, or with the error's (one line).
+    memory_planner: what an out-of-memory line quotes, the program's estimate of an experiment's
+    bytes per device (train, eval and decode pass the dry-run planner: this room never imports
+    the programs)."""
+    _State.verbose, _State.program, _State.exp, _State.job_dir = False, "", None, None
+    _State.planner = memory_planner
     warnings.formatwarning = _format_warning
     for library in ("absl", "asyncio"):  # orbax's threads; tensorstore's unretrieved write tasks
         logging.getLogger(library).addFilter(_drop_traceback)

@@ -1,6 +1,8 @@
 """Decoding a model: `SampleConfig` (how long, where to stop, and the strategy: sample, greedy or
 beam search, a choice of configs in decode_strategies/), `sample` on any `IncrementalDecoder`,
-and `generate` / `beam_search_lm` for a LanguageModel's prompts.
+and `generate` / `beam_search_lm` for the prompts of a model with a `max_seq_len` (a
+LanguageModel: its `incremental_decoder` left-pads them). It imports no model: only the
+`IncrementalDecoder` protocol and the `PromptDecoding` it asks of a model.
 
 The token loop is `sampler.draw_tokens` (`start` + `max_new_tokens` `extend` steps in a
 `lax.scan`, one jitted program; rows that hit EOS keep emitting `pad_id`); beam search is
@@ -12,7 +14,7 @@ batch), and a drawing strategy slides a window past `max_seq_len`.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import jax
 import numpy as np
@@ -23,8 +25,7 @@ from pax_eqx.models import decode_strategies  # noqa: F401  (every strategy regi
 from pax_eqx.models.beam_search import nbest_lists
 from pax_eqx.models.decode_strategies.sample import SampleStrategy
 from pax_eqx.models.decode_strategy import DecodeStrategy
-from pax_eqx.models.incremental import IncrementalDecoder, LanguageModelDecoder
-from pax_eqx.models.language_model import LanguageModel
+from pax_eqx.models.incremental import IncrementalDecoder
 from pax_eqx.models.sampler import cut_at_eos, draw_tokens, filter_logits  # noqa: F401  (re-exported)
 
 # The fields a strategy holds that SampleConfig held before strategies were choices.
@@ -100,8 +101,21 @@ def sample(
     return draw_tokens(decoder, cfg.strategy.draw(cfg.eos_id), key, pad_id, new)
 
 
+@runtime_checkable
+class PromptDecoding(Protocol):
+    """What `generate` and `beam_search_lm` ask of a model (a LanguageModel answers): its
+    context length, and a decoder of prompts left-padded to `length` tokens (default: the
+    longest) with room for `max_new_tokens` more."""
+
+    max_seq_len: int
+
+    def incremental_decoder(
+        self, prompts: list[list[int]], max_new_tokens: int, pad_id: int, bos_id: int = 0, length: int | None = None
+    ) -> IncrementalDecoder: ...
+
+
 def generate(
-    model: LanguageModel,
+    model: PromptDecoding,
     prompts: list[list[int]],
     cfg: SampleConfig,
     key: PRNGKeyArray,
@@ -136,12 +150,12 @@ def generate(
 
 def _run(model, prompts, length, cfg, key, pad_id) -> list[list[int]]:
     """The strategy's best output of prompts left-padded to `length`, one jitted program."""
-    decoder = LanguageModelDecoder.from_prompts(model, prompts, cfg.max_new_tokens, pad_id, length=length)
+    decoder = model.incremental_decoder(prompts, cfg.max_new_tokens, pad_id, length=length)
     return np.asarray(cfg.strategy.best(decoder, cfg, key, pad_id)).tolist()
 
 
 def beam_search_lm(
-    model: LanguageModel, prompts: list[list[int]], cfg: SampleConfig, pad_id: int = 0
+    model: PromptDecoding, prompts: list[list[int]], cfg: SampleConfig, pad_id: int = 0
 ) -> list[list[tuple[list[int], float]]]:
     """Each prompt's n-best list under `cfg.strategy` (a beam): up to beam_size (continuation ids
     cut before `cfg.eos_id`, length-normalised score), best first. Slots no hypothesis reached
@@ -152,7 +166,7 @@ def beam_search_lm(
     """
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ConfigError("every prompt needs at least one token.")
-    decoder = LanguageModelDecoder.from_prompts(model, prompts, cfg.max_new_tokens, pad_id)
+    decoder = model.incremental_decoder(prompts, cfg.max_new_tokens, pad_id)
     result = cfg.strategy.beams(decoder, cfg, pad_id)
     if result is None:
         raise ConfigError(
@@ -160,6 +174,17 @@ def beam_search_lm(
             "SampleConfig(strategy=BeamStrategy(beam_size=...))."
         )
     return nbest_lists(result, cfg.eos_id)
+
+
+def check_prompt(tokenizer: Any, prompt: str) -> None:
+    """ValueError naming the characters of `prompt` the tokenizer cannot encode (checked before
+    a run or a restore starts, not after it)."""
+    bad = tokenizer.unknown_characters(prompt)
+    if bad:
+        raise ConfigError(
+            f"decode.prompt (--prompt) {prompt!r} has characters outside the vocabulary: {bad!r}; "
+            "remove them, or use a tokenizer that covers them (data.tokenizer.byte_fallback, or the byte tokenizer)."
+        )
 
 
 def check_utf8(prompt: str) -> None:

@@ -46,6 +46,8 @@ from pax_eqx.layers.remat import RematPolicy
 from pax_eqx.layers.repeats import StackedTransformerConfig
 from pax_eqx.layers.transformers import TransformerConfig
 from pax_eqx.metrics import Metrics, weighted_mean
+from pax_eqx.models.decoding import generate
+from pax_eqx.models.language_model_decoder import LanguageModelDecoder
 from pax_eqx.models.model import Batch, Model, ModelConfig, StepPlan, StepShape
 from pax_eqx.models.stack_checks import check_moe_fields, check_stack_fields
 from pax_eqx.models.token_data import check_token_data
@@ -276,15 +278,15 @@ class LanguageModel(Model):
         self.max_seq_len = cfg.max_seq_len
         self.loss_chunk_size = cfg.loss_chunk_size
 
-    def incremental_decoder(self, prompts: list[list[int]], max_new_tokens: int, pad_id: int, bos_id: int = 0) -> Any:
-        from pax_eqx.models.incremental import LanguageModelDecoder  # it imports this module
-
-        return LanguageModelDecoder.from_prompts(self, prompts, max_new_tokens, pad_id)
+    def incremental_decoder(
+        self, prompts: list[list[int]], max_new_tokens: int, pad_id: int, bos_id: int = 0, length: int | None = None
+    ) -> LanguageModelDecoder:
+        """Prompts left-padded to `length` (default: the longest); `bos_id` is unused: a prompt
+        starts the continuation itself."""
+        return LanguageModelDecoder.from_prompts(self, prompts, max_new_tokens, pad_id, length=length)
 
     def continue_prompts(self, prompts: list[list[int]], cfg: Any, key: PRNGKeyArray, pad_id: int) -> list[list[int]]:
         """As the contract's, sliding a window past max_seq_len (`decoding.generate`)."""
-        from pax_eqx.models.decoding import generate  # it imports this module
-
         return generate(self, prompts, cfg, key, pad_id=pad_id)
 
     # Pieces shared by training and decoding ---------------------------------------------------

@@ -139,7 +139,7 @@ class ModelConfig(Config):
     per_example_keys: ClassVar[tuple[str, ...]] = ()
     """The keys Model.per_example_outputs gives (what score metrics of data.eval.metrics can read)."""
     prices_step_time: ClassVar[bool] = False
-    """True when `--dry-run --recommend` can price the model's step (programs/recommend.py reads a
+    """True when `--dry-run --recommend` can price the model's step (programs/plan/recommend.py reads a
     decoder-only transformer's block, layers, heads and vocabulary)."""
 
     def validate(self) -> None:

@@ -14,8 +14,6 @@ import json
 from typing import Any
 
 from pax_eqx.experiment import ExperimentConfig
-from pax_eqx.programs.early_stopping import STATE_KEY as EARLY_STOPPING_KEY
-from pax_eqx.programs.early_stopping import EarlyStopping
 
 # Marks the data state a checkpoint holds as {"train": ..., "eval": ..., "eval_data": ...}; a
 # checkpoint without it (written before rolling eval positions were saved) holds the train
@@ -29,14 +27,14 @@ def eval_data(exp: ExperimentConfig) -> dict[str, Any]:
     return json.loads(json.dumps({k: v for k, v in exp.data.to_dict().items() if k != "train"}))
 
 
-def input_states(rt: Any, exp: ExperimentConfig, early: EarlyStopping | None = None) -> dict[str, Any]:
+def input_states(rt: Any, exp: ExperimentConfig, riders: dict[str, Any] | None = None) -> dict[str, Any]:
     """This host's input positions for the checkpoint: the training input's, and the rolling eval
-    input's (reset_for_eval=False: each eval run reads the next batches, so where it stands
-    decides what the next eval sees). `rt`: the Runtime (anything whose .input(split) has
-    get_state/set_state). With early stopping on, its state rides along (early_stopping.py)."""
+        input's (reset_for_eval=False: each eval run reads the next batches, so where it stands
+        decides what the next eval sees). `rt`: the Runtime (anything whose .input(split) has
+        get_state/set_state). `riders`: more host state that rides along under its own keys (early
+    stopping's, train/early_stopping.py)."""
     states: dict[str, Any] = {INPUT_STATES_KEY: 1, "train": rt.input("train").get_state()}
-    if early is not None and early.enabled:
-        states[EARLY_STOPPING_KEY] = early.saved()
+    states.update(riders or {})
     if not exp.data.eval.reset_for_eval:
         states["eval"] = rt.input("eval").get_state()
         states["eval_data"] = eval_data(exp)

@@ -22,11 +22,11 @@ import jax
 from pax_eqx.checkpoint import Checkpointer, CheckpointMismatchError
 from pax_eqx.config import MissingFileError
 from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.job.job_dir import check_config, prepare
+from pax_eqx.models.decoding import check_prompt
 from pax_eqx.programs.input_positions import replay_eval_window
-from pax_eqx.programs.job_dir import check_config, prepare
 from pax_eqx.programs.lora_base import restore_state
 from pax_eqx.programs.runtime import Runtime
-from pax_eqx.programs.sampling import check_prompt
 
 
 def restore_for_inference(

@@ -26,7 +26,7 @@ or nothing at all with `plain_lines=False`. ETA comes from the steps done since 
 
 A slow model's summaries can be many minutes apart, and its compile minutes long. So the loop
 also reports `completed(step, seconds_per_step)`, the steps the device has finished (no host
-sync: pax_eqx.programs.in_flight), and when no line has been printed for `heartbeat_s`
+sync: pax_eqx.programs.train.in_flight), and when no line has been printed for `heartbeat_s`
 seconds (30; PAX_EQX_HEARTBEAT_S overrides it) a thread (`start_heartbeat`) prints what is known,
 
     [12:03:04] step 0/500 (0%) compiling the train step, 1m00s elapsed

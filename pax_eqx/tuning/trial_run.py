@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Literal
 
 from pax_eqx.config import ConfigError
-from pax_eqx.programs.eval_loop import WATCHED_METRIC_ENV, WATCHED_METRIC_ERROR
+from pax_eqx.programs.evaluate.eval_loop import WATCHED_METRIC_ENV, WATCHED_METRIC_ERROR
 
 LOG_FILE = "trial.log"  # the trainer process's whole output (its own train.log has its log lines)
 POLL_SECONDS = 0.2

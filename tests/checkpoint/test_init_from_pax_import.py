@@ -12,9 +12,9 @@ from pax_eqx import import_pax
 from pax_eqx.checkpoint.config import InitFromCheckpointConfig
 from pax_eqx.command_line import cli
 from pax_eqx.learners.variables import param_names
-from pax_eqx.programs.opening import state_from_checkpoint_rules
 from pax_eqx.programs.restore import restore_for_inference
 from pax_eqx.programs.runtime import Runtime
+from pax_eqx.programs.train.opening import state_from_checkpoint_rules
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "paxml"
 sys.path.insert(0, str(FIXTURES))

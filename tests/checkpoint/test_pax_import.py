@@ -282,7 +282,7 @@ def test_the_command_line_refuses_a_model_that_does_not_fit(tmp_path, spm_model)
 
 def test_without_adam_moments_the_optimizer_starts_afresh_with_a_warning(tmp_path, spm_model):
     from pax_eqx import import_pax
-    from pax_eqx.programs.job_dir import JobDirError
+    from pax_eqx.job.job_dir import JobDirError
 
     source = tmp_path / "pax" / "checkpoints" / "checkpoint_00000003"
     shutil.copytree(FIXTURES / "layers" / "checkpoints" / "checkpoint_00000003", source)
@@ -301,7 +301,7 @@ def test_an_import_into_a_job_dir_that_holds_a_run_is_refused(tmp_path, spm_mode
     """A run's config.json and metrics without a checkpoint: the import would have replaced the
     config and kept the metrics, one job dir of two experiments."""
     from pax_eqx import import_pax
-    from pax_eqx.programs.job_dir import JobDirError
+    from pax_eqx.job.job_dir import JobDirError
 
     out = tmp_path / "run"
     out.mkdir()

@@ -62,7 +62,7 @@ def test_damaged_parameter_bytes_are_noticed(tmp_path):
 def test_fine_tuning_may_change_the_learner_and_data_but_not_the_model_or_tokenizer(tmp_path):
     from experiments.registry import load_experiment
     from pax_eqx.data.tokenizers import TokenizerJsonConfig
-    from pax_eqx.programs.job_dir import JobDirError, check_config, write_config
+    from pax_eqx.job.job_dir import JobDirError, check_config, write_config
 
     saved = load_experiment("shakespeare_char")
     write_config(tmp_path, saved.to_dict())

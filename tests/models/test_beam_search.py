@@ -28,7 +28,8 @@ from pax_eqx.layers.initializers import gaussian
 from pax_eqx.models import BeamStrategy, GreedyStrategy, LanguageModelConfig, SampleConfig, SampleStrategy, generate
 from pax_eqx.models.beam_search import beam_search, length_normalize
 from pax_eqx.models.decoding import beam_search_lm, sample
-from pax_eqx.models.incremental import IncrementalDecoder, LanguageModelDecoder
+from pax_eqx.models.incremental import IncrementalDecoder
+from pax_eqx.models.language_model_decoder import LanguageModelDecoder
 
 
 def random_lm(vocab: int = 20, repeat: bool = True, seed: int = 0):

@@ -10,7 +10,7 @@ from tolerances import assert_same_math
 
 from pax_eqx.config import config, variant_choices
 from pax_eqx.models import DecodeStrategy, GreedyStrategy, LanguageModelConfig, SampleConfig, generate, sample
-from pax_eqx.models.incremental import LanguageModelDecoder
+from pax_eqx.models.language_model_decoder import LanguageModelDecoder
 from pax_eqx.models.sampler import Draw
 
 

@@ -21,7 +21,7 @@ from pax_eqx.models import (
     generate,
     sample,
 )
-from pax_eqx.models.incremental import LanguageModelDecoder
+from pax_eqx.models.language_model_decoder import LanguageModelDecoder
 from pax_eqx.models.sampler import Draw, draw_tokens
 
 

@@ -21,7 +21,7 @@ from pax_eqx.config import switch_variant
 from pax_eqx.data import ByteTokenizerConfig, SyntheticSource
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.learners import AdamWConfig
-from pax_eqx.programs.dry_run import plan
+from pax_eqx.programs.plan.dry_run import plan
 
 IDS = [r.name for r in ALL]
 

@@ -4,7 +4,7 @@ resolved through paxml's c4.py class MRO), and plan with the pipeline the dry ru
 import pytest
 
 from experiments import registry
-from pax_eqx.programs.dry_run import plan
+from pax_eqx.programs.plan.dry_run import plan
 
 # name: (Pax class, layers, dims, heads, vocab, global batch, ICI [stage, replica, data, mdl], stages,
 #        microbatches, dtype, learning rate, cosine warmup / decay end (None: exponential), eval, ckpt, summary)

@@ -112,7 +112,7 @@ def test_variable_groups_and_frozen_variables_train_sharded_and_plan(tmp_path):
     """Per-variable groups hold optax's masked states: the sharded train step, a checkpoint round
     trip and the dry-run planner all take them."""
     from pax_eqx.learners.optimizers import VariableGroupConfig
-    from pax_eqx.programs.dry_run import plan
+    from pax_eqx.programs.plan.dry_run import plan
 
     exp, _, _ = cli.parse(tiny_args(tmp_path / "job"), "test", "test")
     groups = (VariableGroupConfig(pattern=r".*norm.*", lr_multiplier=0.1, optimizer=SgdConfig()),)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from pax_eqx.command_line.registry import load_experiment
-from pax_eqx.programs.dry_run import plan
+from pax_eqx.programs.plan.dry_run import plan
 
 
 def gib(text: str, row: str) -> float:

@@ -7,7 +7,7 @@ import pytest
 
 from pax_eqx.config import ConfigError
 from pax_eqx.experiment import EarlyStoppingConfig, TrainConfig
-from pax_eqx.programs.early_stopping import STATE_KEY, EarlyStopping
+from pax_eqx.programs.train.early_stopping import STATE_KEY, EarlyStopping
 
 
 def _run(cfg, values, start=1):

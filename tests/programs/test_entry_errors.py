@@ -25,8 +25,8 @@ from pax_eqx.checkpoint.errors import CheckpointMismatchError
 from pax_eqx.command_line import entry
 from pax_eqx.command_line.registry import UnknownExperimentError
 from pax_eqx.config import ConfigError
-from pax_eqx.programs.errors import NonFiniteLossError
-from pax_eqx.programs.job_dir import JobDirError
+from pax_eqx.job.errors import NonFiniteLossError
+from pax_eqx.job.job_dir import JobDirError
 
 
 @pytest.fixture(autouse=True)
@@ -164,12 +164,11 @@ def test_out_of_memory_is_one_line_with_the_estimate_and_the_flags(capsys, error
     exp = load_experiment("gpt3_xl")
 
     def main() -> int:
-        entry.set_memory_planner(programs.planned_bytes)  # what train.main does
         entry.note_run("python -m pax_eqx.train", exp, None)  # what cli.parse does
         raise error
 
     with pytest.raises(SystemExit) as info:
-        entry.run(main)
+        entry.run(main, memory_planner=programs.planned_bytes)  # what train's __main__ does
     assert info.value.code == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
@@ -183,18 +182,17 @@ def test_out_of_memory_is_one_line_with_the_estimate_and_the_flags(capsys, error
 
 def test_out_of_memory_when_planning_fails_too(capsys, monkeypatch):
     """The estimate is a courtesy: if the planner raises, the line comes without it."""
-    from pax_eqx.programs import dry_run
+    from pax_eqx.programs.plan import dry_run
 
     monkeypatch.setattr(dry_run, "plan", lambda exp: 1 / 0)
     exp = load_experiment("shakespeare_char")
 
     def main() -> int:
-        entry.set_memory_planner(programs.planned_bytes)
         entry.note_run("python -m pax_eqx.eval", exp, None)
         raise jax.errors.JaxRuntimeError(OOM)
 
     with pytest.raises(SystemExit) as info:
-        entry.run(main)
+        entry.run(main, memory_planner=programs.planned_bytes)
     assert info.value.code == 1
     err = capsys.readouterr().err
     assert "planner" not in err

@@ -6,7 +6,7 @@ import pytest
 from pax_eqx.config import ConfigError
 from pax_eqx.data import InputConfig
 from pax_eqx.metric_fns import EvalContext
-from pax_eqx.programs import eval_metrics
+from pax_eqx.programs.evaluate import eval_metrics
 
 
 def _batches():

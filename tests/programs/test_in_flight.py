@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import pytest
 
-from pax_eqx.programs.in_flight import InFlight
+from pax_eqx.programs.train.in_flight import InFlight
 
 
 class FakeDevice:

@@ -12,9 +12,9 @@ from pax_eqx.checkpoint.config import InitFromCheckpointConfig
 from pax_eqx.command_line import cli
 from pax_eqx.config import ConfigError
 from pax_eqx.learners.variables import param_names
-from pax_eqx.programs.init_from import _source_params
-from pax_eqx.programs.opening import state_from_checkpoint_rules
 from pax_eqx.programs.runtime import Runtime
+from pax_eqx.programs.train.init_from import _source_params
+from pax_eqx.programs.train.opening import state_from_checkpoint_rules
 
 
 @pytest.fixture(scope="module")

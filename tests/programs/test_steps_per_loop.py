@@ -11,7 +11,7 @@ from tolerances import assert_same_math, assert_same_math_tree
 
 from pax_eqx import train
 from pax_eqx.command_line import cli
-from pax_eqx.programs.train_loop import _loop_length
+from pax_eqx.programs.train.train_loop import _loop_length
 from pax_eqx.summaries.writer import TIMING_KEYS
 
 # 8 steps: summaries every 2, evals and checkpoints every 4.

@@ -23,8 +23,8 @@ jax.distributed.initialize(
     process_id=pid,
 )
 
-from pax_eqx.programs.job_dir import JobDirError  # noqa: E402
-from pax_eqx.programs.opening import lock_everywhere  # noqa: E402
+from pax_eqx.job.job_dir import JobDirError  # noqa: E402
+from pax_eqx.programs.train.opening import lock_everywhere  # noqa: E402
 from pax_eqx.sharding.distributed import any_host  # noqa: E402
 
 result = {"error": None, "holder_pid": None, "own_pid": os.getpid()}

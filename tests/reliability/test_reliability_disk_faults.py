@@ -32,7 +32,7 @@ from reliability_harness import (
     tmp_checkpoints,
 )
 
-from pax_eqx.programs.job_dir import JobDirError, prepare
+from pax_eqx.job.job_dir import JobDirError, prepare
 
 MORE = ("--train.num-steps", str(NUM_STEPS + 2))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pax_eqx.programs.job_dir import exclusive
+from pax_eqx.job.job_dir import exclusive
 
 HERE = Path(__file__).parent
 
@@ -59,7 +59,7 @@ def test_a_start_refused_for_a_full_disk_leaves_no_lock_behind(tmp_path, monkeyp
     train.lock and train.lock.holder.<pid>.tmp behind, and advised fixing the permissions."""
     import errno
 
-    from pax_eqx.programs.job_dir import JobDirError
+    from pax_eqx.job.job_dir import JobDirError
 
     write = Path.write_text
 

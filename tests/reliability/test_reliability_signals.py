@@ -74,7 +74,7 @@ def test_sigint_after_sigterm_is_named_as_such_and_sigterm_twice_never_stops_at_
     """It said 'second SIGINT' after a SIGTERM and one SIGINT."""
     import pytest
 
-    from pax_eqx.programs.stop_flag import StopFlag
+    from pax_eqx.programs.train.stop_flag import StopFlag
 
     with StopFlag() as flag:
         signal.raise_signal(signal.SIGTERM)

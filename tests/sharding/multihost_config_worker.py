@@ -23,8 +23,8 @@ jax.distributed.initialize(
 )
 
 from experiments.shakespeare import shakespeare_char  # noqa: E402
-from pax_eqx.programs.job_dir import JobDirError  # noqa: E402
-from pax_eqx.programs.opening import check_config_everywhere  # noqa: E402
+from pax_eqx.job.job_dir import JobDirError  # noqa: E402
+from pax_eqx.programs.train.opening import check_config_everywhere  # noqa: E402
 
 exp = shakespeare_char()
 error = None

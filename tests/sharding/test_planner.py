@@ -10,7 +10,7 @@ import pytest
 
 from experiments import registry
 from pax_eqx.models.lm_plan import flash_attention
-from pax_eqx.programs.dry_run import plan
+from pax_eqx.programs.plan.dry_run import plan
 
 MEASURED_H100_GIB = [
     ("gpt3_xl", {}, 54.3),

@@ -24,7 +24,7 @@ import pytest
 from experiments import registry
 from pax_eqx.layers.pipeline import PipelineConfig
 from pax_eqx.programs.compiled import Programs
-from pax_eqx.programs.dry_run import plan
+from pax_eqx.programs.plan.dry_run import plan
 from pax_eqx.programs.runtime import build_task
 from pax_eqx.sharding.mesh import build_mesh
 from pax_eqx.sharding.rules import batch_sharding

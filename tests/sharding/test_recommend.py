@@ -18,9 +18,9 @@ import pytest
 from experiments import registry
 from pax_eqx import train
 from pax_eqx.config import ConfigError
-from pax_eqx.programs.device_kinds import DEVICE_KINDS
-from pax_eqx.programs.dry_run import MemoryModel
-from pax_eqx.programs.recommend import Layout, model_sizes, recommend, step_time
+from pax_eqx.programs.plan.device_kinds import DEVICE_KINDS
+from pax_eqx.programs.plan.dry_run import MemoryModel
+from pax_eqx.programs.plan.recommend import Layout, model_sizes, recommend, step_time
 
 RECOMMEND = ("--dry-run", "--recommend", "--dry-run-devices")
 ROWS = re.compile(r"^\s+(\d) (.+?)\s+(\S+)\s+(\d+)\s+(\d+)\s+([\d.]+) GiB\s+([\d.]+) (ms|s)\s+([\d.]+)%", re.M)

@@ -20,11 +20,11 @@ import jax.numpy as jnp
 from pax_eqx.checkpoint import Checkpointer
 from pax_eqx.checkpoint.start_point import restore_start_point
 from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.job.job_dir import JobDirError, check_config, exclusive
 from pax_eqx.programs import lora_base
-from pax_eqx.programs.init_from import init_from_checkpoints
-from pax_eqx.programs.job_dir import JobDirError, check_config, exclusive
 from pax_eqx.programs.runtime import Runtime
-from pax_eqx.programs.state_from_params import state_with_params
+from pax_eqx.programs.train.init_from import init_from_checkpoints
+from pax_eqx.programs.train.state_from_params import state_with_params
 from pax_eqx.sharding.distributed import any_host
 
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pax_eqx.programs.errors import RunError
+from pax_eqx.job.errors import RunError
 
 COMMAND_FILE = "command.txt"
 LOG_FILE = "train.log"

@@ -64,7 +64,7 @@ HOLDER_FILE = "train.lock.holder"
 _OURS = frozenset({
     "config.json", "config.json.tmp", "checkpoints", "metrics.jsonl", "summaries", "plots", "tokenizer", "profile",
     "eval_results.jsonl", "eval_separate", LOCK_FILE, HOLDER_FILE,
-    "train.log", "command.txt",  # programs/run_record.py
+    "train.log", "command.txt",  # job/run_record.py
     "trial.log",  # the trainer process's output, when the tuner runs it
 })  # fmt: skip
 # Any one of these makes a directory a job dir, whatever else the user put beside them.

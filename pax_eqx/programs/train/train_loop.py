@@ -19,7 +19,7 @@ Everything numeric happens in `Programs.train_step`; this loop only
   a failing data pipeline, after letting an in-flight checkpoint commit,
 - and at the end saves a final checkpoint, draws the plots and prints a sample.
 
-The whole run holds DIR/train.lock (pax_eqx.programs.job_dir.exclusive): a second trainer on
+The whole run holds DIR/train.lock (pax_eqx.job.job_dir.exclusive): a second trainer on
 the same DIR is refused before it builds anything. A run whose newest checkpoint is already at
 `train.num_steps` says so and returns: no eval, plots or sample are redone, config.json is
 left as it was. A metrics or TensorBoard write that fails (disk full, permissions) stops the run
@@ -48,27 +48,28 @@ import numpy as np
 from pax_eqx.checkpoint import Checkpointer, CheckpointSaveError
 from pax_eqx.checkpoint.start_point import start_point_manifest
 from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.job.errors import DataPipelineError, NonFiniteLossError, RunError, raised_at
+from pax_eqx.job.job_dir import write_config
+from pax_eqx.job.run_record import record_command, tee_to_log
 from pax_eqx.learners import skipped_steps
+from pax_eqx.models.decoding import check_prompt
 from pax_eqx.programs import lora_base
-from pax_eqx.programs.early_stopping import EarlyStopping
-from pax_eqx.programs.errors import DataPipelineError, NonFiniteLossError, RunError, raised_at
-from pax_eqx.programs.eval_loop import (
+from pax_eqx.programs.decode.sampling import print_samples
+from pax_eqx.programs.evaluate.eval_loop import (
     WATCHED_METRIC_ENV,
     check_watched_metric,
     declared_scores,
     evaluate,
     reported_names,
 )
-from pax_eqx.programs.in_flight import InFlight
 from pax_eqx.programs.input_positions import input_states, restore_inputs
-from pax_eqx.programs.job_dir import write_config
-from pax_eqx.programs.opening import check_config_everywhere, lock_everywhere, open_state
-from pax_eqx.programs.pgle import enable_auto_pgle
-from pax_eqx.programs.run_record import record_command, tee_to_log
-from pax_eqx.programs.run_report import banner, closing_block
 from pax_eqx.programs.runtime import Runtime
-from pax_eqx.programs.sampling import check_prompt, print_samples
-from pax_eqx.programs.stop_flag import StopFlag
+from pax_eqx.programs.train.early_stopping import EarlyStopping
+from pax_eqx.programs.train.in_flight import InFlight
+from pax_eqx.programs.train.opening import check_config_everywhere, lock_everywhere, open_state
+from pax_eqx.programs.train.pgle import enable_auto_pgle
+from pax_eqx.programs.train.run_report import banner, closing_block
+from pax_eqx.programs.train.stop_flag import StopFlag
 from pax_eqx.summaries import Progress, SummaryWriter, step_scalars, write_plots
 from pax_eqx.summaries.progress import heartbeat_seconds
 from pax_eqx.summaries.writer import SummaryWriteError
@@ -316,7 +317,7 @@ class _Run:
         self.in_flight.drain()
         finite = {k: float(self.outputs.metrics[k].value) for k in ("total_loss", "grad_norm")}
         _check_finite(self.exp, self.step, finite, self.ckpt)
-        data = input_states(self.rt, self.exp, self.early)
+        data = input_states(self.rt, self.exp, self.early.riders())
         state = lora_base.adapters_only(self.state) if self.exp.lora.enabled else self.state  # the base is referenced
         self.ckpt.save(self.step, state, data, force=True, config=self.exp.to_dict())
 

@@ -12,19 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pax_eqx.config import ConfigError
-from pax_eqx.programs.seq2seq_decoding import print_seq2seq
-
-
-def check_prompt(tokenizer: Any, prompt: str) -> None:
-    """ValueError naming the characters of `prompt` the tokenizer cannot encode (checked before
-    a run or a restore starts, not after it)."""
-    bad = tokenizer.unknown_characters(prompt)
-    if bad:
-        raise ConfigError(
-            f"decode.prompt (--prompt) {prompt!r} has characters outside the vocabulary: {bad!r}; "
-            "remove them, or use a tokenizer that covers them (data.tokenizer.byte_fallback, or the byte tokenizer)."
-        )
+from pax_eqx.models.decoding import check_prompt
+from pax_eqx.programs.decode.seq2seq_decoding import print_seq2seq
 
 
 def _setup(rt: Any, state: Any, decode_cfg: Any) -> tuple[Any, list[int], Any, Any]:

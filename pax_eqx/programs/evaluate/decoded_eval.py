@@ -21,7 +21,7 @@ import numpy as np
 from pax_eqx.data import target_length
 from pax_eqx.data.span_corruption import decode_with_sentinels
 from pax_eqx.metric_fns import run_decoded
-from pax_eqx.programs.seq2seq_decoding import example_pairs
+from pax_eqx.programs.decode.seq2seq_decoding import example_pairs
 
 
 def decoded_texts(rt: Any, state: Any, pairs: list[tuple[list[int], list[int]]]) -> list[str]:

@@ -7,7 +7,7 @@ says at which step, why, and which checkpoint a rerun of the same command resume
 pax_eqx's error types, the only exceptions the entry points print as one `error:` line:
 
     exit 2  ConfigError (pax_eqx.config; a ValueError) -- a bad flag, field, value, data file
-              JobDirError (pax_eqx.programs.job_dir)    -- a job dir that cannot be used
+              JobDirError (pax_eqx.job.job_dir)    -- a job dir that cannot be used
               UnknownExperimentError (pax_eqx.command_line.registry) -- a bad --exp
             CheckpointMismatchError (pax_eqx.checkpoint) -- a checkpoint of another model
     exit 1  RunError (here): NonFiniteLossError, DataPipelineError

@@ -183,7 +183,7 @@ class MemoryModel:
 
 
 def planned_bytes(exp: ExperimentConfig) -> int:
-    """The plan's total per device: what an out-of-memory error quotes (entry.set_memory_planner)."""
+    """The plan's total per device: what an out-of-memory error quotes (entry.run(memory_planner=...))."""
     return plan(exp).total_bytes
 
 

@@ -93,3 +93,7 @@ class EarlyStopping:
     def saved(self) -> dict[str, Any]:
         """What the checkpoint keeps (JSON): the state and the rule it was counted under."""
         return {**self.state(), "config": self.cfg.to_dict()}
+
+    def riders(self) -> dict[str, Any]:
+        """Its entry in a checkpoint's data state (input_positions.input_states), when it is on."""
+        return {STATE_KEY: self.saved()} if self.enabled else {}

@@ -21,11 +21,11 @@ import numpy as np
 
 from pax_eqx.config import ConfigError
 from pax_eqx.data import eval_num_batches
+from pax_eqx.job.errors import DataPipelineError, raised_at
 from pax_eqx.metric_fns import EvalContext, resolve
 from pax_eqx.metrics import HostAccumulator
-from pax_eqx.programs import eval_metrics
-from pax_eqx.programs.decoded_eval import decoded_scores
-from pax_eqx.programs.errors import DataPipelineError, raised_at
+from pax_eqx.programs.evaluate import eval_metrics
+from pax_eqx.programs.evaluate.decoded_eval import decoded_scores
 from pax_eqx.summaries import mean_summaries, step_scalars, with_loss_alias
 
 # The tuner runs each trial's trainer with the study's metric in this variable; the trainer

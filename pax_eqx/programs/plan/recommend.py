@@ -54,8 +54,8 @@ from pax_eqx.config import ConfigError
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.models.lm_plan import flash_attention
-from pax_eqx.programs.device_kinds import DEVICE_KINDS, DeviceKind
-from pax_eqx.programs.dry_run import MemoryModel, _group_name
+from pax_eqx.programs.plan.device_kinds import DEVICE_KINDS, DeviceKind
+from pax_eqx.programs.plan.dry_run import MemoryModel, _group_name
 from pax_eqx.sharding.mesh import AXES
 from pax_eqx.sharding.rules import parse_rules
 
