@@ -18,7 +18,9 @@ How Pax's settings map to pax_eqx:
 - CHECKPOINT_POLICY with USE_REPEATED_LAYER: SAVE_NOTHING is remat "full"
   (jax.checkpoint_policies.nothing_saveable), SAVE_CONTEXT_AND_OUT_PROJ (lm_cloud_spmd_32b /
   64b) is "save_context_and_out_proj", SAVE_DOT_FOR_MLPERF_200B "save_qkv_context_and_out_proj"
-  (the same activation names as Praxis); without repeated layers Pax applies no remat.
+  (the same activation names as Praxis), SAVE_DOT_WITH_NO_BATCH_DIM (optimal_scaling)
+  "dots_with_no_batch_dims_saveable" (jax's checkpoint_dots_with_no_batch_dims); without repeated
+  layers Pax applies no remat.
 
 Praxis' numerics at padded positions are Pax's here: the LM folds padding into the segment mask
 (`block.attention.mask_mode="praxis"`: a padded token attends to the earlier padded tokens) and
@@ -48,14 +50,16 @@ from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.config import Config, ConfigError, config
 from pax_eqx.data import DataConfig, InputConfig, JsonlSource, SentencePieceConfig, SyntheticSource
 from pax_eqx.experiment import ExperimentConfig, TrainConfig
-from pax_eqx.layers import ActivationConfig, AttentionConfig, LayerNormConfig, TransformerConfig
+from pax_eqx.layers import ActivationConfig, AttentionConfig, LayerNormConfig, RmsNormConfig, TransformerConfig
 from pax_eqx.layers.initializers import WeightInit, gaussian, xavier
 from pax_eqx.layers.pipeline import PipelineConfig
 from pax_eqx.learners import LearnerConfig, linear_rampup_exponential_decay, pax_adam
 from pax_eqx.models import LanguageModelConfig
 from pax_eqx.sharding.mesh import MeshConfig
 
-CheckpointPolicy = Literal["SAVE_NOTHING", "SAVE_CONTEXT_AND_OUT_PROJ", "SAVE_DOT_FOR_MLPERF_200B"]
+CheckpointPolicy = Literal[
+    "SAVE_NOTHING", "SAVE_CONTEXT_AND_OUT_PROJ", "SAVE_DOT_FOR_MLPERF_200B", "SAVE_DOT_WITH_NO_BATCH_DIM"
+]  # fmt: skip
 Data = Literal["synthetic", "c4"]
 
 # Pax's CHECKPOINT_POLICY -> our remat policy, when the layers are repeated (see module doc).
@@ -63,6 +67,7 @@ _REMAT = {
     "SAVE_NOTHING": "full",
     "SAVE_CONTEXT_AND_OUT_PROJ": "save_context_and_out_proj",
     "SAVE_DOT_FOR_MLPERF_200B": "save_qkv_context_and_out_proj",
+    "SAVE_DOT_WITH_NO_BATCH_DIM": "dots_with_no_batch_dims_saveable",
 }
 # Praxis' default WeightInit.Xavier(1.000001) for every projection.
 PRAXIS_DEFAULT_INIT = xavier(1.000001)
@@ -93,7 +98,8 @@ class PaxLm(Config):
 
     num_heads / dims_per_head: Pax's NUM_HEADS / DIMS_PER_HEAD, 0 for Pax's None: heads =
       model_dims // dims_per_head when num_heads is 0, else head dim = model_dims // num_heads.
-    percore_batch_size: per device; the global batch is it x prod(ici) x prod(dcn).
+    percore_batch_size: per device; the global batch is it x prod(ici) x prod(dcn), which must
+      come out whole (below 1, e.g. NVIDIA10B's 0.25, devices share a row).
     ici_mesh_shape / dcn_mesh_shape: Pax's [replica, data, mdl] = our (data, fsdp, tensor); a
       pipelined experiment's [stage, replica, data, mdl] = our (stage, data, fsdp, tensor).
     use_repeated_layer / checkpoint_policy: scan over layers with that remat policy.
@@ -103,7 +109,13 @@ class PaxLm(Config):
       PipelinedTransformer) and the layers are stacked whatever USE_REPEATED_LAYER says: a
       stage is a slice of the [num_layers, ...] weights, which computes what Pax's per-stage
       StackedTransformer does.
-    activation: "gelu" (Praxis GELU, tanh approximation) or "relu".
+    activation / use_gated_activation: "gelu" (Praxis GELU, tanh approximation), "relu" or
+      "swish" (Praxis Swish, x sigmoid(x)); gated: act(x W_gate) * (x W) (Pax's
+      USE_GATED_ACTIVATION; Llama's SwiGLU is swish, gated).
+    norm: every norm's kind: "layer_norm" (Praxis LayerNorm, scale and bias) or "rms_norm"
+      (Praxis RmsNorm, scale only, computed in float32: what NVIDIA's Llama task sets).
+    num_kv_heads: key/value heads of grouped-query attention (Pax's NUM_KV_HEADS; 0 = one per
+      query head).
     combine_qkv / attention_bias / per_dim_scale / atten_logit_cap: the attention layer
       (atten_logit_cap 0 = Pax's -1.0, off).
     softmax_cap_logits: tanh cap on the output logits (0 = off).
@@ -112,7 +124,10 @@ class PaxLm(Config):
       (Praxis' SharedEmbeddingSoftmax has one); GPT-3 turns both off.
     trainable_position_emb / trainable_pe_max_seq_len: a learned position table of that many
       rows (Pax's TrainablePositionalEmbedding), else Pax's sinusoidal PositionalEmbedding.
-    layernorm_epsilon: every LayerNorm's epsilon.
+    rotary_position_emb: no position table; rotary embeddings on the queries and keys, timescales
+      1 to 10000 (NVIDIA's Llama task: `position_emb_tpl = None` and GroupedQueryAttention's
+      `rope_min_max_timescales = [1, 10000]`).
+    layernorm_epsilon: every norm's epsilon.
     params_init / softmax_init_std: projections' init; the tied embedding's Gaussian std
       (0 = 1/sqrt(model_dims), Pax's WeightInit.Gaussian(1/sqrt(MODEL_DIMS))).
     learner: the optimizer and schedule (set_default_adam, c4's set_adam_and_learning_rate_schedule).
@@ -129,7 +144,7 @@ class PaxLm(Config):
     dims_per_head: int = 128
     vocab_size: int = 32000
     max_seq_len: int = 1024
-    percore_batch_size: int = 16
+    percore_batch_size: float = 16
     ici_mesh_shape: tuple[int, ...] = (1, 1, 1)
     dcn_mesh_shape: tuple[int, ...] = (1, 1, 1)
     num_stages: int = 1
@@ -139,7 +154,10 @@ class PaxLm(Config):
     fprop_dtype: Literal["float32", "bfloat16"] = "bfloat16"
     use_repeated_layer: bool = True
     checkpoint_policy: CheckpointPolicy = "SAVE_NOTHING"
-    activation: Literal["gelu", "relu"] = "gelu"
+    activation: Literal["gelu", "relu", "swish"] = "gelu"
+    use_gated_activation: bool = False
+    norm: Literal["layer_norm", "rms_norm"] = "layer_norm"
+    num_kv_heads: int = 0
     combine_qkv: bool = True
     attention_bias: bool = False
     per_dim_scale: bool = True
@@ -149,6 +167,7 @@ class PaxLm(Config):
     softmax_bias: bool = True
     trainable_position_emb: bool = False
     trainable_pe_max_seq_len: int = 16384
+    rotary_position_emb: bool = False
     layernorm_epsilon: float = 1e-6
     params_init: WeightInit = PRAXIS_DEFAULT_INIT
     softmax_init_std: float = 0.0
@@ -176,7 +195,7 @@ class PaxLm(Config):
 
     @property
     def global_batch_size(self) -> int:
-        return self.percore_batch_size * self.num_devices
+        return round(self.percore_batch_size * self.num_devices)
 
     def check(self) -> None:
         """Pax's own assertion: MODEL_DIMS == NUM_HEADS x DIMS_PER_HEAD when both are set."""
@@ -187,6 +206,14 @@ class PaxLm(Config):
             )
         if not (self.num_heads or self.dims_per_head):
             raise ConfigError("PaxLm: set num_heads or dims_per_head (Pax needs one of them).")
+        batch = self.percore_batch_size * self.num_devices
+        if batch < 1 or abs(batch - round(batch)) > 1e-6:
+            raise ConfigError(
+                f"PaxLm: percore_batch_size={self.percore_batch_size} x {self.num_devices} devices = {batch:g} rows, "
+                "not a whole global batch."
+            )
+        if self.rotary_position_emb and self.trainable_position_emb:
+            raise ConfigError("PaxLm: rotary_position_emb has no position table; set trainable_position_emb=False.")
         if self.num_stages > 1:
             # TransformerLmSpmdPipelineAdafactor.task()'s assertions.
             mesh_stages = self.ici_mesh_shape[0] * self.dcn_mesh_shape[0]
@@ -216,7 +243,10 @@ class PaxLm(Config):
 
     def model(self) -> LanguageModelConfig:
         self.check()
-        norm = LayerNormConfig(epsilon=self.layernorm_epsilon, use_scale=True, use_bias=True)
+        if self.norm == "rms_norm":
+            norm = RmsNormConfig(epsilon=self.layernorm_epsilon)
+        else:
+            norm = LayerNormConfig(epsilon=self.layernorm_epsilon, use_scale=True, use_bias=True)
         block = TransformerConfig(
             norm_policy="pre",
             norm=norm,
@@ -227,11 +257,12 @@ class PaxLm(Config):
                 logit_cap=self.atten_logit_cap,
                 mask_mode="praxis",  # TransformerLm: padding folded into the segment mask
             ),
-            activation=ActivationConfig(name=self.activation),
+            activation=ActivationConfig(name=self.activation, gated=self.use_gated_activation),
             ff_has_bias=True,
             ff_paddings=True,  # TransformerFeedForward zeroes padded positions
         )
         trainable = self.trainable_position_emb
+        position = "rotary" if self.rotary_position_emb else "trainable" if trainable else "sinusoidal"
         return LanguageModelConfig(
             vocab_size=self.vocab_size,
             # A trainable table has Pax's TRAINABLE_PE_MAX_SEQ_LEN rows (sequences stay MAX_SEQ_LEN).
@@ -241,7 +272,8 @@ class PaxLm(Config):
             hidden_dims=self.hidden_dims,
             num_heads=self.heads,
             dim_per_head=self.head_dim,
-            position_embedding="trainable" if trainable else "sinusoidal",
+            num_kv_heads=self.num_kv_heads,
+            position_embedding=position,
             separate_embedding=False,
             repeat=self.use_repeated_layer or self.num_stages > 1,
             remat_policy=_REMAT[self.checkpoint_policy] if self.use_repeated_layer or self.num_stages > 1 else "none",

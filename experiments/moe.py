@@ -8,18 +8,21 @@ hidden_dims / 2 = 256 wide, so a token's two experts hold as many weights as the
 feed-forward parameters in an MoE layer. The experts use the dense layers' exact GELU, no biases
 (Praxis' experts have none; the dense default has none either).
 
-Pax's classes, paxml/tasks/lm/params/nvidia.py (@ google/paxml; its NVIDIA1_3B base: PERCORE
-batch 4, seq 2048, vocab 51200, GELU not gated, trainable positions, Gaussian init 0.023 for the
-projections and the softmax, bf16, repeated layers; Adam b1 0.9, b2 0.95, eps 1e-8, eps_root 0,
-gradient clip-norm 1.0, update clip 1.0, lr 6e-4 x LinearRampupCosineDecay(warmup 0,
-decay_start 1, decay_end 500000, min_ratio 0.1), weight decay 1e-3):
+Pax's classes, paxml/tasks/lm/params/nvidia.py (@ google/paxml), on its NVIDIA1_3B base
+(experiments/nvidia.py: PERCORE batch 4, seq 2048, vocab 51200, GELU not gated, trainable
+positions, Gaussian init 0.023 for the projections (the tied softmax keeps Gaussian(1/sqrt(d)):
+Pax computes SOFTMAX_INIT_STD's init and never assigns it), bf16, repeated layers, checkpoints
+every 100000 steps; Adam b1 0.9, b2 0.95, eps 1e-8, eps_root 0, gradient clip-norm 1.0, update
+clip 1.0, lr 6e-4 x LinearRampupCosineDecay(warmup 0, decay_start 1, decay_end 500000,
+min_ratio 0.1), weight decay 1e-3):
 
 - MoELarge: 12 layers, d 4096, ffn 16384, 32 heads x 128, 16 experts in every layer
   (moe_layers = all), NUM_GROUPS 16, capacity factor 2.0, load-balance weight 1.0
   (maybe_setup_moe_params), experts GELU not gated (the dense template's), ICI [1, 16, 1] DCN
   [1, 2, 1] = our (data, fsdp, tensor) as lm_cloud.py documents: 32 devices, global batch
   4 x 32 = 128.
-- GLaM64B64EProxy_EP: 8 layers, d 8192, ffn = expert hidden 32768, 64 heads x 128, 8 experts,
+- GLaM64B64EProxy_EP (a class of nvidia.py after Paxml 1.4.0, whose GLaM64B64EProxy is not
+  registered): 8 layers, d 8192, ffn = expert hidden 32768, 64 heads x 128, 8 experts,
   GLaM blocks [MoE, dense] (moe_layer_interval 2), NUM_GROUPS 128, capacity 2.0, load-balance
   weight 0.01, RMSNorm; Pax's z-loss 1e-4 is on the output logits (GShardSharedEmbeddingSoftmax),
   not the router, and our softmax has none: not reproduced (the router z-loss stays 0);
@@ -38,13 +41,12 @@ Both: NUM_GROUPS tokens groups route on their own (our num_groups, a divisor of 
 
 from __future__ import annotations
 
-from experiments.lm_cloud import PaxLm, pax_names
+from experiments.lm_cloud import pax_names
+from experiments.nvidia import NVIDIA_1_3B
 from experiments.registry import register
 from experiments.shakespeare import shakespeare_char
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.layers import ActivationConfig, MoEFeedForwardConfig, RmsNormConfig
-from pax_eqx.layers.initializers import gaussian
-from pax_eqx.learners import linear_rampup_cosine_decay, pax_adam
 
 
 @register("shakespeare_moe", aliases=("ShakespeareMoE",))
@@ -58,38 +60,6 @@ def shakespeare_moe() -> ExperimentConfig:
     model = exp.model.replace(moe_layer_interval=2, moe=moe, moe_hidden_dims=exp.model.hidden_dims // 2)
     return exp.replace(name="shakespeare_moe", model=model)
 
-
-NVIDIA_LEARNER = pax_adam(
-    learning_rate=6e-4,
-    schedule=linear_rampup_cosine_decay(warmup_steps=0, decay_start=1, decay_end=500_000, min_ratio=0.1, max=1.0),
-    beta1=0.9,
-    beta2=0.95,
-    epsilon=1e-8,
-    epsilon_root=0.0,
-    clip_threshold=1.0,
-    weight_decay=1e-3,
-    clip_gradient_norm_to_value=1.0,
-)
-
-# nvidia.NVIDIA1_3B's constants, as PaxLm fields.
-NVIDIA_1_3B = PaxLm(
-    num_layers=24,
-    model_dims=2048,
-    hidden_dims=8192,
-    num_heads=32,
-    dims_per_head=64,
-    vocab_size=51200,
-    max_seq_len=2048,
-    percore_batch_size=4,
-    ici_mesh_shape=(16, 1, 1),
-    use_repeated_layer=True,
-    activation="gelu",
-    trainable_position_emb=True,
-    trainable_pe_max_seq_len=2048,
-    params_init=gaussian(0.023),
-    softmax_init_std=0.023,
-    learner=NVIDIA_LEARNER,
-)
 
 MOE_LARGE = NVIDIA_1_3B.replace(
     num_layers=12, num_heads=32, model_dims=4096, hidden_dims=16384, dims_per_head=128,
