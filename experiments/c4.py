@@ -1,8 +1,11 @@
-"""Pax's C4 experiments (paxml/tasks/lm/params/c4.py, c4_multislice.py), with Pax's numbers.
+"""Pax's C4 experiments (paxml/tasks/lm/params/c4.py), with Pax's numbers.
 
-Every number comes from docs/pax_experiment_numbers.md (sections 2.2, 4 and 5): Pax's source
+Every number comes from docs/pax_experiment_numbers.md (sections 2.2 and 4): Pax's source
 resolved through the class MRO and each `task()`. The experiments are `PaxLm` values
 (experiments/lm_cloud.py), one field per Pax class constant; a Pax subclass is `.replace(...)`.
+c4.py's pipelined classes are in experiments/pipelined.py, c4_multislice.py's in
+experiments/c4_multislice.py. LmCloudSpmdAdam (registered in c4.py) is the c4 recipe on
+lm_cloud's synthetic data.
 
 C4 itself cannot be downloaded at run time. The experiments read either
 
@@ -32,7 +35,7 @@ Departures from Pax, besides the attention init of experiments/lm_cloud.py:
   c4_lm_v301_gpt_eval_tokenized (5662 pre-tokenized validation sequences, not packed); here
   eval rows are packed like training rows, and the SentencePiece model is trained locally
   unless one is given.
-- GPT-3 (c4_gpt3_175b): Pax's EarlyStoppingFn at eval log-perplexity 2.69 is
+- GPT-3 (c4_gpt3_175b and its subclasses): Pax's EarlyStoppingFn at eval log-perplexity 2.69 is
   `train.early_stopping` (metric log_pplx, target 2.69). Its attention-projection sharding
   override (['data', 'mdl', None]) is left to the mesh rules.
 """
@@ -44,7 +47,7 @@ from typing import Literal
 
 from experiments.lm_cloud import PaxLm, pax_names
 from experiments.registry import register
-from pax_eqx.experiment import EarlyStoppingConfig, ExperimentConfig
+from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.layers.initializers import gaussian
 from pax_eqx.learners import (
     ConstantSchedule,
@@ -116,13 +119,13 @@ def set_adam_and_learning_rate_schedule(
     )
 
 
-def _c4(spec: PaxLm) -> PaxLm:
+def c4_recipe(spec: PaxLm) -> PaxLm:
     """The spec with the c4 non-GPT-3 recipe for its global batch (C4SpmdAdam.task())."""
     return spec.replace(learner=set_adam_and_learning_rate_schedule(global_batch_size=spec.global_batch_size))
 
 
 # c4.TransformerLmSpmdAdam + C4UnsupervisedDataset + C4SpmdAdam (registered in Pax).
-C4_SPMD_ADAM = _c4(
+C4_SPMD_ADAM = c4_recipe(
     PaxLm(
         num_layers=24,
         model_dims=2048,
@@ -144,7 +147,7 @@ C4_SPMD_ADAM = _c4(
 
 def _sized(layers: int, dims: int, heads: int, percore: int, ici: tuple[int, int, int]) -> PaxLm:
     """C4Spmd{1B,2B,16B,32B}: bf16, repeated layers, SAVE_NOTHING, summaries every 10 steps."""
-    return _c4(
+    return c4_recipe(
         C4_SPMD_ADAM.replace(
             num_layers=layers, model_dims=dims, hidden_dims=4 * dims, num_heads=heads, dims_per_head=128,
             vocab_size=32000, percore_batch_size=percore, ici_mesh_shape=ici, fprop_dtype="bfloat16",
@@ -186,38 +189,50 @@ _GPT3_SHAPE = C4_SPMD_ADAM.replace(
     summary_interval_steps=10,
     checkpoint_every_n_steps=100,
     checkpoint_max_to_keep=10,
-)
-C4_GPT3_175B = _GPT3_SHAPE.replace(
-    learner=set_adam_and_learning_rate_schedule(
-        global_batch_size=_GPT3_SHAPE.global_batch_size,
-        learning_rate=6e-5,
-        weight_decay=0.1,
-        adam_beta1=0.9,
-        adam_beta2=0.95,
-        adam_epsilon=1e-8,
-        adam_clip_threshold=-1.0,
-        clip_gradient_norm_to_value=1.0,
-        lr_schedule="linear_rampup_cosine_decay",
-        lr_cos_warmup=265,
-        lr_cos_decay_start=266,
-        lr_cos_decay_end=108600,
-        lr_cos_max=1.0,
-        lr_cos_min_ratio=0.1,
-    )
+    target_log_pplx=2.69,  # TARGET_LOG_PPLX, configure_gpt3_task's EarlyStoppingFn
 )
 
-# c4_multislice.C4Spmd22BAdamMaxText and the v4-128 slices.
-C4_SPMD_22B_MAXTEXT = _c4(
-    C4_SPMD_ADAM.replace(
-        num_layers=48, model_dims=6144, hidden_dims=24576, num_heads=24, dims_per_head=256, percore_batch_size=16,
-        vocab_size=32768, fprop_dtype="bfloat16", use_repeated_layer=True, summary_interval_steps=10,
-        checkpoint_policy="SAVE_NOTHING",
+
+def gpt3_org_hp(spec: PaxLm, learning_rate: float = 6e-5) -> PaxLm:
+    """C4SpmdGpt3AdamOrgHP's optimizer (set_adam_and_learning_rate_schedule with its constants)
+    for the spec's global batch: Adam 0.9 / 0.95, eps 1e-8, no update cap, weight decay 0.1,
+    clip 1.0, lr x LinearRampupCosineDecay(265, 266, 108600, 0.1, 1.0)."""
+    return spec.replace(
+        learner=set_adam_and_learning_rate_schedule(
+            global_batch_size=spec.global_batch_size, learning_rate=learning_rate, weight_decay=0.1,
+            adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, adam_clip_threshold=-1.0,
+            clip_gradient_norm_to_value=1.0, lr_schedule="linear_rampup_cosine_decay", lr_cos_warmup=265,
+            lr_cos_decay_start=266, lr_cos_decay_end=108600, lr_cos_max=1.0, lr_cos_min_ratio=0.1,
+        )
+    )  # fmt: skip
+
+
+C4_GPT3_175B = gpt3_org_hp(_GPT3_SHAPE)
+# C4SpmdGpt3AdamOrgHPBS1p5k1536Replicas: vocab padded to 51200, fp32, 1536 chips.
+C4_GPT3_BS1P5K_1536 = gpt3_org_hp(
+    C4_GPT3_175B.replace(
+        vocab_size=51200, percore_batch_size=1, ici_mesh_shape=(1, 64, 24), fprop_dtype="float32",
+        checkpoint_max_to_keep=100, eval_interval_steps=25, summary_interval_steps=1,
+    )
+)  # fmt: skip
+# C4SpmdGpt3L16AdamOrgHP: 16 layers, bf16, per-core 3 on (1, 16, 4).
+C4_GPT3_L16 = gpt3_org_hp(
+    C4_GPT3_175B.replace(
+        num_layers=16, fprop_dtype="bfloat16", percore_batch_size=3, eval_interval_steps=25000,
+        ici_mesh_shape=(1, 16, 4),
     )
 )  # fmt: skip
 
-
-def _v4_128(slices: int) -> PaxLm:
-    return _c4(C4_SPMD_22B_MAXTEXT.replace(ici_mesh_shape=(1, 64, 1), dcn_mesh_shape=(slices, 1, 1)))
+# c4.LmCloudSpmdAdam (TransformerLmSpmdAdam + lm_cloud.SyntheticDataset): the c4 recipe on
+# synthetic data, 2 layers, 16 heads of 128 (NUM_HEADS from TransformerLmSpmdAdam, DIMS_PER_HEAD
+# from the SPMD base), float32, not repeated, per-core 16 on (1, 4, 2).
+LM_CLOUD_SPMD_ADAM = c4_recipe(
+    PaxLm(
+        num_layers=2, model_dims=2048, hidden_dims=8192, num_heads=16, dims_per_head=128, vocab_size=32000,
+        max_seq_len=1024, percore_batch_size=16, ici_mesh_shape=(1, 4, 2), fprop_dtype="float32",
+        use_repeated_layer=False, checkpoint_policy="SAVE_NOTHING",
+    )
+)  # fmt: skip
 
 
 @register("c4_spmd_adam", aliases=pax_names("c4", "C4SpmdAdam"))
@@ -267,27 +282,31 @@ def c4_gpt3_175b() -> ExperimentConfig:
     x LinearRampupCosineDecay(265, 266, 108600, min 0.1). Stops early once the eval log-perplexity
     reaches Pax's TARGET_LOG_PPLX 2.69.
     """
-    exp = C4_GPT3_175B.experiment("c4_gpt3_175b")
-    stop = EarlyStoppingConfig(metric="log_pplx", target=TARGET_LOG_PPLX)
-    return exp.replace(train=exp.train.replace(early_stopping=stop))
+    return C4_GPT3_175B.experiment("c4_gpt3_175b")
 
 
-TARGET_LOG_PPLX = 2.69  # Pax's C4SpmdGpt3AdamOrgHP.TARGET_LOG_PPLX
+@register("c4_gpt3_175b_bs1p5k_1536replicas", aliases=pax_names("c4", "C4SpmdGpt3AdamOrgHPBS1p5k1536Replicas"))
+def c4_gpt3_175b_bs1p5k_1536replicas() -> ExperimentConfig:
+    """GPT-3 175B, Pax's registered OrgHP run: vocab padded to 51200, float32, per-core 1 on ICI (1, 64, 24):
+    batch 1536; evals every 25 steps, summaries every step, keeps 100 checkpoints (every 100 steps)."""
+    return C4_GPT3_BS1P5K_1536.experiment("c4_gpt3_175b_bs1p5k_1536replicas")
 
 
-@register("c4_spmd_22b_1xv4_128", aliases=pax_names("c4_multislice", "C4Spmd22BAdam1xv4_128"))
-def c4_spmd_22b_1xv4_128() -> ExperimentConfig:
-    """22B MaxText-style: 48 layers, d 6144, 24 heads of 256, vocab 32768, bf16, per-core 16 on ICI (1, 64, 1)."""
-    return _v4_128(1).experiment("c4_spmd_22b_1xv4_128")
+@register("c4_gpt3_l16", aliases=pax_names("c4", "C4SpmdGpt3L16AdamOrgHP"))
+def c4_gpt3_l16() -> ExperimentConfig:
+    """GPT-3 175B's layer with 16 layers (29.8B), bf16, per-core 3 on ICI (1, 16, 4): batch 192; evals
+    every 25000 steps."""
+    return C4_GPT3_L16.experiment("c4_gpt3_l16")
 
 
-@register("c4_spmd_22b_2xv4_128", aliases=pax_names("c4_multislice", "C4Spmd22BAdam2xv4_128"))
-def c4_spmd_22b_2xv4_128() -> ExperimentConfig:
-    """c4_spmd_22b on two v4-128 slices: ICI (1, 64, 1) x DCN (2, 1, 1), global batch 2048."""
-    return _v4_128(2).experiment("c4_spmd_22b_2xv4_128")
+@register("lm_cloud_spmd_adam", aliases=pax_names("c4", "LmCloudSpmdAdam"))
+def lm_cloud_spmd_adam() -> ExperimentConfig:
+    """c4's recipe (lr 1e-3) on synthetic data: 2 layers, d 2048, 16 heads of 128, float32, per-core 16 on
+    (1, 4, 2): batch 128."""
+    return LM_CLOUD_SPMD_ADAM.experiment("lm_cloud_spmd_adam")
 
 
-@register("c4_spmd_22b_4xv4_128", aliases=pax_names("c4_multislice", "C4Spmd22BAdam4xv4_128"))
-def c4_spmd_22b_4xv4_128() -> ExperimentConfig:
-    """c4_spmd_22b on four v4-128 slices: ICI (1, 64, 1) x DCN (4, 1, 1), global batch 4096."""
-    return _v4_128(4).experiment("c4_spmd_22b_4xv4_128")
+@register("lm_cloud_spmd_adam_limit_steps", aliases=pax_names("c4", "LmCloudSpmdAdamLimitSteps"))
+def lm_cloud_spmd_adam_limit_steps() -> ExperimentConfig:
+    """lm_cloud_spmd_adam for 4000 steps."""
+    return LM_CLOUD_SPMD_ADAM.replace(num_train_steps=4000).experiment("lm_cloud_spmd_adam_limit_steps")

@@ -49,7 +49,7 @@ from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.config import Config, ConfigError, config
 from pax_eqx.data import DataConfig, InputConfig, JsonlSource, SentencePieceConfig, SyntheticSource
-from pax_eqx.experiment import ExperimentConfig, TrainConfig
+from pax_eqx.experiment import EarlyStoppingConfig, ExperimentConfig, TrainConfig
 from pax_eqx.layers import ActivationConfig, AttentionConfig, LayerNormConfig, RmsNormConfig, TransformerConfig
 from pax_eqx.layers.initializers import WeightInit, gaussian, xavier
 from pax_eqx.layers.pipeline import PipelineConfig
@@ -135,6 +135,8 @@ class PaxLm(Config):
       eval_interval_steps: Pax's train settings.
     data: "synthetic" (lm_cloud's SyntheticDataset) or "c4" (C4UnsupervisedDataset, local files).
     training_seed: the c4 training input's seed (Pax's TRAINING_SEED).
+    target_log_pplx: Pax's TARGET_LOG_PPLX, which configure_gpt3_task's EarlyStoppingFn reads:
+      stop once the eval log-perplexity reaches it (train.early_stopping; 0 = no early stopping).
     """
 
     num_layers: int
@@ -179,6 +181,7 @@ class PaxLm(Config):
     eval_interval_steps: int = 100
     data: Data = "synthetic"
     training_seed: int = 9876
+    target_log_pplx: float = 0.0
 
     @property
     def heads(self) -> int:
@@ -330,6 +333,11 @@ class PaxLm(Config):
                 summary_interval_steps=self.summary_interval_steps,
                 fprop_dtype=self.fprop_dtype,
                 sample_at_end=False,
+                early_stopping=(
+                    EarlyStoppingConfig(metric="log_pplx", target=self.target_log_pplx)
+                    if self.target_log_pplx
+                    else EarlyStoppingConfig()
+                ),
             ),
             checkpoint=CheckpointConfig(
                 every_n_steps=self.checkpoint_every_n_steps, max_to_keep=self.checkpoint_max_to_keep
@@ -373,6 +381,38 @@ LM_CLOUD_SPMD_128B = _spmd(71, 12288, 4, (1, 64, 4), "SAVE_NOTHING")
 LM_CLOUD_SPMD_256B = _spmd(80, 16384, 4, (1, 64, 8), "SAVE_NOTHING")
 LM_CLOUD_SPMD_512B = _spmd(102, 20480, 4, (1, 64, 16), "SAVE_NOTHING")
 LM_CLOUD_SPMD_1024B = _spmd(142, 24576, 2, (1, 256, 8), "SAVE_NOTHING")
+
+# lm_cloud.LmCloudSpmdMultislice2B: the 2B shape, per-core 16 on ICI (1, 4, 1) x DCN (2, 1, 1).
+LM_CLOUD_SPMD_MULTISLICE_2B = LM_CLOUD_SPMD_2B.replace(percore_batch_size=16, dcn_mesh_shape=(2, 1, 1))
+
+
+def _pipeline(
+    layers: int,
+    dims: int,
+    percore: float,
+    stages: int,
+    microbatch: int,
+    ici: tuple[int, ...],
+    dcn: tuple[int, ...] = (1, 1, 1, 1),
+    **more: object,
+) -> PaxLm:
+    """lm_cloud.LmCloudSpmdPipeline (not registered): TransformerLmSpmdPipelineAdafactor with
+    LmCloudSpmd's GELU, SAVE_NOTHING and set_default_adam(2.5e-4, 1e-3), the layers pipelined over
+    `stages` (USE_REPEATED_LAYER False), microbatches of `microbatch` rows, 4-D meshes."""
+    return LM_CLOUD_SPMD.replace(
+        num_layers=layers, model_dims=dims, hidden_dims=4 * dims, percore_batch_size=percore, num_stages=stages,
+        microbatch_size=microbatch, ici_mesh_shape=ici, dcn_mesh_shape=dcn, use_repeated_layer=False, **more,
+    )  # fmt: skip
+
+
+LM_CLOUD_SPMD_PIPELINE_9B = _pipeline(48, 4096, 8, 16, 4, (16, 4, 1, 1), fprop_dtype="float32")
+LM_CLOUD_SPMD_PIPELINE_175B = _pipeline(
+    96, 12288, 0.75, 8, 2, (1, 1, 1, 16), (8, 1, 1, 1), num_heads=96, dims_per_head=128, max_seq_len=2048
+)
+LM_CLOUD_SPMD_PIPELINE_MULTISLICE_2B = _pipeline(18, 3072, 16, 2, 4, (1, 4, 1, 1), (2, 1, 1, 1))
+LM_CLOUD_SPMD_PIPELINE_MULTISLICE_2B_CIRCULAR = LM_CLOUD_SPMD_PIPELINE_MULTISLICE_2B.replace(
+    microbatch_size=8, circular_repeat=3
+)
 
 # model_params.TransformerLmPmapAdam + lm_cloud.LmCloudTransformerAdam: data parallel.
 LM_CLOUD_TRANSFORMER_ADAM = PaxLm(
@@ -472,3 +512,43 @@ def lm_cloud_transformer_adam_limit_steps() -> ExperimentConfig:
     return LM_CLOUD_TRANSFORMER_ADAM.replace(num_layers=10, num_train_steps=2000).experiment(
         "lm_cloud_transformer_adam_limit_steps"
     )
+
+
+@register("lm_cloud_spmd_multislice_2b", aliases=pax_names("lm_cloud", "LmCloudSpmdMultislice2B"))
+def lm_cloud_spmd_multislice_2b() -> ExperimentConfig:
+    """lm_cloud_spmd_2b on two slices: per-core 16 on ICI (1, 4, 1) x DCN (2, 1, 1), global batch 128."""
+    return LM_CLOUD_SPMD_MULTISLICE_2B.experiment("lm_cloud_spmd_multislice_2b")
+
+
+@register("lm_cloud_spmd_pipeline_9b", aliases=pax_names("lm_cloud", "LmCloudSpmdPipeline9B"))
+def lm_cloud_spmd_pipeline_9b() -> ExperimentConfig:
+    """9.7B: 48 layers in 16 stages, d 4096, 32 heads of 128, float32, per-core 8 on (16, 4, 1, 1):
+    batch 512 in 128 microbatches of 4."""
+    return LM_CLOUD_SPMD_PIPELINE_9B.experiment("lm_cloud_spmd_pipeline_9b")
+
+
+@register("lm_cloud_spmd_pipeline_175b", aliases=pax_names("lm_cloud", "LmCloudSpmdPipeline175B"))
+def lm_cloud_spmd_pipeline_175b() -> ExperimentConfig:
+    """GPT-3 175B's shape on lm_cloud's recipe: 96 layers in 8 stages (DCN), d 12288, 96x128, seq 2048, bf16,
+    tensor 16, per-core 0.75 on (1, 1, 1, 16) x (8, 1, 1, 1): batch 96 in 48 microbatches of 2."""
+    return LM_CLOUD_SPMD_PIPELINE_175B.experiment("lm_cloud_spmd_pipeline_175b")
+
+
+@register("lm_cloud_spmd_pipeline_multislice_2b", aliases=pax_names("lm_cloud", "LmCloudSpmdPipelineMultislice2B"))
+def lm_cloud_spmd_pipeline_multislice_2b() -> ExperimentConfig:
+    """lm_cloud_spmd_2b pipelined across two slices: 2 stages (DCN) x 9 layers, per-core 16 on (1, 4, 1, 1) x
+    (2, 1, 1, 1): batch 128 in 32 microbatches of 4.
+
+    Pax's STREAM_IO and EMB_W_DATA_DIMS ('replica', 'data') are layouts of the same computation; here
+    the mesh rules lay it out (see experiments/pipelined.py)."""
+    return LM_CLOUD_SPMD_PIPELINE_MULTISLICE_2B.experiment("lm_cloud_spmd_pipeline_multislice_2b")
+
+
+@register(
+    "lm_cloud_spmd_pipeline_multislice_2b_circular",
+    aliases=pax_names("lm_cloud", "LmCloudSpmdPipelineMultislice2BCircular"),
+)
+def lm_cloud_spmd_pipeline_multislice_2b_circular() -> ExperimentConfig:
+    """lm_cloud_spmd_pipeline_multislice_2b with a circular pipeline: 2 stages x 3 repeats of 3 layers,
+    16 microbatches of 8."""
+    return LM_CLOUD_SPMD_PIPELINE_MULTISLICE_2B_CIRCULAR.experiment("lm_cloud_spmd_pipeline_multislice_2b_circular")

@@ -6,6 +6,8 @@ mesh; its README's GPT-3 XL recipe is C4SpmdPipelineGpt3SmallAdam64Replicas). Ev
 here is Pax's, resolved through the class MRO (docs/pax_experiment_numbers.md §4.2); a class is
 its non-pipelined sibling (experiments/c4.py) with the pipeline constants changed. Pax's
 mesh [stage, replica, data, mdl] is our (stage, data, fsdp, tensor).
+The GPT-3 classes stop once the eval log-perplexity reaches 2.69, as c4_gpt3_175b does
+(configure_gpt3_task's EarlyStoppingFn, TARGET_LOG_PPLX).
 
 Two of Pax's classes carry typos that change what they run, reproduced as Pax ran them:
 C4SpmdPipelineGpt3AdamOrgHPBS1p5k768Replicas sets `MICROBATCH_SIAZE = 8`, so MICROBATCH_SIZE
@@ -26,25 +28,13 @@ Departures from Pax, besides those of experiments/c4.py:
 
 from __future__ import annotations
 
-from experiments.c4 import C4_GPT3_175B, C4_SPMD_ADAM, set_adam_and_learning_rate_schedule
+from experiments.c4 import C4_GPT3_175B, C4_SPMD_ADAM, gpt3_org_hp, set_adam_and_learning_rate_schedule
 from experiments.lm_cloud import PaxLm, pax_names
 from experiments.registry import register
 from experiments.shakespeare import shakespeare_char
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.layers.pipeline import PipelineConfig
 from pax_eqx.sharding.mesh import MeshConfig
-
-
-def _gpt3_org_hp(spec: PaxLm, learning_rate: float = 6e-5) -> PaxLm:
-    """configure_gpt3_task's optimizer (C4SpmdGpt3AdamOrgHP) for the spec's global batch."""
-    return spec.replace(
-        learner=set_adam_and_learning_rate_schedule(
-            global_batch_size=spec.global_batch_size, learning_rate=learning_rate, weight_decay=0.1,
-            adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, adam_clip_threshold=-1.0,
-            clip_gradient_norm_to_value=1.0, lr_schedule="linear_rampup_cosine_decay", lr_cos_warmup=265,
-            lr_cos_decay_start=266, lr_cos_decay_end=108600, lr_cos_max=1.0, lr_cos_min_ratio=0.1,
-        )
-    )  # fmt: skip
 
 
 def _gpt3_mlperf_hp(spec: PaxLm) -> PaxLm:
@@ -71,7 +61,7 @@ C4_SPMD_PIPELINE_ADAM = C4_SPMD_ADAM.replace(**_PIPELINE_8)
 # 48 layers, 4 microbatches of 2, on [2, 1, 2, 2].
 C4_SPMD_PIPELINE_GPT3_ORG_HP = C4_GPT3_175B.replace(use_repeated_layer=False, **_PIPELINE_8)
 
-C4_SPMD_PIPELINE_GPT3_ORG_HP_BS1P5K_768 = _gpt3_org_hp(
+C4_SPMD_PIPELINE_GPT3_ORG_HP_BS1P5K_768 = gpt3_org_hp(
     C4_SPMD_PIPELINE_GPT3_ORG_HP.replace(
         vocab_size=51200, percore_batch_size=2, num_stages=8, ici_mesh_shape=(8, 1, 8, 12), microbatch_size=2,
         eval_interval_steps=25, summary_interval_steps=1, checkpoint_every_n_steps=50, checkpoint_max_to_keep=100,
@@ -107,7 +97,7 @@ C4_PIPELINE_MLPERF_BS8K_1024 = _mlperf(8, 4, (4, 1, 16, 16), 16, 3)
 _GPT3_SMALL = C4_SPMD_PIPELINE_GPT3_ORG_HP.replace(
     num_layers=24, num_heads=24, model_dims=3072, hidden_dims=12288, dims_per_head=128, fprop_dtype="bfloat16"
 )
-C4_PIPELINE_GPT3_SMALL_8 = _gpt3_org_hp(
+C4_PIPELINE_GPT3_SMALL_8 = gpt3_org_hp(
     _GPT3_SMALL.replace(
         vocab_size=51200, percore_batch_size=64, microbatch_size=8, eval_interval_steps=10,
         summary_interval_steps=5, checkpoint_every_n_steps=200, checkpoint_max_to_keep=1000,
@@ -116,7 +106,7 @@ C4_PIPELINE_GPT3_SMALL_8 = _gpt3_org_hp(
 )  # fmt: skip
 # ...Adam64Replicas, as it was (paxml 9b56820..b96c1e9^): 4 stages on [4, 1, 4, 4] (64 chips),
 # vocab 50257, per-core batch 1 (the PER_CORE_BATCH_SIZE typo), microbatches of 16.
-C4_PIPELINE_GPT3_SMALL_64 = _gpt3_org_hp(
+C4_PIPELINE_GPT3_SMALL_64 = gpt3_org_hp(
     _GPT3_SMALL.replace(
         num_stages=4, ici_mesh_shape=(4, 1, 4, 4), percore_batch_size=1, microbatch_size=16,
         eval_interval_steps=100, summary_interval_steps=1, checkpoint_every_n_steps=200, checkpoint_max_to_keep=1000,
