@@ -73,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_decoded(rt, state, exp.decode, step)
         return 0
     rt, state, step = restore_for_inference(exp, job_dir, "decode from", prompt=exp.decode.prompt)
-    print(f"{exp.decode.strategy.title} from the checkpoint at step {step}:")
+    title = "Filling the prompt's masks" if exp.model.fills_prompts else exp.decode.strategy.title
+    print(f"{title} from the checkpoint at step {step}:")
     print_samples(rt, state, exp.decode)
     return 0
 

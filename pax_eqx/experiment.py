@@ -233,6 +233,9 @@ class ExperimentConfig(Config):
 
     def _decode_inert_fields(self) -> dict[str, str]:
         model = type(self.model)
+        if model.fills_prompts:
+            why = f"the model ({model.__name__}) fills decode.prompt's masks with its argmax; it reads nothing else"
+            return {f"decode.{f.name}": why for f in dataclasses.fields(self.decode) if f.name != "prompt"}
         if model.decodes:
             why = f"the model ({model.__name__}) continues a prompt; decode.inputs are files for a classifier"
             inert = {"decode.inputs": why}

@@ -44,6 +44,7 @@ from pax_eqx.layers.linears import (
     MLPBlock,
     MLPBlockConfig,
 )
+from pax_eqx.layers.masked_lm import MaskedLmAugmenter, MaskedLmConfig
 from pax_eqx.layers.mlps import MLP, HiddenLayer, MLPConfig
 from pax_eqx.layers.moe import MoEFeedForward, MoEFeedForwardConfig
 from pax_eqx.layers.moe_routing import (

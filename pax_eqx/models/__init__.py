@@ -1,6 +1,7 @@
 """pax_eqx.models: models that compose layers and define loss, metrics and decoding."""
 
 from pax_eqx.models.beam_search import BeamResult, beam_search, length_normalize
+from pax_eqx.models.bert_model import BertModel, BertModelConfig
 from pax_eqx.models.classification_model import ClassificationModel, ClassificationModelConfig
 from pax_eqx.models.decode_strategies.beam import BeamStrategy
 from pax_eqx.models.decode_strategies.greedy import GreedyStrategy

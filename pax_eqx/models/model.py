@@ -24,6 +24,8 @@
   examples). `decodes_examples` marks a model whose decode is one batch in, one record per
   example out (Pax's `decode` + `process_decode_out`: a classifier's predicted class): it
   answers `decode_examples(batch)`, and the decode program prints and writes the records.
+  `fills_prompts` marks a model whose decode rewrites the prompt (a masked LM fills its
+  `[MASK]`s): it answers `fill_prompt(text, tokenizer)`, and the decode program prints the text.
 
 The programs (train, eval, decode, the dry run) ask a model's config what they need instead of
 testing its class: which data it takes (`check_data`), what its throughput counts
@@ -83,6 +85,11 @@ class Model(eqx.Module):
         the labels (files to decode)."""
         raise ConfigError(f"{type(self).__name__} does not decode examples: it has no decode_examples.")
 
+    def fill_prompt(self, prompt: str, tokenizer: Any) -> str:
+        """The text `prompt` with its gaps filled (a masked LM: every `[MASK]` replaced by its
+        most likely token). Models whose config `fills_prompts` implement it."""
+        raise ConfigError(f"{type(self).__name__} does not fill prompts: it has no fill_prompt.")
+
     def continue_prompts(self, prompts: list[list[int]], cfg: Any, key: PRNGKeyArray, pad_id: int) -> list[list[int]]:
         """Continuations of `prompts` (token ids, each cut before `cfg.eos_id`; `cfg` a
         SampleConfig): the best output of its strategy, one pass of `incremental_decoder`. A model
@@ -136,6 +143,9 @@ class ModelConfig(Config):
     decode program reads eval examples' inputs and shows their targets."""
     decodes_examples: ClassVar[bool] = False
     """True when decode maps each example to a record (Model.decode_examples), e.g. a classifier."""
+    fills_prompts: ClassVar[bool] = False
+    """True when decoding rewrites the prompt instead of continuing it (a masked LM fills the
+    prompt's masks: Model.fill_prompt); the decode strategy does not apply, only decode.prompt."""
     per_example_keys: ClassVar[tuple[str, ...]] = ()
     """The keys Model.per_example_outputs gives (what score metrics of data.eval.metrics can read)."""
     prices_step_time: ClassVar[bool] = False

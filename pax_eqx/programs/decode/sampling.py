@@ -4,7 +4,7 @@ them (decode CLI + end of training).
 Nothing here is model- or strategy-specific: the decode strategy (decode_strategies/) answers
 what it makes of a prompt and how its outputs are labelled, from the model's `continue_prompts`
 or `incremental_decoder`; a model whose config `decodes_inputs` prints its inputs' outputs
-instead (seq2seq_decoding).
+instead (seq2seq_decoding), and one that `fills_prompts` (a masked LM) prints its filled prompt.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ def print_samples(rt: Any, state: Any, decode_cfg: Any, log: Callable = print) -
     (seq2seq_decoding)."""
     if rt.exp.model.decodes_inputs:
         return print_seq2seq(rt, state, decode_cfg, log)
+    if rt.exp.model.fills_prompts:
+        return print_filled(rt, state, decode_cfg, log)
     outputs = prompt_texts(rt, state, decode_cfg)
     heading = decode_cfg.strategy.heading(len(outputs))
     if heading:
@@ -49,3 +51,15 @@ def print_samples(rt: Any, state: Any, decode_cfg: Any, log: Callable = print) -
         log(f"--- {decode_cfg.strategy.label(i, score)} ---")
         log(text)
     return [text for text, _ in outputs]
+
+
+def print_filled(rt: Any, state: Any, decode_cfg: Any, log: Callable = print) -> list[str]:
+    """A model that fills its prompt's gaps (`ModelConfig.fills_prompts`, a masked LM): the prompt
+    as the model completes it, printed; returns [that text]."""
+    tokenizer = rt.tokenizer
+    check_prompt(tokenizer, decode_cfg.prompt)
+    model = rt.programs.task.model(rt.programs.task.inference_params(state))
+    text = model.fill_prompt(decode_cfg.prompt, tokenizer)
+    log("--- filled ---")
+    log(text)
+    return [text]
