@@ -6,6 +6,13 @@ constants as one config (one field per class constant: NUM_LAYERS, MODEL_DIMS, .
 `PaxLm.experiment()`, which turns them into an ExperimentConfig; experiments/c4.py uses it too.
 A Pax subclass that changes a few constants is `BASE.replace(...)` here.
 
+Every class lm_cloud.py registers is here: the SPMD series, the pipelined ones
+(LmCloudSpmdPipeline9B / 175B / Multislice2B(Circular): PaxLm with NUM_STAGES), the multislice
+2B and the data-parallel LmCloudTransformerAdam series; and LargeMlp / SmallMlp, which are not
+language models but Praxis' ClassificationMLPModel on the same synthetic tokens: `TokenMlpConfig`
+at the end of this module, a model family of its own (pax_eqx has no token MLP), whose loss is
+Pax's, the accuracy (docs/pax_experiment_numbers.md section 10).
+
 How Pax's settings map to pax_eqx:
 
 - mesh: Pax's `[replica, data, mdl]` axes are our `(data, fsdp, tensor)`: Pax's "data" axis
@@ -43,18 +50,35 @@ Departures from Pax (nearest equivalent chosen; listed in docs/experiments.md to
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, PRNGKeyArray
 
 from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
-from pax_eqx.config import Config, ConfigError, config
+from pax_eqx.config import Config, ConfigError, config, require_positive
 from pax_eqx.data import DataConfig, InputConfig, JsonlSource, SentencePieceConfig, SyntheticSource
 from pax_eqx.experiment import EarlyStoppingConfig, ExperimentConfig, TrainConfig
-from pax_eqx.layers import ActivationConfig, AttentionConfig, LayerNormConfig, RmsNormConfig, TransformerConfig
+from pax_eqx.layers import (
+    MLP,
+    ActivationConfig,
+    AttentionConfig,
+    LayerNormConfig,
+    MLPConfig,
+    RmsNormConfig,
+    SharedEmbeddingSoftmax,
+    SharedEmbeddingSoftmaxConfig,
+    TransformerConfig,
+)
+from pax_eqx.layers.base import Context, call
 from pax_eqx.layers.initializers import WeightInit, gaussian, xavier
 from pax_eqx.layers.pipeline import PipelineConfig
 from pax_eqx.learners import LearnerConfig, linear_rampup_exponential_decay, pax_adam
+from pax_eqx.metrics import Metrics, weighted_mean
 from pax_eqx.models import LanguageModelConfig
+from pax_eqx.models.model import Batch, Model, ModelConfig
 from pax_eqx.sharding.mesh import MeshConfig
 
 CheckpointPolicy = Literal[
@@ -552,3 +576,98 @@ def lm_cloud_spmd_pipeline_multislice_2b_circular() -> ExperimentConfig:
     """lm_cloud_spmd_pipeline_multislice_2b with a circular pipeline: 2 stages x 3 repeats of 3 layers,
     16 microbatches of 8."""
     return LM_CLOUD_SPMD_PIPELINE_MULTISLICE_2B_CIRCULAR.experiment("lm_cloud_spmd_pipeline_multislice_2b_circular")
+
+
+# lm_cloud.LargeMlp / SmallMlp: model_params.ClassificationModelAdam + SyntheticDataset ------------
+@config
+class TokenMlpConfig(ModelConfig):
+    """Praxis' ClassificationMLPModel as Paxml's ClassificationModelAdam builds it (lm_cloud's
+    LargeMlp and SmallMlp, tests of Pax's SPMD data parallelism): every token id is looked up in
+    a tied SharedEmbeddingSoftmax of `input_dims` classes and width (no sqrt(d) scale), goes
+    through an MLPBlock of `num_layers` ReLU FeedForwards with biases (input_dims -> hidden_dims,
+    hidden -> hidden, hidden -> input_dims, the last activated too: activate_final), and is
+    projected back onto the table (with its bias) to predict its own id. Every weight is Praxis'
+    default Xavier(1.000001).
+
+    The loss is Praxis' `total_loss` there: the weighted accuracy of the argmax against the
+    labels, whose gradient is zero, so training only decays the weights (Adam's update of a zero
+    gradient is 0, the decoupled weight decay is not). Praxis computes the softmax's
+    cross-entropy too and reports none of it.
+    """
+
+    input_dims: int = 0
+    hidden_dims: int = 0
+    num_layers: int = 8
+    init: WeightInit = PRAXIS_DEFAULT_INIT
+
+    def validate(self) -> None:
+        require_positive(self, ("input_dims", "hidden_dims", "num_layers"), "model")
+
+    def tokens_per_example(self, data: Any) -> int:
+        return data.seq_len
+
+    def token_vocab_size(self) -> int | None:
+        return self.input_dims
+
+    def build(self, key: PRNGKeyArray) -> TokenMlp:
+        self.ensure_valid()
+        return TokenMlp(self, key=key)
+
+
+class TokenMlp(Model):
+    softmax: SharedEmbeddingSoftmax
+    mlp: MLP
+
+    input_keys = ("ids", "labels", "weights")
+    loss_name = "total_loss"
+
+    def __init__(self, cfg: TokenMlpConfig, *, key: PRNGKeyArray):
+        k_softmax, k_mlp = jax.random.split(key)
+        d = cfg.input_dims
+        self.softmax = SharedEmbeddingSoftmaxConfig(num_classes=d, input_dims=d, init=cfg.init, use_bias=True).build(
+            k_softmax
+        )
+        widths = (cfg.hidden_dims,) * (cfg.num_layers - 1) + (d,)
+        mlp = MLPConfig(hidden_dims=widths, activation=ActivationConfig(name="relu"), init=cfg.init)
+        self.mlp = mlp.build(k_mlp, input_dims=d)
+
+    def compute_predictions(self, batch: Batch, ctx: Context) -> tuple[Array, Context]:
+        ids = jnp.asarray(batch["ids"])
+        x = self.softmax.lookup(ids).astype(ctx.dtype or jnp.float32)
+        y, ctx = call(self.mlp, x.reshape(-1, x.shape[-1]), ctx, "mlp_layers_0")
+        return self.softmax.logits(y).reshape(*ids.shape, -1), ctx
+
+    def compute_loss(self, predictions: Array, batch: Batch) -> Metrics:
+        weights = jnp.asarray(batch["weights"], jnp.float32)
+        correct = (jnp.argmax(predictions, axis=-1) == jnp.asarray(batch["labels"])) * weights
+        return {"total_loss": weighted_mean(jnp.sum(correct), jnp.sum(weights))}
+
+
+def classification_model_adam(name: str, input_dim: int, hidden_dim: int) -> ExperimentConfig:
+    """model_params.ClassificationModelAdam (NUM_LAYER 8, OUTPUT_DIM = INPUT_DIM, lr 1e-3, wd 1e-3,
+    checkpoints and summaries every 5 steps, 10 steps) with lm_cloud's SyntheticDataset (per-core
+    16, seq 1024) on MESH_SHAPE [8, 1, 1] with replicated weights: 8-way data parallel, float32."""
+    spec = LM_CLOUD_SPMD.replace(percore_batch_size=16, ici_mesh_shape=(8, 1, 1))
+    return ExperimentConfig(
+        name=name,
+        model=TokenMlpConfig(input_dims=input_dim, hidden_dims=hidden_dim, num_layers=8),
+        learner=set_default_adam(1e-3, 1e-3),
+        data=spec.data_config(),
+        train=TrainConfig(
+            num_steps=10, eval_interval_steps=100, summary_interval_steps=5, fprop_dtype="float32", sample_at_end=False
+        ),
+        checkpoint=CheckpointConfig(every_n_steps=5, max_to_keep=10),
+        mesh=MeshConfig(ici_mesh_shape=(8, 1, 1)),
+    )
+
+
+@register("large_mlp", aliases=pax_names("lm_cloud", "LargeMlp"))
+def large_mlp() -> ExperimentConfig:
+    """An 8-layer token MLP, 4096 -> 7168 (x7) -> 4096, on 4096 classes: batch 128 x 1024 tokens on 8 devices."""
+    return classification_model_adam("large_mlp", 4096, 7168)
+
+
+@register("small_mlp", aliases=pax_names("lm_cloud", "SmallMlp"))
+def small_mlp() -> ExperimentConfig:
+    """An 8-layer token MLP, 1024 wide, on 1024 classes: batch 128 x 1024 tokens on 8 devices."""
+    return classification_model_adam("small_mlp", 1024, 1024)
