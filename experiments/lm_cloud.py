@@ -592,7 +592,9 @@ class TokenMlpConfig(ModelConfig):
     The loss is Praxis' `total_loss` there: the weighted accuracy of the argmax against the
     labels, whose gradient is zero, so training only decays the weights (Adam's update of a zero
     gradient is 0, the decoupled weight decay is not). Praxis computes the softmax's
-    cross-entropy too and reports none of it.
+    cross-entropy too and reports none of it. Pax weighs that metric by its own value
+    (`total_loss=(mean_acc, mean_acc)`) when it averages eval batches; here by the predictions
+    counted, as every metric.
     """
 
     input_dims: int = 0
