@@ -43,7 +43,7 @@ from pax_eqx.command_line.choices import choice_fields
 from pax_eqx.config import Config, config, switch_variant
 from pax_eqx.layers import Context, MLPConfig, Mode, ViTConfig, split_state
 from pax_eqx.learners import LearnerConfig, build_optimizer, learning_rate_fn
-from pax_eqx.models import ClassificationModelConfig, LanguageModelConfig, SequenceModelConfig
+from pax_eqx.models import BertModelConfig, ClassificationModelConfig, LanguageModelConfig, SequenceModelConfig
 
 BATCH, SEQ = 2, 8
 
@@ -127,8 +127,14 @@ def _sequence_model_batch(m: SequenceModelConfig) -> dict:
     }  # fmt: skip
 
 
+def _shrink_bert(m: BertModelConfig) -> BertModelConfig:
+    """A language model's shrink; a mask past the byte tokenizer's ids stays the last of the 32."""
+    return _shrink_language_model(m).replace(mask_token_id=min(m.mask_token_id, 31))
+
+
 FAMILIES = {
     LanguageModelConfig: (_shrink_language_model, _language_model_batch),
+    BertModelConfig: (_shrink_bert, _language_model_batch),
     ClassificationModelConfig: (_shrink_classifier, _classifier_batch),
     SequenceModelConfig: (_shrink_sequence_model, _sequence_model_batch),
 }

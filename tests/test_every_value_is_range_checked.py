@@ -62,6 +62,11 @@ ALLOWED: dict[str, dict[float, str]] = {
     "LoraConfig.dropout": {0: "0 = no dropout on the adapters' input (the merged forward)"},
     "CheckpointConfig.max_to_keep": {0: "0 = keep every checkpoint"},
     "CheckpointConfig.every_n_seconds": {0: "0 = no time-based save"},
+    # BERT (models.bert_model, layers.masked_lm)
+    "BertModelConfig.mask_token_id": {0: "id 0 may be the mask (Praxis' BertModel default, Paxml's BertSpmd)"},
+    "MaskedLmConfig.mask_prob": {0: "no masked tokens: only random and kept ones (the sum is checked)"},
+    "MaskedLmConfig.random_prob": {0: "no random replacements (the sum is checked)"},
+    "MaskedLmConfig.same_prob": {0: "no chosen token kept as it is (the sum is checked)"},
     # task
     "TaskConfig.aux_loss_weight": {0: "0 = the layers' aux losses do not train"},
     "TaskConfig.loss_weights": {0: "a loss reported but not trained on"},
