@@ -124,10 +124,18 @@ def check_number(
 
 
 @functools.cache
+def field_hints(cls: type) -> dict[str, Any]:
+    """`typing.get_type_hints(cls)`, resolved once per class: it evaluates every string
+    annotation of the class and its bases, and the command line, the walks over choices and the
+    JSON reader ask it of the same few classes thousands of times. (The dict is shared: read it.)"""
+    return typing.get_type_hints(cls)
+
+
+@functools.cache
 def _numeric_kind(cls: type, name: str) -> tuple[bool, bool]:
     """(is an int, is a tuple of them) for the field `name` of the config class `cls`, from its
     annotation: int, float, tuple[int, ...], tuple[float, float], ..."""
-    hint = typing.get_type_hints(cls)[name]
+    hint = field_hints(cls)[name]
     is_tuple = get_origin(hint) is tuple
     element_types = {a for a in get_args(hint) if a is not Ellipsis} if is_tuple else {hint}
     if element_types == {int}:
@@ -383,7 +391,7 @@ def _from_jsonable(tp: Any, value: Any, where: str) -> Any:
         tp = _concrete_config(tp, value)
         value = tp.migrate(dict(value))
         check_fields(tp, value)
-        hints = typing.get_type_hints(tp)
+        hints = field_hints(tp)
         return tp(**{k: _from_jsonable(hints[k], v, f"{where}.{k}") for k, v in value.items()})
     if origin in (Union, types.UnionType):
         options = get_args(tp)
@@ -429,7 +437,7 @@ def _variant_from_jsonable(choices: dict[str, type], value: Any, where: str) -> 
         raise ConfigError(f"{where}: kind {kind!r} is not one of {', '.join(choices)}.{_suggest(kind, choices)}")
     cls = choices[kind]
     own = set(field_names(cls))
-    hints = typing.get_type_hints(cls)
+    hints = field_hints(cls)
     others = {name for c in choices.values() for name in field_names(c)} - own
     fields = {k: v for k, v in cls.migrate(dict(value)).items() if k != "kind" and k not in others}
     check_fields(cls, fields)

@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import typing
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pax_eqx.config import ConfigError, field_names, switch_variant, variant_choices
+from pax_eqx.config import ConfigError, field_hints, field_names, switch_variant, variant_choices
 
 
 class ChoiceError(ConfigError):
@@ -42,7 +41,7 @@ def choice_fields(value: Any, prefix: str = "") -> Iterator[tuple[str, dict[str,
     """(dotted path, {kind: class}) of every choice in the config tree `value`, outer ones first."""
     if not dataclasses.is_dataclass(value) or isinstance(value, type):
         return
-    hints = typing.get_type_hints(type(value))
+    hints = field_hints(type(value))
     for f in dataclasses.fields(value):
         path = prefix + f.name
         choices = variant_choices(hints[f.name])
@@ -125,7 +124,7 @@ def spell_flattened(default: Any, args: Sequence[str]) -> list[str]:
     args = list(args)
     hints_of = {}
     for owner, choice, node in _flattened_choices(default):
-        hints_of.setdefault(type(node), typing.get_type_hints(type(node)))
+        hints_of.setdefault(type(node), field_hints(type(node)))
         options = variant_choices(hints_of[type(node)][choice])
         variant_fields = {name for cls in options.values() for name in field_names(cls)}
         own = set(field_names(node))

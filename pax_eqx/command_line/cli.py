@@ -44,7 +44,7 @@ from pax_eqx.command_line.choices import ChoiceError, apply_switches, spell_flat
 from pax_eqx.command_line.data_files import follow_data_files
 from pax_eqx.command_line.flag_hints import with_nearest_flags
 from pax_eqx.command_line.inert_flags import InertFlagError, refuse_inert_flags
-from pax_eqx.config import Config, ConfigError
+from pax_eqx.config import Config, ConfigError, field_hints
 from pax_eqx.experiment import ExperimentConfig
 
 DEFAULT_EXPERIMENT = entry.DEFAULT_EXPERIMENT
@@ -233,7 +233,7 @@ def specialise(cls: type, value: Any) -> type:
     union of configs (`network: MLPConfig | ResNetConfig`: the experiment chose, so the CLI shows
     that member's fields rather than asking for a subcommand), or a value whose own fields need it.
     """
-    hints = typing.get_type_hints(cls)
+    hints = field_hints(cls)
     fields = []
     for f in dataclasses.fields(cls):
         child = getattr(value, f.name)
@@ -264,7 +264,7 @@ def help_spec(cls: type, value: Any) -> type:
     fields carry their help (`tyro.conf.arg(help=...)`), cut out of the class docstring's
     `field: text` sentences (`_field_helps`), and whose own description keeps the rest of the
     docstring, each paragraph on one line (rich wraps it). Parsing never uses it."""
-    hints = typing.get_type_hints(cls)
+    hints = field_hints(cls)
     prose, helps = _field_helps(cls)
     fields = []
     for f in dataclasses.fields(cls):
@@ -343,7 +343,7 @@ def _as(cls: Any, value: Any) -> Any:
     a default of the type it parses)."""
     if type(value) is cls or not dataclasses.is_dataclass(cls):
         return value
-    hints = typing.get_type_hints(cls)
+    hints = field_hints(cls)
     return cls(**{f.name: _as(hints[f.name], getattr(value, f.name)) for f in dataclasses.fields(cls) if f.init})
 
 
@@ -421,7 +421,7 @@ def python_only_fields(value: Any, prefix: str = "") -> dict[str, type]:
     syntax for a variable-length tuple of dataclasses and leaves them out of the parser, so they
     are set in Python, in an experiment function (README, "Write your own experiment")."""
     found: dict[str, type] = {}
-    hints = typing.get_type_hints(type(value))
+    hints = field_hints(type(value))
     for f in dataclasses.fields(value):
         child, name = getattr(value, f.name), prefix + f.name
         if dataclasses.is_dataclass(child):

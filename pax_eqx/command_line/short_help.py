@@ -16,11 +16,10 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import textwrap
-import typing
 from typing import Any
 
 from pax_eqx.command_line import registry
-from pax_eqx.config import variant_choices
+from pax_eqx.config import field_hints, variant_choices
 
 
 def experiments_line(width: int) -> str:
@@ -55,7 +54,7 @@ def section_lines(name: str, value: Any, width: int) -> list[str]:
     from pax_eqx.command_line.cli import _field_helps  # the docstring reader --help-all uses too
 
     _, helps = _field_helps(type(value))
-    hints = typing.get_type_hints(type(value))
+    hints = field_hints(type(value))
     lines = [f"{name} ({type(value).__name__}):"]
     for f in dataclasses.fields(value):
         child = getattr(value, f.name)

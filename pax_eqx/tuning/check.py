@@ -17,7 +17,7 @@ import typing
 from typing import Any
 
 from pax_eqx.command_line import cli
-from pax_eqx.config import ConfigError, check_fields
+from pax_eqx.config import ConfigError, check_fields, field_hints
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.tuning.space import Choice, Domain, IntRange, Scalar, SearchSpace, SearchSpaceError, flag
 
@@ -46,7 +46,7 @@ def field_type(exp: ExperimentConfig, path: str) -> Any:
             where = ".".join(parts[:i]) or "the experiment"
             raise SearchSpaceError(f"search space {path}: {where}: {e}") from None
         if i == len(parts) - 1:
-            return typing.get_type_hints(type(value))[name]
+            return field_hints(type(value))[name]
         value = getattr(value, name)
     raise AssertionError("unreachable")
 
