@@ -124,6 +124,7 @@ def resnet50_learner() -> LearnerConfig:
         weight_decay_mask="matrices",  # Pax's skip_lp_1d_vectors=True
         clip_grad_norm=PAX["CLIP_GRADIENT_NORM_TO_VALUE"],
         ema_decay=PAX["EMA_DECAY"],
+        skip_nonfinite=True,  # Pax's Learner default check_valid_step=True: a NaN/Inf gradient's step is skipped
     )
 
 
