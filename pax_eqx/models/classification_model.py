@@ -1,6 +1,6 @@
 """ClassificationModel: a network of features, then a softmax over classes (Praxis' ClassificationModel).
 
-    inputs [B, *input_shape] -> network (an MLP, a ResNet or a ViT) -> features [B, F] -> Softmax -> logits [B, C]
+    inputs [B, *input_shape] -> network (MLP, ResNet, ViT or CNN) -> features [B, F] -> Softmax -> logits [B, C]
 
 Batch: `inputs` [batch, *input_shape] (float), `labels` [batch] (int), `weights` [batch] (0 for
 padded rows). Metrics, each a mean over the weighted examples with their count as its weight:
@@ -27,6 +27,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from pax_eqx.config import ConfigError, check_range, config, require_positive
 from pax_eqx.layers.base import Context, Mode, call
+from pax_eqx.layers.cnns import CNNConfig
 from pax_eqx.layers.embedding_softmax import FullSoftmax, SoftmaxConfig
 from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.mlps import MLPConfig
@@ -55,7 +56,7 @@ class ClassificationModelConfig(ModelConfig):
 
     input_shape: tuple[int, ...] = ()
     num_classes: int = 0
-    network: MLPConfig | ResNetConfig | ViTConfig = MLPConfig()
+    network: MLPConfig | ResNetConfig | ViTConfig | CNNConfig = MLPConfig()
     label_smoothing_prob: float = 0.0
     head_init: WeightInit = WeightInit()
 
@@ -106,18 +107,18 @@ class ClassificationModelConfig(ModelConfig):
 
 
 def _build_network(
-    network: MLPConfig | ResNetConfig | ViTConfig, key: PRNGKeyArray, input_shape: tuple[int, ...]
+    network: MLPConfig | ResNetConfig | ViTConfig | CNNConfig, key: PRNGKeyArray, input_shape: tuple[int, ...]
 ) -> eqx.Module:
     """The network for one example shape: an MLP takes the flattened size, a ResNet the images'
-    channels, a ViT the images' shape (input_shape = (height, width, channels))."""
-    if isinstance(network, (ResNetConfig, ViTConfig)):
+    channels, a ViT or a CNN the images' shape (input_shape = (height, width, channels))."""
+    if isinstance(network, (ResNetConfig, ViTConfig, CNNConfig)):
         if len(input_shape) != 3:
-            kind = "ResNet" if isinstance(network, ResNetConfig) else "ViT"
+            kind = type(network).__name__.removesuffix("Config")
             raise ConfigError(
                 f"model.input_shape={input_shape}: a {kind} network takes images (height, width, channels); "
                 "use an image data source (e.g. data.source='digits_images') and input_shape (H, W, C)."
             )
-        if isinstance(network, ViTConfig):
+        if isinstance(network, (ViTConfig, CNNConfig)):
             return network.build(key, image_shape=input_shape)
         return network.build(key, input_channels=input_shape[-1])
     return network.build(key, input_dims=math.prod(input_shape))
