@@ -7,8 +7,8 @@ every chosen position and nowhere else. Only padding is ineligible: Praxis exclu
 id (bos, eos, the mask itself may be chosen, and a random replacement may draw any id, the mask's
 included), and neither does this.
 
-The arithmetic is Praxis' own, in the same order: four draws (a uniform for "chosen", one for
-"mask" among the chosen, one for "random" among the rest, and the random ids), and
+The arithmetic is Praxis' own: four draws (a uniform for "chosen", one for "mask" among the
+chosen, one for "random" among the rest, and the random ids), and
 
     chosen = valid * (u1 < total)
     masked = chosen * (u2 < mask_prob / total)
@@ -116,10 +116,13 @@ class MaskedLmAugmenter(eqx.Module):
     mask_token_id: int = eqx.field(static=True)
 
     def draws(self, key: PRNGKeyArray, shape: tuple[int, ...]) -> Draws:
-        """The four draws of one augmentation of a [batch, time] array, from `key`."""
-        k1, k2, k3, k4 = jax.random.split(key, 4)
-        uniform = lambda k: jax.random.uniform(k, shape, jnp.float32)  # noqa: E731
-        return Draws(uniform(k1), uniform(k2), uniform(k3), jax.random.randint(k4, shape, 0, self.vocab_size))
+        """The four draws of one augmentation of a [batch, time] array, from `key`: 32 random bits
+        each, from one call of the generator (four calls compiled 1.6x slower on XLA:CPU, per row
+        in eval 1.7x), made uniform in [0, 1) as jax.random.uniform does (23 bits of mantissa) and
+        ids by a modulus (a bias of vocab_size / 2^32 at most)."""
+        bits = jax.random.bits(key, (4, *shape), jnp.uint32)
+        uniform = jax.lax.bitcast_convert_type((bits[:3] >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
+        return Draws(uniform[0], uniform[1], uniform[2], (bits[3] % jnp.uint32(self.vocab_size)).astype(jnp.int32))
 
     def decide(self, draws: Draws, paddings: Float[Array, "batch time"]) -> Choices:
         """Praxis' decisions from the draws; padded positions (paddings 1) are never chosen."""

@@ -52,8 +52,8 @@ def _model(praxis_mask_mode: bool):
         scale_embedding_sqrt_depth=True, softmax_bias=True, soft_cap_logits=META["softmax_cap_logits"],
         mask_token_id=META["mask_token_id"], masking=MaskedLmConfig(**META["augmenter"]),
     )  # fmt: skip
-    model = cfg.build(jax.random.PRNGKey(0))
-    params, static = eqx.partition(model, eqx.is_array)
+    model = eqx.filter_eval_shape(cfg.build, jax.random.PRNGKey(0))  # shapes only: Praxis gives the values
+    params, static = eqx.partition(model, lambda x: isinstance(x, jax.ShapeDtypeStruct))
     pax = {k.removeprefix("params/"): v for k, v in E.items() if k.startswith("params/")}
     return eqx.combine(jax.tree.map(jnp.asarray, to_model_params(pax, params)), static)
 
@@ -71,7 +71,7 @@ def _batch(prefix: str) -> dict:
 def test_logits_loss_and_accuracy_are_praxis(prefix, praxis_mask_mode):
     model = _model(praxis_mask_mode)
     batch = _batch(prefix)
-    predictions, _ = eqx.filter_jit(lambda m, b: m.compute_predictions(b, Context()))(model, batch)
+    predictions, _ = model.compute_predictions(batch, Context())
     logits = np.asarray(model.logits(predictions.hidden))
     # Praxis' mode computes what Praxis does at every position; the default at the real ones
     # (padding: segment 0), the only ones a loss or a prediction reads.
