@@ -15,9 +15,9 @@ import shlex
 from typing import Any
 
 from pax_eqx.command_line import cli
-from pax_eqx.programs.plan.device_kinds import DEVICE_KINDS
 from pax_eqx.programs.plan.dry_run import MemoryModel
 from pax_eqx.programs.plan.recommend import Layout, model_sizes, step_time
+from pax_eqx.sharding.device_kinds import DEVICE_KINDS
 
 KINDS = (("H100", "h100"), ("TPU v4", "tpu_v4"), ("TPU v5 lite", "tpu_v5e"), ("TPU v5", "tpu_v5p"))
 

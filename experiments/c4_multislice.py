@@ -52,7 +52,7 @@ C4_SPMD_22B_V4_8 = c4_recipe(
 C4_SPMD_32B_V5_256 = c4_recipe(
     C4_SPMD_22B_V4_128.replace(
         num_layers=40, model_dims=8192, hidden_dims=4 * 8192, num_heads=32, dims_per_head=256, percore_batch_size=2,
-        max_seq_len=2048, ici_mesh_shape=(1, 128, 1),
+        max_seq_len=2048, ici_mesh_shape=(1, 128, 1), device_kind="tpu_v5e",  # v5_256: a v5e pod slice
     )
 )  # fmt: skip
 # C4SpmdGpt3AdamDataParallel2x16x16(c4.C4SpmdGpt3AdamOrgHP): per-core 0.5 on (1, 16, 16) x (2, 1, 1).

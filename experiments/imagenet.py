@@ -151,7 +151,7 @@ def imagenet_resnet50() -> ExperimentConfig:
             train=InputConfig(batch_size=PAX["TRAIN_BATCH_SIZE"]),
             eval=InputConfig(batch_size=PAX["EVAL_BATCH_SIZE"], shuffle=False, repeat=False, reset_for_eval=True),
         ),
-        mesh=MeshConfig(ici_mesh_shape=PAX["MESH_SHAPE"]),
+        mesh=MeshConfig(ici_mesh_shape=PAX["MESH_SHAPE"], device_kind="tpu_v4"),
         train=TrainConfig(
             num_steps=NUM_TRAIN_STEPS,
             eval_interval_steps=STEPS_PER_EPOCH,

@@ -79,6 +79,7 @@ from pax_eqx.learners import LearnerConfig, linear_rampup_exponential_decay, pax
 from pax_eqx.metrics import Metrics, weighted_mean
 from pax_eqx.models import LanguageModelConfig
 from pax_eqx.models.model import Batch, Model, ModelConfig
+from pax_eqx.sharding.device_kinds import DeviceKindName
 from pax_eqx.sharding.mesh import MeshConfig
 
 CheckpointPolicy = Literal[
@@ -173,6 +174,7 @@ class PaxLm(Config):
     percore_batch_size: float = 16
     ici_mesh_shape: tuple[int, ...] = (1, 1, 1)
     dcn_mesh_shape: tuple[int, ...] = (1, 1, 1)
+    device_kind: DeviceKindName = "tpu_v4"  # what the mesh was written for: Pax's TPU v4 pods unless said
     num_stages: int = 1
     num_microbatches: int = 0
     microbatch_size: int = 0
@@ -366,7 +368,9 @@ class PaxLm(Config):
             checkpoint=CheckpointConfig(
                 every_n_steps=self.checkpoint_every_n_steps, max_to_keep=self.checkpoint_max_to_keep
             ),
-            mesh=MeshConfig(ici_mesh_shape=self.ici_mesh_shape, dcn_mesh_shape=self.dcn_mesh_shape),
+            mesh=MeshConfig(
+                ici_mesh_shape=self.ici_mesh_shape, dcn_mesh_shape=self.dcn_mesh_shape, device_kind=self.device_kind
+            ),
         )
 
 
@@ -432,7 +436,7 @@ def _pipeline(
 LM_CLOUD_SPMD_PIPELINE_9B = _pipeline(48, 4096, 8, 16, 4, (16, 4, 1, 1), fprop_dtype="float32")
 LM_CLOUD_SPMD_PIPELINE_175B = _pipeline(
     96, 12288, 0.75, 8, 2, (1, 1, 1, 16), (8, 1, 1, 1), num_heads=96, dims_per_head=128, max_seq_len=2048
-)
+).replace(device_kind="a100")  # its docstring: "This config works on 8 hosts * 16 A100s."
 LM_CLOUD_SPMD_PIPELINE_MULTISLICE_2B = _pipeline(18, 3072, 16, 2, 4, (1, 4, 1, 1), (2, 1, 1, 1))
 LM_CLOUD_SPMD_PIPELINE_MULTISLICE_2B_CIRCULAR = LM_CLOUD_SPMD_PIPELINE_MULTISLICE_2B.replace(
     microbatch_size=8, circular_repeat=3
@@ -659,7 +663,7 @@ def classification_model_adam(name: str, input_dim: int, hidden_dim: int) -> Exp
             num_steps=10, eval_interval_steps=100, summary_interval_steps=5, fprop_dtype="float32", sample_at_end=False
         ),
         checkpoint=CheckpointConfig(every_n_steps=5, max_to_keep=10),
-        mesh=MeshConfig(ici_mesh_shape=(8, 1, 1)),
+        mesh=MeshConfig(ici_mesh_shape=(8, 1, 1), device_kind="tpu_v4"),
     )
 
 

@@ -134,7 +134,7 @@ def mnist_cnn() -> ExperimentConfig:
             train=InputConfig(batch_size=batch),
             eval=InputConfig(batch_size=batch, shuffle=False, repeat=False, reset_for_eval=True),
         ),
-        mesh=MeshConfig(ici_mesh_shape=PAX["ICI_MESH_SHAPE"]),
+        mesh=MeshConfig(ici_mesh_shape=PAX["ICI_MESH_SHAPE"], device_kind="tpu_v4"),
         train=TrainConfig(
             num_steps=PAX["TRAIN_STEPS"],
             eval_interval_steps=PAX["EVAL_INTERVAL_STEPS"],

@@ -94,6 +94,7 @@ NVIDIA_ADAFACTOR = LearnerConfig(
 )
 
 NVIDIA_1_3B = PaxLm(
+    device_kind="h100",  # NVIDIA's Rosetta Pax publishes these configs' H100 results
     num_layers=24,
     model_dims=2048,
     hidden_dims=8192,

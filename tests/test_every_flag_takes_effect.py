@@ -42,6 +42,7 @@ from experiments import registry
 from pax_eqx.command_line.choices import choice_fields
 from pax_eqx.config import Config, config, switch_variant
 from pax_eqx.layers import Context, MLPConfig, Mode, ViTConfig, split_state
+from pax_eqx.layers.cnns import CNNConfig
 from pax_eqx.learners import LearnerConfig, build_optimizer, learning_rate_fn
 from pax_eqx.models import BertModelConfig, ClassificationModelConfig, LanguageModelConfig, SequenceModelConfig
 
@@ -96,6 +97,12 @@ def _shrink_classifier(m: ClassificationModelConfig) -> ClassificationModelConfi
     if isinstance(m.network, ViTConfig):
         # A ViT: the digits' 8x8x1 images are tiny already (patch size kept); a narrow, shallow stack.
         network = m.network.replace(model_dims=8, num_heads=2, hidden_dims=16, num_layers=2)
+        return m.replace(num_classes=4, network=network)
+    if isinstance(m.network, CNNConfig):
+        # A CNN: MNIST's 28x28x1 images kept (the flattened size follows them); thin convolutions and hidden layers.
+        network = m.network.replace(
+            channels=tuple(4 for _ in m.network.channels), hidden_dims=tuple(8 for _ in m.network.hidden_dims)
+        )
         return m.replace(num_classes=4, network=network)
     # A ResNet: the digits' 8x8x1 images are tiny already; thin every stage.
     network = m.network.replace(channels=tuple(8 for _ in m.network.channels), stem_channels=8)

@@ -76,6 +76,8 @@ NO_EFFECT_HERE = {
     "data.train.read_threads": "grain read threads: the same batches, read ahead",
     "data.eval.num_workers": "grain worker processes: the same batches, made in parallel",
     "data.eval.read_threads": "grain read threads: the same batches, read ahead",
+    "mesh.device_kind": "the accelerator the layout was written for: read by --dry-run's verdict and --recommend "
+    "(tests/named_experiments/test_paxml_plans.py); a run uses the devices it has",
 }
 
 # Values tried for fields whose generic perturbation is no use here.
@@ -93,6 +95,7 @@ VALUES = {
     # of (1, 1, 1): a stage axis of 1.
     "mesh.ici_mesh_shape": [(4, 2, 1), (2, 1, 4)],
     "mesh.dcn_mesh_shape": [(2, 1, 1)],
+    "mesh.device_kind": ["tpu_v5e"],
     "data.train.num_infeed_hosts": [2],
     "data.eval.num_infeed_hosts": [2],
     "data.train.infeed_host_index": [1],
@@ -483,12 +486,13 @@ def _tiny_data(exp: ExperimentConfig) -> ExperimentConfig:
 @functools.cache
 def _data_configs() -> dict[str, ExperimentConfig]:
     """{the first experiment's name: its tiny data} for each distinct data config of the registered
-    experiments; the image-folder ones need a tree of image files, which tests/data covers
-    (imagenet_resnet50's: tests/data/test_imagenet_source.py walks its data flags)."""
+    experiments; the image-folder ones need a tree of image files, and mnist_idx its IDX files,
+    which tests/data covers (imagenet_resnet50's: tests/data/test_imagenet_source.py walks its
+    data flags; mnist_cnn's: tests/data/test_mnist_idx_flags.py)."""
     found: dict[Any, tuple[str, ExperimentConfig]] = {}
     for name in registry.names():
         exp = registry.load_experiment(name)
-        if exp.data.source.kind in ("image_folder", "imagenet_folder"):
+        if exp.data.source.kind in ("image_folder", "imagenet_folder", "mnist_idx"):
             continue
         tiny = _tiny_data(exp)
         found.setdefault(tiny.data, (name, tiny))

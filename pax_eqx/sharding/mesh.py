@@ -20,6 +20,7 @@ activations and XLA propagates the rest (`jax.make_mesh` would default to Explic
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import jax
 import numpy as np
@@ -27,6 +28,7 @@ from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh
 
 from pax_eqx.config import Config, ConfigError, check_range, config
+from pax_eqx.sharding.device_kinds import DEVICE_KINDS, DeviceKindName
 
 AXES = ("stage", "data", "fsdp", "tensor")
 
@@ -43,11 +45,17 @@ class MeshConfig(Config):
 
     rules: logical-axis -> mesh-axes rules, "logical=axis+axis" ("" on the right = replicated);
       later rules for the same name override earlier ones. See docs/sharding.md.
+    device_kind: the accelerator the layout was written for ("" when none: a Pax experiment's
+      mesh is written for a topology, e.g. TPU v4 or H100). A real run reads the devices it has;
+      `--dry-run` judges fit against this kind's memory unless --dry-run-device-memory-gb is
+      given. (`--recommend` plans for --dry-run-device-kind, H100 by default, and names the kind
+      in the commands it prints.)
     """
 
     ici_mesh_shape: tuple[int, ...] = (1, 1, 1)
     dcn_mesh_shape: tuple[int, ...] = (1, 1, 1)
     rules: tuple[str, ...] = ()
+    device_kind: DeviceKindName | Literal[""] = ""
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -77,6 +85,11 @@ class MeshConfig(Config):
                     f"tensor), got {shape}."
                 )
             check_range(self, name, ge=1, prefix="mesh")  # ints, and not absurdly large
+        if self.device_kind not in ("", *DEVICE_KINDS):
+            raise ConfigError(
+                f"mesh.device_kind={self.device_kind!r} is not a known accelerator; use one of "
+                f"{', '.join(sorted(DEVICE_KINDS))}, or '' (none)."
+            )
 
     def check_devices(self, num_devices: int) -> None:
         """ConfigError unless the mesh has exactly `num_devices` devices (those of the run)."""

@@ -18,9 +18,9 @@ import pytest
 from experiments import registry
 from pax_eqx import train
 from pax_eqx.config import ConfigError
-from pax_eqx.programs.plan.device_kinds import DEVICE_KINDS
 from pax_eqx.programs.plan.dry_run import MemoryModel
 from pax_eqx.programs.plan.recommend import Layout, model_sizes, recommend, step_time
+from pax_eqx.sharding.device_kinds import DEVICE_KINDS
 
 RECOMMEND = ("--dry-run", "--recommend", "--dry-run-devices")
 ROWS = re.compile(r"^\s+(\d) (.+?)\s+(\S+)\s+(\d+)\s+(\d+)\s+([\d.]+) GiB\s+([\d.]+) (ms|s)\s+([\d.]+)%", re.M)
@@ -191,9 +191,9 @@ def test_a_tpu_is_planned_with_xla_attention(capsys):
         (["--dry-run-devices", "0"], "error: --dry-run-devices 0 is out of range: it must be > 0."),
         (["--dry-run-devices", "8", "--dry-run-device-memory-gb", "0"],
          "error: --dry-run-device-memory-gb 0 is out of range: it must be > 0."),
-        (["--dry-run-devices", "8", "--dry-run-device-kind", "a100"],
-         "error: argument --dry-run-device-kind: invalid choice: 'a100' (choose from 'h100', 'tpu_v4', 'tpu_v5e', "
-         "'tpu_v5p'); see python -m pax_eqx.train --help."),
+        (["--dry-run-devices", "8", "--dry-run-device-kind", "v100"],
+         "error: argument --dry-run-device-kind: invalid choice: 'v100' (choose from 'a100', 'h100', 'tpu_v4', "
+         "'tpu_v5e', 'tpu_v5p'); see python -m pax_eqx.train --help."),
     ],
 )  # fmt: skip
 def test_recommend_flags_out_of_range_are_one_line(args, message, capsys):

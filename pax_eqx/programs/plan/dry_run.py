@@ -65,6 +65,7 @@ from pax_eqx.config import ConfigError
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.models.model import StepShape
 from pax_eqx.programs.runtime import build_task
+from pax_eqx.sharding.device_kinds import DEVICE_KINDS, DeviceKind
 from pax_eqx.sharding.logical import LogicalAxes, logical_axes
 from pax_eqx.sharding.mesh import AXES
 from pax_eqx.sharding.rules import check_rule_names, parse_rules, spec_for
@@ -199,17 +200,35 @@ def check_batch(exp: ExperimentConfig) -> None:
         )
 
 
+def as_run_on(exp: ExperimentConfig, kind: DeviceKind) -> ExperimentConfig:
+    """`exp` as it runs on `kind`: attention "auto" is XLA's on an accelerator without cuDNN's
+    fused kernel (a TPU), so its S x S scores are planned; otherwise `exp` itself."""
+    attention = getattr(getattr(exp.model, "block", None), "attention", None)
+    if kind.fused_attention or attention is None or attention.implementation != "auto":
+        return exp
+    block = exp.model.block.replace(attention=attention.replace(implementation="xla"))
+    return exp.replace(model=exp.model.replace(block=block))
+
+
 def plan(exp: ExperimentConfig, device_memory_gb: float | None = None, model: MemoryModel | None = None) -> Plan:
-    """The printed plan of `exp`'s layout; `model`: a MemoryModel of the same experiment, reused."""
+    """The printed plan of `exp`'s layout; `model`: a MemoryModel of the same experiment, reused.
+    device_memory_gb: GiB a device, for the verdict; by default that of `mesh.device_kind`, the
+    accelerator the layout was written for (none: no verdict)."""
+    kind = DEVICE_KINDS.get(exp.mesh.device_kind)
+    if kind is not None:
+        exp = as_run_on(exp, kind)
+        if device_memory_gb is None:
+            device_memory_gb = kind.memory_gib
     exp.validate(data_files=False)
     check_batch(exp)
     model = MemoryModel(exp) if model is None else model
     mesh_shape = dict(zip(AXES, exp.mesh.shape))
     table = parse_rules(exp.mesh.rules)
     check_rule_names(exp.mesh.rules, model.axes_tree)
+    written_for = f" of {kind.name} (mesh.device_kind)" if kind is not None else ""
     lines = [
         f"Dry run of {exp.name or 'experiment'}: mesh {_mesh_text(exp)} "
-        f"(ICI {exp.mesh.ici_mesh_shape} x DCN {exp.mesh.dcn_mesh_shape}), {exp.mesh.num_devices} devices",
+        f"(ICI {exp.mesh.ici_mesh_shape} x DCN {exp.mesh.dcn_mesh_shape}), {exp.mesh.num_devices} devices{written_for}",
     ]
     memory = model.bytes_for(exp)
     specs = jtu.tree_leaves(

@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from pax_eqx.config import ConfigError
-from pax_eqx.programs.plan.device_kinds import DEVICE_KINDS
+from pax_eqx.sharding.device_kinds import DEVICE_KINDS
 
 DEFAULT_DEVICE_KIND = "h100"
 
 
 def _kinds_text() -> str:
-    """'h100 (default), tpu_v4, tpu_v5e or tpu_v5p'."""
+    """'a100, h100 (default), tpu_v4, tpu_v5e or tpu_v5p'."""
     names = [k + (" (default)" if k == DEFAULT_DEVICE_KIND else "") for k in sorted(DEVICE_KINDS)]
     return ", ".join(names[:-1]) + " or " + names[-1]
 

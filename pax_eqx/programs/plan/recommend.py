@@ -54,8 +54,8 @@ from pax_eqx.config import ConfigError
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.models.lm_plan import flash_attention
-from pax_eqx.programs.plan.device_kinds import DEVICE_KINDS, DeviceKind
-from pax_eqx.programs.plan.dry_run import MemoryModel, _group_name
+from pax_eqx.programs.plan.dry_run import MemoryModel, _group_name, as_run_on
+from pax_eqx.sharding.device_kinds import DEVICE_KINDS, DeviceKind
 from pax_eqx.sharding.mesh import AXES
 from pax_eqx.sharding.rules import parse_rules
 
@@ -167,6 +167,8 @@ def recommend(
     """The ranked table (text), the winner and the flags that select it."""
     kind = DEVICE_KINDS[kind_name]
     memory_gb = kind.memory_gib if device_memory_gb is None else device_memory_gb
+    other_kind = exp.mesh.device_kind != kind_name  # the commands printed say what the layouts are for
+    exp = exp.replace(mesh=exp.mesh.replace(device_kind=kind_name))
     per_host = devices_per_host or kind.devices_per_host
     if num_devices < 1 or num_devices % per_host and num_devices > per_host:
         raise ConfigError(
@@ -184,11 +186,9 @@ def recommend(
             f"--recommend prices a language model's step (its time and activation model); the model of "
             f"{exp.name} is a {type(exp.model).__name__}; plan its layouts with --dry-run and --mesh flags."
         )
-    attention = exp.model.block.attention
-    xla_attention = not kind.fused_attention and attention.implementation == "auto"  # what "auto" runs there
-    if xla_attention:
-        block = exp.model.block.replace(attention=attention.replace(implementation="xla"))
-        exp = exp.replace(model=exp.model.replace(block=block))
+    planned = as_run_on(exp, kind)  # attention "auto" is XLA's on a TPU
+    xla_attention = planned is not exp
+    exp = planned
     exp.validate(data_files=False)
     memory_model = MemoryModel(exp)
     stages = exp.model.pipeline.num_stages if _pipelined(exp.model) else 1
@@ -252,6 +252,7 @@ def recommend(
     lines.append(_why_others_lose(fit[0], fit[:TOP], candidates, memory_gb))
     best = fit[0]
     flags = _flags(exp, best) + (["--model.block.attention.implementation", "xla"] if xla_attention else [])
+    flags += ["--mesh.device-kind", kind_name] if other_kind else []
     base = _strip(base_argv or ["--exp", exp.name])
     train = shlex.join(["python", "-m", "pax_eqx.train", *base, "--job-log-dir", f"runs/{exp.name}", *flags])
     check = shlex.join(["python", "-m", "pax_eqx.train", *base, *flags, "--dry-run",
