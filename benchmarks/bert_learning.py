@@ -24,7 +24,7 @@ import time
 import jax
 import numpy as np
 
-from experiments import registry
+from pax_eqx.command_line import registry
 from pax_eqx.data import build_input, build_tokenizer
 from pax_eqx.programs.runtime import build_task
 
