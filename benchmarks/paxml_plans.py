@@ -53,7 +53,7 @@ def paxml_classes() -> dict[str, str]:
 
 
 def plan_row(paxml_class: str, module: str) -> PlanRow:
-    from experiments import registry
+    from pax_eqx.command_line import registry
     from pax_eqx.config import switch_variant
     from pax_eqx.data import SyntheticImagesSource, SyntheticSource
     from pax_eqx.programs.plan.dry_run import plan
