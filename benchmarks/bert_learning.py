@@ -4,7 +4,7 @@
 
 Trains `bert_shakespeare_char` (experiments/bert.py: 4 layers, d 128, bytes of Shakespeare's
 plays, 15% of them chosen and mostly masked) for `--steps` steps with its own recipe, the cosine
-schedule ending at the last step, through the Task's jitted train step (what `python -m
+schedule ending at the last step (or just after its warmup), through the Task's jitted train step (what `python -m
 pax_eqx.train` runs, without the job dir). Then it reads `--eval-batches` eval batches (the held-out
 plays), masks them as eval does (fixed per-row keys) and prints
 
@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     exp = registry.load_experiment("bert_shakespeare_char")
-    learner = exp.learner.replace(schedule=exp.learner.schedule.replace(decay_end=args.steps))
+    schedule = exp.learner.schedule
+    learner = exp.learner.replace(schedule=schedule.replace(decay_end=max(args.steps, schedule.warmup_steps + 1)))
     exp = exp.replace(learner=learner, train=exp.train.replace(num_steps=args.steps))
     exp.validate(data_files=True)
     task = build_task(exp)
