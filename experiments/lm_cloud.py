@@ -50,35 +50,25 @@ Departures from Pax (nearest equivalent chosen; listed in docs/experiments.md to
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
-
-import jax
-import jax.numpy as jnp
-from jaxtyping import Array, PRNGKeyArray
+from typing import Literal
 
 from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
-from pax_eqx.config import Config, ConfigError, config, require_positive
+from pax_eqx.config import Config, ConfigError, config
 from pax_eqx.data import DataConfig, InputConfig, JsonlSource, SentencePieceConfig, SyntheticSource
 from pax_eqx.experiment import EarlyStoppingConfig, ExperimentConfig, TrainConfig
 from pax_eqx.layers import (
-    MLP,
     ActivationConfig,
     AttentionConfig,
     LayerNormConfig,
-    MLPConfig,
     RmsNormConfig,
-    SharedEmbeddingSoftmax,
-    SharedEmbeddingSoftmaxConfig,
     TransformerConfig,
 )
-from pax_eqx.layers.base import Context, call
 from pax_eqx.layers.initializers import WeightInit, gaussian, xavier
 from pax_eqx.layers.pipeline import PipelineConfig
 from pax_eqx.learners import LearnerConfig, linear_rampup_exponential_decay, pax_adam
-from pax_eqx.metrics import Metrics, weighted_mean
 from pax_eqx.models import LanguageModelConfig
-from pax_eqx.models.model import Batch, Model, ModelConfig
+from pax_eqx.models.token_mlp import TokenMlpConfig
 from pax_eqx.sharding.device_kinds import DeviceKindName
 from pax_eqx.sharding.mesh import MeshConfig
 
@@ -583,72 +573,6 @@ def lm_cloud_spmd_pipeline_multislice_2b_circular() -> ExperimentConfig:
 
 
 # lm_cloud.LargeMlp / SmallMlp: model_params.ClassificationModelAdam + SyntheticDataset ------------
-@config
-class TokenMlpConfig(ModelConfig):
-    """Praxis' ClassificationMLPModel as Paxml's ClassificationModelAdam builds it (lm_cloud's
-    LargeMlp and SmallMlp, tests of Pax's SPMD data parallelism): every token id is looked up in
-    a tied SharedEmbeddingSoftmax of `input_dims` classes and width (no sqrt(d) scale), goes
-    through an MLPBlock of `num_layers` ReLU FeedForwards with biases (input_dims -> hidden_dims,
-    hidden -> hidden, hidden -> input_dims, the last activated too: activate_final), and is
-    projected back onto the table (with its bias) to predict its own id. Every weight is Praxis'
-    default Xavier(1.000001).
-
-    The loss is Praxis' `total_loss` there: the weighted accuracy of the argmax against the
-    labels, whose gradient is zero, so training only decays the weights (Adam's update of a zero
-    gradient is 0, the decoupled weight decay is not). Praxis computes the softmax's
-    cross-entropy too and reports none of it. Pax weighs that metric by its own value
-    (`total_loss=(mean_acc, mean_acc)`) when it averages eval batches; here by the predictions
-    counted, as every metric.
-    """
-
-    input_dims: int = 0
-    hidden_dims: int = 0
-    num_layers: int = 8
-    init: WeightInit = PRAXIS_DEFAULT_INIT
-
-    def validate(self) -> None:
-        require_positive(self, ("input_dims", "hidden_dims", "num_layers"), "model")
-
-    def tokens_per_example(self, data: Any) -> int:
-        return data.seq_len
-
-    def token_vocab_size(self) -> int | None:
-        return self.input_dims
-
-    def build(self, key: PRNGKeyArray) -> TokenMlp:
-        self.ensure_valid()
-        return TokenMlp(self, key=key)
-
-
-class TokenMlp(Model):
-    softmax: SharedEmbeddingSoftmax
-    mlp: MLP
-
-    input_keys = ("ids", "labels", "weights")
-    loss_name = "total_loss"
-
-    def __init__(self, cfg: TokenMlpConfig, *, key: PRNGKeyArray):
-        k_softmax, k_mlp = jax.random.split(key)
-        d = cfg.input_dims
-        self.softmax = SharedEmbeddingSoftmaxConfig(num_classes=d, input_dims=d, init=cfg.init, use_bias=True).build(
-            k_softmax
-        )
-        widths = (cfg.hidden_dims,) * (cfg.num_layers - 1) + (d,)
-        mlp = MLPConfig(hidden_dims=widths, activation=ActivationConfig(name="relu"), init=cfg.init)
-        self.mlp = mlp.build(k_mlp, input_dims=d)
-
-    def compute_predictions(self, batch: Batch, ctx: Context) -> tuple[Array, Context]:
-        ids = jnp.asarray(batch["ids"])
-        x = self.softmax.lookup(ids).astype(ctx.dtype or jnp.float32)
-        y, ctx = call(self.mlp, x.reshape(-1, x.shape[-1]), ctx, "mlp_layers_0")
-        return self.softmax.logits(y).reshape(*ids.shape, -1), ctx
-
-    def compute_loss(self, predictions: Array, batch: Batch) -> Metrics:
-        weights = jnp.asarray(batch["weights"], jnp.float32)
-        correct = (jnp.argmax(predictions, axis=-1) == jnp.asarray(batch["labels"])) * weights
-        return {"total_loss": weighted_mean(jnp.sum(correct), jnp.sum(weights))}
-
-
 def classification_model_adam(name: str, input_dim: int, hidden_dim: int) -> ExperimentConfig:
     """model_params.ClassificationModelAdam (NUM_LAYER 8, OUTPUT_DIM = INPUT_DIM, lr 1e-3, wd 1e-3,
     checkpoints and summaries every 5 steps, 10 steps) with lm_cloud's SyntheticDataset (per-core

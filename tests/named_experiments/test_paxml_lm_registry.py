@@ -15,7 +15,7 @@ import pytest
 from test_pax_experiments import synthetic
 
 from experiments import registry
-from experiments.lm_cloud import TokenMlp
+from pax_eqx.models.token_mlp import TokenMlp
 from pax_eqx.programs.plan.dry_run import plan
 
 PAXML_1_4_0 = {
