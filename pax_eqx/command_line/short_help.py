@@ -23,12 +23,20 @@ from pax_eqx.config import field_hints, variant_choices
 
 
 def experiments_line(width: int) -> str:
-    """Every registered experiment's name, comma-separated and wrapped; three or more that share
-    their first three words are written once as `prefix_{a, b, c}` (Pax's C4 and LmCloud
-    families are a dozen variants each)."""
+    """The registered experiments, wrapped: pax_eqx's own by name, three or more that share their
+    first three words once as `prefix_{a, b, c}`; the ports of Paxml's registered classes (those
+    with an alias `tasks.<...>.params.<module>.<Class>`) as a count per Paxml module, since a
+    Pax user types their class names and --help-all lists each."""
     registry.load_entry_points()
+    paxml: dict[str, int] = {}
+    for alias in {a: n for a, n in registry.aliases().items() if a.startswith("tasks.")}:
+        module = alias.split(".")[-2]
+        paxml[module] = paxml.get(module, 0) + 1
+    ported = {n for a, n in registry.aliases().items() if a.startswith("tasks.")}
     groups: dict[str, list[str]] = {}
     for name in registry.names():
+        if name in ported:
+            continue
         words = name.split("_")
         groups.setdefault("_".join(words[:3]) if len(words) > 3 else name, []).append(name)
     shown = []
@@ -38,7 +46,12 @@ def experiments_line(width: int) -> str:
         else:
             rest = [m[len(prefix) + 1 :] if m != prefix else "" for m in members]
             shown.append(f"{prefix}_{{{', '.join(rest)}}}")
-    return textwrap.fill(", ".join(shown), width, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False)
+    fill = lambda text: textwrap.fill(text, width, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False)
+    lines = [fill(", ".join(shown))]
+    if paxml:
+        counts = ", ".join(f"{module} {count}" for module, count in sorted(paxml.items()))
+        lines.append(fill(f"and {sum(paxml.values())} of Paxml's classes by their names (--exp NVIDIA5B): {counts}"))
+    return "\n".join(lines)
 
 
 def _value_text(value: Any) -> str:

@@ -54,7 +54,7 @@ def init(self, *args, **kwargs):
 
 compiled.Programs.__init__ = init
 sys.argv = ["pax_eqx.train", *sys.argv[1:]]
-entry.run(pax_eqx.train.main)
+entry.run(pax_eqx.train.main, memory_planner=pax_eqx.programs.planned_bytes)  # as train's __main__
 """
 
 
