@@ -45,6 +45,7 @@ from pax_eqx.layers import Context, MLPConfig, Mode, ViTConfig, split_state
 from pax_eqx.layers.cnns import CNNConfig
 from pax_eqx.learners import LearnerConfig, build_optimizer, learning_rate_fn
 from pax_eqx.models import BertModelConfig, ClassificationModelConfig, LanguageModelConfig, SequenceModelConfig
+from pax_eqx.models.token_mlp import TokenMlpConfig
 
 BATCH, SEQ = 2, 8
 
@@ -68,15 +69,16 @@ def _shrink_language_model(m: LanguageModelConfig) -> LanguageModelConfig:
     embedding_init = m.embedding_init
     if embedding_init.scale == 1.0 / math.sqrt(m.model_dims):  # Pax's 1/sqrt(MODEL_DIMS): a size
         embedding_init = embedding_init.replace(scale=1.0 / math.sqrt(dims))
+    layers = 2 * (m.pipeline.circular_repeat if m.pipeline.enabled else 1)  # whole chunks of 2 stages
     return m.replace(
-        vocab_size=32, max_seq_len=SEQ, num_layers=2, model_dims=dims, hidden_dims=32, num_heads=heads,
+        vocab_size=32, max_seq_len=SEQ, num_layers=layers, model_dims=dims, hidden_dims=32, num_heads=heads,
         dim_per_head=dims // heads if m.dim_per_head else 0, num_kv_heads=kv, unroll=min(m.unroll, 2),
         loss_chunk_size=4 if m.loss_chunk_size else 0, embedding_init=embedding_init,
         # MoE: at most 8 experts and 2 groups, so the 8-token groups still have a capacity that
         # capacity_factor / min_capacity change (with 16 experts or 1-token groups it is always 1).
         moe=m.moe.replace(num_experts=min(m.moe.num_experts, 8), num_groups=min(m.moe.num_groups, 2)),
         moe_hidden_dims=16 if m.moe_hidden_dims else 0,
-        # A pipeline: 2 stages of the 2 layers, 2 microbatches of the batch of 2.
+        # A pipeline: 2 stages of the layers (x its circular repeats), 2 microbatches of the batch of 2.
         pipeline=m.pipeline.replace(num_stages=2, num_microbatches=2) if m.pipeline.enabled else m.pipeline,
     )  # fmt: skip
 
@@ -139,8 +141,19 @@ def _shrink_bert(m: BertModelConfig) -> BertModelConfig:
     return _shrink_language_model(m).replace(mask_token_id=min(m.mask_token_id, 31))
 
 
+def _shrink_token_mlp(m: TokenMlpConfig) -> TokenMlpConfig:
+    return m.replace(input_dims=16, hidden_dims=8, num_layers=3)
+
+
+def _token_mlp_batch(m: TokenMlpConfig) -> dict:
+    """Token ids that predict themselves, the second row's last two positions weight 0."""
+    ids = jnp.arange(BATCH * SEQ).reshape(BATCH, SEQ) % m.input_dims
+    return {"ids": ids, "labels": ids, "weights": jnp.ones((BATCH, SEQ)).at[1, SEQ - 2 :].set(0.0)}
+
+
 FAMILIES = {
     LanguageModelConfig: (_shrink_language_model, _language_model_batch),
+    TokenMlpConfig: (_shrink_token_mlp, _token_mlp_batch),
     BertModelConfig: (_shrink_bert, _language_model_batch),
     ClassificationModelConfig: (_shrink_classifier, _classifier_batch),
     SequenceModelConfig: (_shrink_sequence_model, _sequence_model_batch),
