@@ -38,6 +38,17 @@ def test_a_real_difference_fails(relative):
             assert_same_math(actual, expected, err_msg="grad")
 
 
+def test_a_wrong_result_of_the_right_shape_fails():
+    """Bugs a reordering never makes: a transposed matrix, a row off by one, one term missing."""
+    rng = np.random.default_rng(1)
+    x, w = rng.normal(size=(16, 64)).astype(np.float32), rng.normal(size=(64, 16)).astype(np.float32)
+    expected = x @ w
+    for wrong in (expected.T, np.roll(expected, 1, axis=0), expected - x[:, :1] * w[:1]):
+        with pytest.raises(AssertionError, match="same math"):
+            assert_same_math(wrong, expected)
+    assert_same_math((x.astype(np.float64) @ w.astype(np.float64)).astype(np.float32), expected)  # another order
+
+
 def test_the_tolerance_scales_with_the_tensor():
     """The same relative error passes at every scale, and a small tensor is held to its own."""
     expected = _issue_58_gradient()
