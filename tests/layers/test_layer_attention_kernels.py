@@ -102,7 +102,7 @@ def test_cudnn_wrapper_equals_xla_kernel_in_outputs_and_gradients():
         kernels.cudnn_attention(q, k, v, mask, scale=0.5, causal_only=False, implementation="xla") * cotangent
     )
     for a, b in zip(jax.grad(xla, argnums=(0, 1, 2))(q, k, v), jax.grad(wrapped, argnums=(0, 1, 2))(q, k, v)):
-        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+        assert_same_math(a, b)
 
 
 @pytest.mark.parametrize("mask_mode, paddings", [("praxis", [[0, 0, 1, 1]]), ("pax_eqx", [[1, 1, 0, 0]])])

@@ -119,7 +119,7 @@ def test_padding_mask_matches_numpy_and_padding_does_not_leak():
     # Whatever sits at padded positions, the outputs at real positions are the same.
     noise = random_normal(x.shape, 9, scale=100.0)
     y2 = _fwd(att, jnp.where(paddings[..., None] > 0, noise, x), paddings=paddings)
-    np.testing.assert_allclose(np.asarray(y2)[key_valid], np.asarray(y)[key_valid], rtol=1e-5, atol=1e-5)
+    assert_same_math(np.asarray(y2)[key_valid], np.asarray(y)[key_valid])
 
 
 def test_segment_mask_matches_numpy():
@@ -139,8 +139,8 @@ def test_packed_documents_equal_separate_documents():
     seg = jnp.asarray([[1, 1, 1, 1, 2, 2]])
     pos = jnp.asarray([[0, 1, 2, 3, 0, 1]])
     y = _fwd(att, packed, segment_ids=seg, segment_pos=pos)
-    np.testing.assert_allclose(y[:, :4], _fwd(att, doc_a), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(y[:, 4:], _fwd(att, doc_b), rtol=1e-5, atol=1e-5)
+    assert_same_math(y[:, :4], _fwd(att, doc_a))
+    assert_same_math(y[:, 4:], _fwd(att, doc_b))
 
 
 def test_rotary_matches_numpy():
@@ -441,7 +441,7 @@ def test_cudnn_takes_the_causal_kernel_at_run_time_when_every_row_is_one_unpadde
         kwargs = dict(segment_ids=segment_ids, paddings=paddings)
         y = jax.block_until_ready(_fwd(cudnn, x, **kwargs))
         assert ran == [expected]
-        np.testing.assert_allclose(y, _fwd(xla, x, **kwargs), rtol=1e-5, atol=1e-5)
+        assert_same_math(y, _fwd(xla, x, **kwargs))
 
 
 def test_one_segment_per_row_is_true_only_for_unpacked_unpadded_rows():

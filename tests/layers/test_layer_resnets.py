@@ -214,6 +214,6 @@ def test_stochastic_depth_drops_each_examples_residual_branch_in_training_only()
 
     y_eval, _ = jit(_forward)(block, x, state, Mode.EVAL)  # no key needed
     body, shortcut = jax.jit(lambda x: body_and_shortcut(x, Mode.EVAL))(x)
-    np.testing.assert_allclose(y_eval, jax.nn.relu(body + shortcut), atol=1e-5)
+    assert_same_math(y_eval, jax.nn.relu(body + shortcut))
     with pytest.raises(ConfigError, match="residual_droppath_prob"):
         ResNetBlockConfig(residual_droppath_prob=1.0)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from layer_reference import jit, random_module, random_normal
+from tolerances import assert_same_math
 
 from pax_eqx.config import ConfigError
 from pax_eqx.layers import AttentionConfig, Context, Mode, TransformerConfig, ViTConfig, patchify
@@ -45,7 +46,7 @@ def test_patch_embedding_is_a_strided_convolution():
     tokens = vit.patch_embedding(patchify(x, 2))  # [B, 6, 8]
     kernel = vit.patch_embedding.w.reshape(2, 2, 3, 8)  # HWIO
     conv = jax.lax.conv_general_dilated(x, kernel, (2, 2), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    np.testing.assert_allclose(np.asarray(tokens), np.asarray(conv).reshape(2, 6, 8), rtol=1e-5, atol=1e-5)
+    assert_same_math(tokens, np.asarray(conv).reshape(2, 6, 8))
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
@@ -74,7 +75,7 @@ def test_mean_pooling_is_the_mean_of_the_normed_tokens():
     tokens = vit.patch_bias(vit.patch_embedding(patchify(x, 2))) + vit.position_embedding.emb_var
     y, _ = vit.transformer(tokens, Context(mode=Mode.EVAL))
     expected = jnp.mean(vit.final_norm(y), axis=1)
-    np.testing.assert_allclose(np.asarray(_forward(vit, x)), np.asarray(expected), rtol=1e-5, atol=1e-5)
+    assert_same_math(_forward(vit, x), expected)
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
