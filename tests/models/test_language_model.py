@@ -47,7 +47,7 @@ def test_extend_step_matches_full_forward(repeat, position, kv_heads):
     for t in range(5, 9):
         logits, cache = model.extend_step(ids[:, t : t + 1], cache, jnp.int32(t), positions[:, t : t + 1], valid)
         steps.append(logits)
-    np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, atol=2e-5, rtol=1e-5)
+    assert_same_math(jnp.concatenate(steps, axis=1), full)
 
 
 def test_relative_bias_is_each_layers_own_table_of_causal_buckets():
