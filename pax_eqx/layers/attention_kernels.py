@@ -29,7 +29,7 @@ def make_mask(
     k_len: int,
     *,
     causal: bool,
-    q_offset: Int[Array, ""] | int = 0,
+    q_offset: Int[Array, ""] | Int[Array, " batch"] | int = 0,
     segment_ids_q: Int[Array, "batch q"] | None = None,
     segment_ids_k: Int[Array, "batch k"] | None = None,
     key_valid: Bool[Array, "batch k"] | None = None,
@@ -37,7 +37,7 @@ def make_mask(
     """True where query t may attend to key s.
 
     causal: key index <= query index + q_offset (q_offset = where the queries start in the
-      key sequence, for decoding against a cache).
+      key sequence, for decoding against a cache: a scalar, or one per row [batch]).
     segment ids: packed documents attend only within themselves.
     key_valid: False for padded / not-yet-written keys.
     """
@@ -46,7 +46,10 @@ def make_mask(
     def both(a, b):
         return b if a is None else a & b
 
-    if causal:
+    if causal and jnp.ndim(q_offset) == 1:  # a query offset per row (continuous batching)
+        q_idx = jnp.arange(q_len)[None, :, None] + jnp.asarray(q_offset)[:, None, None]
+        mask = both(mask, (jnp.arange(k_len)[None, None, :] <= q_idx)[:, None])
+    elif causal:
         q_idx = jnp.arange(q_len)[:, None] + q_offset
         mask = both(mask, (jnp.arange(k_len)[None, :] <= q_idx)[None, None])
     if segment_ids_q is not None:

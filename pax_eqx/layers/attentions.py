@@ -38,7 +38,7 @@ probabilities `[batch, heads, q, k]`, as Praxis' DotProductAttention returns
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
@@ -68,6 +68,34 @@ class KVCache(eqx.Module):
 
     k: Float[Array, "*layers batch max_len kv_heads head_dim"]
     v: Float[Array, "*layers batch max_len kv_heads head_dim"]
+
+
+def write_at(
+    cache: Float[Array, "batch max_len kv_heads head_dim"],
+    new: Float[Array, "batch new kv_heads head_dim"],
+    start: Int[Array, ""] | Int[Array, " batch"],
+) -> Float[Array, "batch max_len kv_heads head_dim"]:
+    """`new` written into `cache` at slots [start, start + new): one start for every row, or a
+    start per row (each row of a continuous batch is at its own position)."""
+    new = new.astype(cache.dtype)
+    zero = jnp.zeros((), jnp.int32)
+    if jnp.ndim(start) == 0:
+        return jax.lax.dynamic_update_slice(cache, new, (zero, start, zero, zero))
+    row = lambda c, n, s: jax.lax.dynamic_update_slice(c, n, (s, zero, zero))
+    return jax.vmap(row)(cache, new, start)
+
+
+def take_rows(cache: Any, rows: Int[Array, " n"], axis: int) -> Any:
+    """Batch rows `rows` of every array of a cache whose batch is on `axis` (a gather: rows may
+    repeat, as beam search tiles and reorders hypotheses)."""
+    return jax.tree.map(lambda a: jnp.take(a, rows, axis=axis), cache)
+
+
+def put_rows(cache: Any, rows: Int[Array, " n"], values: Any, axis: int) -> Any:
+    """`cache` with its batch rows `rows` (on `axis`) replaced by `values` (as `take_rows` gives
+    them): a server's prefill of one request written into that request's decode slot."""
+    index = (slice(None),) * axis
+    return jax.tree.map(lambda a, v: a.at[(*index, rows)].set(v.astype(a.dtype)), cache, values)
 
 
 def _project(
@@ -299,7 +327,7 @@ class Attention(eqx.Module):
         the positions' differences, and attention across documents is masked anyway."""
         if self.relative_bias is None:
             return bias
-        queries = (q_start + jnp.arange(q_len, dtype=jnp.int32))[None]
+        queries = jnp.reshape(q_start, (-1, 1)) + jnp.arange(q_len, dtype=jnp.int32)  # [1 or B, q]
         relative = self.relative_bias(queries, jnp.arange(k_len, dtype=jnp.int32)[None])
         return relative if bias is None else bias + relative
 
@@ -439,6 +467,9 @@ class Attention(eqx.Module):
     ) -> tuple[Float[Array, "batch new embed"], KVCache]:
         """Writes the new tokens' k/v at [start, start + new) and attends to the cache.
 
+        start: one slot for every row (a batch of left-padded prompts), or a slot per row [B]
+        (continuous batching: each decode slot of a server is at its own position).
+
         key_valid marks cache slots holding real tokens (False for left padding of shorter
         prompts); slots after the new tokens are excluded by the causal mask. bias: an additive
         bias on the logits against every cache slot (T5's relative position bias of the new
@@ -446,9 +477,7 @@ class Attention(eqx.Module):
         """
         q, k, v = self.project_qkv(x, positions)
         bias = self._with_relative_bias(bias, start, x.shape[1], cache.k.shape[1])
-        zero = jnp.zeros((), jnp.int32)
-        k_all = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), (zero, start, zero, zero))
-        v_all = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), (zero, start, zero, zero))
+        k_all, v_all = write_at(cache.k, k, start), write_at(cache.v, v, start)
         mask = kernels.make_mask(x.shape[1], cache.k.shape[1], causal=True, q_offset=start, key_valid=key_valid)
         o = kernels.xla_attention(
             q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, scale=self._scale(),

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from pax_eqx.config import Config, ConfigError, check_range, config
-from pax_eqx.layers.attentions import KVCache
+from pax_eqx.layers.attentions import KVCache, put_rows, take_rows
 from pax_eqx.layers.base import Context
 from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.moe import MoEFeedForwardConfig
@@ -278,4 +278,9 @@ class StackedTransformer(eqx.Module):
     def select_cache(self, cache: typing.Any, rows: Int[Array, " n"]) -> typing.Any:
         """The batch rows `rows` of a cache in this stack's layout (a tuple per layer, batch
         first): self-attention caches and memory keys/values alike."""
-        return jax.tree.map(lambda a: jnp.take(a, rows, axis=0), cache)
+        return take_rows(cache, rows, axis=0)
+
+    def write_cache_rows(self, cache: typing.Any, rows: Int[Array, " n"], values: typing.Any) -> typing.Any:
+        """`cache` with batch rows `rows` replaced by `values` (`select_cache`'s layout): a
+        request prefilled alone, written into its decode slot of a server's cache."""
+        return put_rows(cache, rows, values, axis=0)

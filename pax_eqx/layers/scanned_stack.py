@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from pax_eqx.layers.attentions import KVCache
+from pax_eqx.layers.attentions import KVCache, put_rows, take_rows
 from pax_eqx.layers.base import Context, copy_state
 from pax_eqx.layers.moe import MoEFeedForwardConfig
 from pax_eqx.layers.pipeline import PipelineConfig, run_pipeline
@@ -263,7 +263,12 @@ class StackedTransformerRepeated(eqx.Module):
     def select_cache(self, cache: typing.Any, rows: Int[Array, " n"]) -> typing.Any:
         """The batch rows `rows` of a cache in this stack's layout (batch on axis 1, under the
         layers axis): self-attention caches and memory keys/values alike."""
-        return jax.tree.map(lambda a: jnp.take(a, rows, axis=1), cache)
+        return take_rows(cache, rows, axis=1)
+
+    def write_cache_rows(self, cache: typing.Any, rows: Int[Array, " n"], values: typing.Any) -> typing.Any:
+        """`cache` with batch rows `rows` replaced by `values` (`select_cache`'s layout): a
+        request prefilled alone, written into its decode slot of a server's cache."""
+        return put_rows(cache, rows, values, axis=1)
 
 
 def run_layer(

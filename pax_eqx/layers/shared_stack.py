@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from pax_eqx.layers.attentions import KVCache
+from pax_eqx.layers.attentions import KVCache, put_rows, take_rows
 from pax_eqx.layers.base import Context
 from pax_eqx.layers.remat import REMAT_POLICIES, remat
 from pax_eqx.layers.scanned_stack import draws_randomness, require_cross_attention, run_layer
@@ -142,4 +142,9 @@ class SharedLayerStack(eqx.Module):
 
     def select_cache(self, cache: typing.Any, rows: Int[Array, " n"]) -> typing.Any:
         """The batch rows `rows` of a cache (batch on axis 1, under the applications axis)."""
-        return jax.tree.map(lambda a: jnp.take(a, rows, axis=1), cache)
+        return take_rows(cache, rows, axis=1)
+
+    def write_cache_rows(self, cache: typing.Any, rows: Int[Array, " n"], values: typing.Any) -> typing.Any:
+        """`cache` with batch rows `rows` replaced by `values` (`select_cache`'s layout): a
+        request prefilled alone, written into its decode slot of a server's cache."""
+        return put_rows(cache, rows, values, axis=1)

@@ -289,6 +289,12 @@ class LanguageModel(Model):
         """As the contract's, sliding a window past max_seq_len (`decoding.generate`)."""
         return generate(self, prompts, cfg, key, pad_id=pad_id)
 
+    @property
+    def vocab_size(self) -> int:
+        """Token ids the model reads: rows of its embedding table."""
+        emb = self.embedding
+        return (emb.emb_var if self.softmax is not None else emb.w).shape[0]
+
     # Pieces shared by training and decoding ---------------------------------------------------
     def embed(
         self, ids: Int[Array, "batch time"], positions: Int[Array, "batch time"], contiguous: bool = False
