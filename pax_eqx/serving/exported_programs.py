@@ -189,7 +189,7 @@ def check_language_model(model: Any) -> None:
     missing += [f"stack.{m}" for m in _STACK_METHODS if not hasattr(stack, m)]
     if missing:
         raise ConfigError(
-            f"the model is a {type(model).__name__}, not a language model that continues a prompt (it has no "
+            f"the model ({type(model).__name__}) is not a language model that continues a prompt (it has no "
             f"{', '.join(missing)}); export writes a language model's prefill and generate programs: export a job "
             "dir that trained one (e.g. --exp shakespeare_char)."
         )
