@@ -11,8 +11,8 @@ m = json.loads((args.out / "manifest.json").read_text())
 if len(args.prompt) + args.max_tokens > m["max_seq_len"]:
     parser.error(f"the prompt's ids + --max-tokens exceed the model's max_seq_len, {m['max_seq_len']}")
 run = {p: jax.jit(jax.export.deserialize((args.out / m[p]["file"]).read_bytes()).call) for p in ("prefill", "generate")}
-npz = {f: np.load(args.out / f"{f}.npz") for f in ("weights", "state")}  # bfloat16 & co. kept as their bits: .view
-weights, state = ([jax.numpy.asarray(npz[f][e["name"]].view(e["dtype"])) for e in m[f]] for f in npz)
+npz = {f: np.load(args.out / f"{f}.npz") for f in ("weights", "state")}  # bfloat16 & co. stored as their bits
+weights, state = ([jax.device_put(npz[f][e["name"]].view(e["dtype"]), jax.devices()[0]) for e in m[f]] for f in npz)
 defaults = {"slot": 0, "temperature": 0, "top_k": 0, "top_p": 1, "seed": 0, "count": 0}  # slot 0, greedy
 def call(program, state, **inputs):  # the per-call inputs by name, in the manifest's order, dtypes and shapes
     values = [np.broadcast_to(np.asarray({**defaults, **inputs}[e["name"]], e["dtype"]), e["shape"])

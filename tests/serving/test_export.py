@@ -25,6 +25,7 @@ from pax_eqx.serving.engine import Engine
 from pax_eqx.serving.exported_programs import check_language_model, export_slot_programs
 from pax_eqx.serving.requests import Request, Token
 
+PROMPT, N = list(range(1, 11)), 12  # 10 prompt tokens: 3 prefill calls of 4 (the last has 2)
 JOB_DIR = Path(__file__).parents[1] / "fixtures" / "job_dir_2026_11_25"  # 4 steps of a tiny shakespeare_char
 ONE_DEVICE = {"XLA_FLAGS": "--xla_force_host_platform_device_count=1", "JAX_PLATFORMS": "cpu"}
 BLOCK_PAX_EQX = textwrap.dedent("""
@@ -75,6 +76,12 @@ def model():
 
 
 @pytest.fixture(scope="module")
+def continuation(model) -> list[int]:
+    """`generate`'s greedy continuation of PROMPT: N tokens."""
+    return greedy(model, PROMPT, N)
+
+
+@pytest.fixture(scope="module")
 def exported(model, tmp_path_factory):
     """The artifacts of `model` for cpu and cuda: 3 slots, prompts prefilled 4 tokens a call."""
     programs = export_slot_programs(model, slots=3, chunk=4, platforms=("cpu", "cuda"), name="tiny")
@@ -83,42 +90,40 @@ def exported(model, tmp_path_factory):
     return programs, out
 
 
-def test_run_exported_without_pax_eqx_gives_the_tokens_of_generate_and_the_engine(model, exported, tmp_path):
+def test_run_exported_without_pax_eqx_gives_the_tokens_of_generate_and_the_engine(model, exported, continuation,
+                                                                                  tmp_path):  # fmt: skip
     """A 10-token prompt (3 prefill calls of 4) and 12 new tokens: the script's ids are
     `generate`'s greedy continuation and the Engine's greedy tokens for the same request."""
     _, out = exported
     blocked = without_pax_eqx(tmp_path, "import pax_eqx")
     assert blocked.returncode != 0 and "pax_eqx is blocked" in blocked.stderr  # the blocker works
-    prompt, n = list(range(1, 11)), 12
     script = "import runpy; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-    ran = without_pax_eqx(tmp_path, script, str(out / "run_exported.py"), str(out), *map(str, prompt),
-                          "--max-tokens", str(n))  # fmt: skip
+    ran = without_pax_eqx(tmp_path, script, str(out / "run_exported.py"), str(out), *map(str, PROMPT),
+                          "--max-tokens", str(N))  # fmt: skip
     assert ran.returncode == 0, ran.stderr[-3000:]
-    tokens = [int(t) for t in ran.stdout.split()]
-    assert tokens == greedy(model, prompt, n)
+    assert [int(t) for t in ran.stdout.split()] == continuation
     engine = Engine(model, Letters(), slots=3, chunk=4)
-    completion = engine.submit(Request(tuple(prompt), max_tokens=n, temperature=0.0))
+    completion = engine.submit(Request(tuple(PROMPT), max_tokens=N, temperature=0.0))
     while engine.busy():
         engine.step()
     events = []
     while not completion.events.empty():
         events.append(completion.events.get())
-    assert [e.id for e in events if isinstance(e, Token) and e.id >= 0] == tokens
+    assert [e.id for e in events if isinstance(e, Token) and e.id >= 0] == continuation
 
 
-def test_the_script_stops_at_eos_and_refuses_a_prompt_that_does_not_fit(model, exported, tmp_path, monkeypatch,
-                                                                        capsys):  # fmt: skip
-    """A prompt shorter than a chunk; with the manifest's eos_id set to the 3rd greedy token, the
-    script prints the tokens before its first occurrence (the Engine's rule: EOS ends, unsent)."""
+def test_the_script_stops_at_eos_and_refuses_a_prompt_that_does_not_fit(exported, continuation, tmp_path,
+                                                                        monkeypatch, capsys):  # fmt: skip
+    """With the manifest's eos_id set to the 3rd token of the greedy continuation, the script
+    prints the tokens before its first occurrence (the Engine's rule: EOS ends the request, unsent)."""
     _, artifacts = exported
     out = tmp_path / "out"
     shutil.copytree(artifacts, out)
-    expected = greedy(model, [5, 2], 8)
-    assert run_script(out, "5", "2", "--max-tokens", "8", monkeypatch=monkeypatch, capsys=capsys) == expected
+    eos = continuation[2]
     manifest = json.loads((out / "manifest.json").read_text())
-    (out / "manifest.json").write_text(json.dumps({**manifest, "eos_id": expected[2]}))
-    before_eos = expected[: expected.index(expected[2])]
-    assert run_script(out, "5", "2", "--max-tokens", "8", monkeypatch=monkeypatch, capsys=capsys) == before_eos
+    (out / "manifest.json").write_text(json.dumps({**manifest, "eos_id": eos}))
+    tokens = run_script(out, *map(str, PROMPT), "--max-tokens", str(N), monkeypatch=monkeypatch, capsys=capsys)
+    assert tokens == continuation[: continuation.index(eos)]
     with pytest.raises(SystemExit) as refused:
         run_script(out, *["1"] * 30, "--max-tokens", "8", monkeypatch=monkeypatch, capsys=capsys)
     assert refused.value.code == 2 and "exceed the model's max_seq_len, 32" in capsys.readouterr().err
@@ -185,7 +190,7 @@ def test_out_is_written_whole_or_not_at_all(exported, tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
-def test_the_cli_exports_a_trained_job_dir_whose_tokens_are_decodes(tmp_path):
+def test_the_cli_exports_a_trained_job_dir_whose_tokens_are_decodes(tmp_path, monkeypatch, capsys):
     """python -m pax_eqx.export on a 4-step shakespeare_char job dir (bytes: id = byte + 4, EOS 3),
     for cpu and cuda; the script's greedy continuation of "ROMEO:" is decode's greedy text."""
     job, out = tmp_path / "job", tmp_path / "out"
@@ -203,12 +208,8 @@ def test_the_cli_exports_a_trained_job_dir_whose_tokens_are_decodes(tmp_path):
     assert described == ["shakespeare_char", 4, 260, 3, ["cpu", "cuda"]]
     assert manifest["tokenizer"]["kind"] == "byte" and manifest["tokenizer"]["offset"] == 4
     prompt = [b + 4 for b in b"ROMEO:"]  # 6 ids: two prefill calls of 4
-    script = subprocess.run(
-        [sys.executable, str(out / "run_exported.py"), str(out), *map(str, prompt), "--max-tokens", "10"],
-        capture_output=True, text=True, timeout=120, env=env,
-    )  # fmt: skip
-    assert script.returncode == 0, script.stderr[-3000:]
-    text = bytes(int(t) - 4 for t in script.stdout.split()).decode()
+    tokens = run_script(out, *map(str, prompt), "--max-tokens", "10", monkeypatch=monkeypatch, capsys=capsys)
+    text = bytes(t - 4 for t in tokens).decode()
     decoded = subprocess.run(
         [sys.executable, "-m", "pax_eqx.decode", "--job-log-dir", str(job), "--prompt", "ROMEO:", "--strategy",
          "greedy", "--max-new-tokens", "10"],
