@@ -48,14 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not ns.out:
         raise cli.fail(f"--out is required: {PROG} --job-log-dir {job_dir} --out OUT")
     from pax_eqx.config import ConfigError
-    from pax_eqx.serving.exported_programs import check_out_dir, check_platforms, export_slot_programs
+    from pax_eqx.serving.exported_programs import check_out_dir, check_platforms, check_sizes, export_slot_programs
 
     platforms = check_platforms(ns.platforms)
     out = Path(ns.out)
     check_out_dir(out, ns.overwrite)
-    for flag, value in (("--slots", ns.slots), ("--chunk", ns.chunk)):
-        if value < 1:
-            raise ConfigError(f"{flag} {value}: it must be at least 1 (the defaults are --slots 4 --chunk 64).")
+    check_sizes(ns.slots, ns.chunk)
     kind = exp.model
     if not kind.decodes or kind.decodes_inputs or kind.decodes_examples or kind.fills_prompts:
         raise ConfigError(

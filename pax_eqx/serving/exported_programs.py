@@ -106,8 +106,7 @@ def export_slot_programs(
     recorded in the manifest (the experiment, the checkpoint step)."""
     check_language_model(model)
     platforms = check_platforms(platforms)
-    if slots < 1 or chunk < 1:
-        raise ConfigError(f"slots={slots} and chunk={chunk}: both must be >= 1; use e.g. --slots 4 --chunk 64.")
+    check_sizes(slots, chunk)
     programs = SlotPrograms(model, slots=slots, chunk=min(chunk, model.max_seq_len))
     weight_names, weights, weights_def = _named_leaves(programs.params)
     state_names, state, state_def = _named_leaves(programs.empty())
@@ -208,6 +207,13 @@ def check_platforms(platforms: Any) -> tuple[str, ...]:
                 f"{', '.join(PLATFORMS)}, e.g. --platforms cpu cuda."
             )
     return platforms
+
+
+def check_sizes(slots: int, chunk: int) -> None:
+    """ConfigError naming --slots or --chunk when it is below 1."""
+    for flag, value in (("--slots", slots), ("--chunk", chunk)):
+        if value < 1:
+            raise ConfigError(f"{flag} {value}: it must be at least 1 (the defaults are --slots 4 --chunk 64).")
 
 
 def check_out_dir(out: Path, overwrite: bool) -> None:

@@ -227,8 +227,9 @@ def test_the_cli_exports_a_trained_job_dir_whose_tokens_are_decodes(tmp_path, mo
         (["--out", "{full}"], "--out '{full}' is not empty; choose a new directory, or pass --overwrite"),
         (["--out", "{out}", "--job-log-dir", "{missing}", "--exp", "mnist_cnn"], "a ClassificationModelConfig, not"),
         (["--out", "{out}", "--job-log-dir", "{missing}"], "--job-log-dir '{missing}' does not exist"),
+        (["--out", "{out}", "--slots", "0"], "--slots 0: it must be at least 1"),
     ],
-    ids=["platform", "out-not-empty", "not-a-language-model", "missing-job-dir"],
+    ids=["platform", "out-not-empty", "not-a-language-model", "missing-job-dir", "slots"],
 )  # fmt: skip
 def test_the_cli_refuses_bad_input_in_one_line_and_writes_nothing(argv, message, tmp_path, capsys):
     """Each refusal is a ConfigError (entry.run: its message on one `error:` line, exit 2), raised
