@@ -107,6 +107,10 @@ _HF = "the model directory is not on this machine; tests/hf/test_import_cli.py r
 _HF += "tiny fixture model, tests/hf/test_export.py the export"
 _HF_LORA = "the model directory is not on this machine; tests/hf/test_lora_end_to_end.py imports a tiny fixture, "
 _HF_LORA += "trains it with these --lora flags through train.main and exports it merged and --adapters-only"
+_SERVE = (
+    "a server runs until stopped, and a call needs one running; tests/serving/test_openai_server.py serves a trained "
+    "job dir (python -m pax_eqx.serve, SIGTERM) and calls it with curl's requests and the openai client"
+)
 NOT_RUN = {
     "python -m pytest -n 2": "the test suite itself",
     "python -m pax_eqx.prepare_images --input /data/imagenet --output /data/imagenet_ar --num-shards 1024 "
@@ -181,6 +185,14 @@ NOT_RUN = {
     "PYTHONPATH=. python -m pax_eqx.train --exp mypkg.mymodule.my_small_gpt --dry-run":
         "tests/named_experiments/test_experiments_cli_and_docs.py::test_doc_user_module_example_runs_by_dotted_path "
         "writes this document's mypkg/mymodule.py and runs this dry run",
+    # docs/serve.md: a server runs until stopped; the calls need it running
+    "python -m pax_eqx.serve --job-log-dir runs/shakespeare": _SERVE,
+    "curl -s http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' -d '{\"prompt\": \"ROMEO:\", "
+    "\"max_tokens\": 40, \"temperature\": 0.8}'": _SERVE,
+    "curl -sN http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' -d '{\"prompt\": \"ROMEO:\", "
+    "\"max_tokens\": 40, \"stream\": true}'": _SERVE,
+    "curl -s http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' -d '{\"messages\": "
+    "[{\"role\": \"user\", \"content\": \"Who is Juliet?\"}], \"max_tokens\": 40}'": _SERVE,
 }  # fmt: skip
 
 
