@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rt, state, step = restore_for_inference(exp, job_dir, "serve from")
     model = rt.programs.task.model(rt.programs.task.inference_params(state))
-    backend, kind = _backend(exp, model, rt.tokenizer, ns)
+    backend, kind = _backend(exp, model, rt.tokenizer, ns, state.nt_state, rt.programs.task.dtype)
     _warm_up(backend)
     name = ns.served_model_name or Path(job_dir).resolve().name
     return _serve(backend, name, sock, ns, f"{name} ({kind}, checkpoint at step {step})")
@@ -98,8 +98,9 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _backend(exp: Any, model: Any, tokenizer: Any, ns: Any) -> tuple[Any, str]:
-    """The backend the model's hooks call for, and its description."""
+def _backend(exp: Any, model: Any, tokenizer: Any, ns: Any, nt_state: Any, dtype: Any) -> tuple[Any, str]:
+    """The backend the model's hooks call for, and its description. nt_state, dtype: the
+    non-trainable state and the activation dtype a classifier's eval step uses."""
     from pax_eqx.serving.backends import LanguageModelBackend
     from pax_eqx.serving.classifier_backend import ClassifierBackend
     from pax_eqx.serving.seq2seq_backend import Seq2SeqBackend
@@ -115,7 +116,10 @@ def _backend(exp: Any, model: Any, tokenizer: Any, ns: Any) -> tuple[Any, str]:
             model, tokenizer, vocab_size=cfg.vocab_size, max_waiting=ns.max_waiting
         ), "encoder-decoder"
     if cfg.decodes_examples:
-        return ClassifierBackend(model, tuple(cfg.input_shape), max_waiting=ns.max_waiting), "classifier"
+        backend = ClassifierBackend(
+            model, tuple(cfg.input_shape), state=nt_state, dtype=dtype, max_waiting=ns.max_waiting
+        )
+        return backend, "classifier"
     if cfg.decodes:
         backend = LanguageModelBackend(model, tokenizer, slots=ns.slots, chunk=ns.chunk, max_waiting=ns.max_waiting)
         return backend, f"language model, {ns.slots} slots"

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pax_eqx.layers.base import Context, Mode
 from pax_eqx.serving.engine import EngineStats
 from pax_eqx.serving.requests import Completion, QueueFull, Request, RequestError, ShuttingDown
 
@@ -37,14 +38,16 @@ DEFAULT_TOP_K = 10
 
 class ClassifierBackend:
     """`Backend` of a classifier (see the module docstring). input_shape: one example's shape;
-    labels: the class names (default "0", "1", ...)."""
+    state: the model's non-trainable state (a batch norm's moving statistics: the train state's
+    `nt_state`), dtype: the activation dtype, both as the eval step uses them; labels: the class
+    names (default "0", "1", ...)."""
 
     endpoints = frozenset({"classify"})
     tokenizer = None
 
     def __init__(
-        self, model: Any, input_shape: tuple[int, ...], *, labels: list[str] | None = None, batch: int = 8,
-        max_waiting: int = 256,
+        self, model: Any, input_shape: tuple[int, ...], *, state: Any = None, dtype: Any = None,
+        labels: list[str] | None = None, batch: int = 8, max_waiting: int = 256,
     ) -> None:  # fmt: skip
         self.input_shape = tuple(int(d) for d in input_shape)
         self.num_classes = int(model.num_classes)
@@ -56,6 +59,7 @@ class ClassifierBackend:
         self.failure: str | None = None
         self.trace_counts: collections.Counter[str] = collections.Counter()
         self._params, self._static = eqx.partition(model, eqx.is_array)
+        self._state, self._dtype = state, dtype
         self._program = jax.jit(self._predict)
         self._turn = threading.Lock()
         self._count_lock = threading.Lock()
@@ -139,13 +143,13 @@ class ClassifierBackend:
             part = x[lo : lo + self.batch]
             padded = np.zeros((self.batch, *self.input_shape), np.float32)
             padded[: len(part)] = part
-            out.append(np.asarray(self._program(self._params, jnp.asarray(padded)))[: len(part)])
+            out.append(np.asarray(self._program(self._params, self._state, jnp.asarray(padded)))[: len(part)])
         return np.concatenate(out)
 
-    def _predict(self, params: Any, inputs: jax.Array) -> jax.Array:
+    def _predict(self, params: Any, state: Any, inputs: jax.Array) -> jax.Array:
         self.trace_counts["predict"] += 1
         model = eqx.combine(params, self._static)
-        _, probabilities = model.predict({"inputs": inputs})
+        _, probabilities = model.predict({"inputs": inputs}, Context(state=state, mode=Mode.EVAL, dtype=self._dtype))
         return probabilities
 
     def _mean_latency(self) -> float:

@@ -382,13 +382,15 @@ def test_an_encoder_decoder_answers_completions_with_one_program():
 
 
 def test_a_classifier_answers_labels_and_probabilities():
+    from pax_eqx.layers.base import Context, Mode, init
     from pax_eqx.layers.mlps import MLPConfig
     from pax_eqx.models.classification_model import ClassificationModelConfig
     from pax_eqx.serving.classifier_backend import ClassifierBackend
 
-    cfg = ClassificationModelConfig(input_shape=(4,), num_classes=3, network=MLPConfig(hidden_dims=(8,)))
-    model = cfg.build(jax.random.key(2))
-    backend = ClassifierBackend(model, (4,), batch=4)
+    network = MLPConfig(hidden_dims=(8,), batch_norm=True)  # moving statistics: a non-trainable state
+    cfg = ClassificationModelConfig(input_shape=(4,), num_classes=3, network=network)
+    model, state = init(cfg, jax.random.key(2))
+    backend = ClassifierBackend(model, (4,), state=state, batch=4)
     app = make_app(backend, "digits")
     x = np.random.default_rng(0).normal(size=(10, 4)).astype(np.float32)
 
@@ -402,7 +404,7 @@ def test_a_classifier_answers_labels_and_probabilities():
             return many, one, bad, completion
 
     many, one, bad, completion = asyncio.run(main())
-    _, want = model.predict({"inputs": x})
+    _, want = model.predict({"inputs": x}, Context(state=state, mode=Mode.EVAL))
     data = many.json()["data"]
     assert len(data) == 10 and one.json()["data"][0] == {**data[0]}
     for d, p in zip(data, np.asarray(want)):
