@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,13 +39,21 @@ BLOCK_PAX_EQX = textwrap.dedent("""
 """)
 
 
-def without_pax_eqx(cwd: Path, code: str, *argv: str) -> subprocess.CompletedProcess:
-    """`code` run by a Python in which importing pax_eqx fails (a meta-path finder refuses it
-    before the installed package is found), from `cwd`, without PYTHONPATH."""
+def without_pax_eqx(cwd: Path, code: str, *argv: str) -> subprocess.Popen:
+    """`code` started in a Python in which importing pax_eqx fails (a meta-path finder refuses it
+    before the installed package is found), from `cwd`, without PYTHONPATH. It shares the test
+    run's compilation cache (conftest.py), so the script run in this process later reads its
+    compiled programs instead of compiling them again."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run(
-        [sys.executable, "-c", BLOCK_PAX_EQX + code, *argv], cwd=cwd, env=env, capture_output=True, text=True,
-        timeout=120,
+    if jax.config.jax_compilation_cache_dir:
+        env |= {
+            "JAX_COMPILATION_CACHE_DIR": jax.config.jax_compilation_cache_dir,
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+        }
+    return subprocess.Popen(
+        [sys.executable, "-c", BLOCK_PAX_EQX + code, *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
 
@@ -72,7 +81,7 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
 @pytest.fixture(scope="module")
 def model():
     cfg = LanguageModelConfig(vocab_size=13, max_seq_len=32, num_layers=2, model_dims=16, hidden_dims=32, num_heads=4)
-    return cfg.build(jax.random.key(0))
+    return eqx.filter_jit(cfg.build)(jax.random.key(0))  # one compile, not one per initialiser
 
 
 @pytest.fixture(scope="module")
@@ -96,13 +105,12 @@ def test_run_exported_without_pax_eqx_gives_the_tokens_of_generate_and_the_engin
     `generate`'s greedy continuation and the Engine's greedy tokens for the same request."""
     _, out = exported
     blocked = without_pax_eqx(tmp_path, "import pax_eqx")
-    assert blocked.returncode != 0 and "pax_eqx is blocked" in blocked.stderr  # the blocker works
+    _, errors = blocked.communicate(timeout=60)
+    assert blocked.returncode != 0 and "pax_eqx is blocked" in errors  # the blocker works
     script = "import runpy; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
     ran = without_pax_eqx(tmp_path, script, str(out / "run_exported.py"), str(out), *map(str, PROMPT),
                           "--max-tokens", str(N))  # fmt: skip
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    assert [int(t) for t in ran.stdout.split()] == continuation
-    engine = Engine(model, Letters(), slots=3, chunk=4)
+    engine = Engine(model, Letters(), slots=3, chunk=4)  # while the script runs
     completion = engine.submit(Request(tuple(PROMPT), max_tokens=N, temperature=0.0))
     while engine.busy():
         engine.step()
@@ -110,6 +118,9 @@ def test_run_exported_without_pax_eqx_gives_the_tokens_of_generate_and_the_engin
     while not completion.events.empty():
         events.append(completion.events.get())
     assert [e.id for e in events if isinstance(e, Token) and e.id >= 0] == continuation
+    printed, errors = ran.communicate(timeout=120)
+    assert ran.returncode == 0, errors[-3000:]
+    assert [int(t) for t in printed.split()] == continuation
 
 
 def test_the_script_stops_at_eos_and_refuses_a_prompt_that_does_not_fit(exported, continuation, tmp_path,
@@ -196,6 +207,11 @@ def test_the_cli_exports_a_trained_job_dir_whose_tokens_are_decodes(tmp_path, mo
     job, out = tmp_path / "job", tmp_path / "out"
     shutil.copytree(JOB_DIR, job)
     env = {**os.environ, **ONE_DEVICE}  # the job's mesh: one device
+    decoding = subprocess.Popen(  # alongside the export: both only read the job dir
+        [sys.executable, "-m", "pax_eqx.decode", "--job-log-dir", str(job), "--prompt", "ROMEO:", "--strategy",
+         "greedy", "--max-new-tokens", "10"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
     ran = subprocess.run(
         [sys.executable, "-m", "pax_eqx.export", "--job-log-dir", str(job), "--out", str(out), "--platforms", "cpu",
          "cuda", "--slots", "2", "--chunk", "4"],
@@ -209,14 +225,9 @@ def test_the_cli_exports_a_trained_job_dir_whose_tokens_are_decodes(tmp_path, mo
     assert manifest["tokenizer"]["kind"] == "byte" and manifest["tokenizer"]["offset"] == 4
     prompt = [b + 4 for b in b"ROMEO:"]  # 6 ids: two prefill calls of 4
     tokens = run_script(out, *map(str, prompt), "--max-tokens", "10", monkeypatch=monkeypatch, capsys=capsys)
-    text = bytes(t - 4 for t in tokens).decode()
-    decoded = subprocess.run(
-        [sys.executable, "-m", "pax_eqx.decode", "--job-log-dir", str(job), "--prompt", "ROMEO:", "--strategy",
-         "greedy", "--max-new-tokens", "10"],
-        capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
-    assert decoded.returncode == 0, decoded.stderr[-3000:]
-    assert decoded.stdout.splitlines()[-1] == "ROMEO:" + text
+    decoded, errors = decoding.communicate(timeout=300)
+    assert decoding.returncode == 0, errors[-3000:]
+    assert decoded.splitlines()[-1] == "ROMEO:" + bytes(t - 4 for t in tokens).decode()
     assert sorted(p.name for p in job.iterdir()) == ["checkpoints", "command.txt", "config.json"]  # read only
 
 
