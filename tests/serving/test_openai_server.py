@@ -75,7 +75,8 @@ def model():
 
 
 class Served:
-    """An app on a free port of 127.0.0.1, run by uvicorn on a thread; `url`, `backend`, `app`."""
+    """An app on a free port of 127.0.0.1, run by uvicorn on a thread, its programs compiled
+    first; `url`, `backend`, `app`."""
 
     def __init__(self, backend, name="tiny", **app_kwargs):
         self.backend, self.app = backend, make_app(backend, name, **app_kwargs)
@@ -85,6 +86,10 @@ class Served:
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
         self.server = uvicorn.Server(config)
+        if "classify" not in backend.endpoints:  # compile before serving, as `pax_eqx.serve` does
+            backend.submit(Request((1,), max_tokens=2, temperature=0.0))
+            while backend.busy():
+                backend.step()
         backend.start()
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
         self.thread.start()
