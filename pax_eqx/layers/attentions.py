@@ -459,7 +459,7 @@ class Attention(eqx.Module):
         self,
         x: Float[Array, "batch new embed"],
         cache: KVCache,
-        start: Int[Array, ""],
+        start: Int[Array, ""] | Int[Array, " batch"],
         positions: Int[Array, "batch new"],
         key_valid: Bool[Array, "batch max_len"],
         *,

@@ -252,7 +252,7 @@ class StackedTransformer(eqx.Module):
         self,
         x: Float[Array, "batch new embed"],
         caches: tuple[KVCache, ...],
-        start: Int[Array, ""],
+        start: Int[Array, ""] | Int[Array, " batch"],
         positions: Int[Array, "batch new"],
         key_valid: Bool[Array, "batch max_len"],
         *,

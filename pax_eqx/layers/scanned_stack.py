@@ -205,7 +205,7 @@ class StackedTransformerRepeated(eqx.Module):
         self,
         x: Float[Array, "batch new embed"],
         caches: KVCache,
-        start: Int[Array, ""],
+        start: Int[Array, ""] | Int[Array, " batch"],
         positions: Int[Array, "batch new"],
         key_valid: Bool[Array, "batch max_len"],
         *,

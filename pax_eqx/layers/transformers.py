@@ -317,7 +317,7 @@ class Transformer(eqx.Module):
         self,
         x: Float[Array, "batch new embed"],
         cache: KVCache,
-        start: Int[Array, ""],
+        start: Int[Array, ""] | Int[Array, " batch"],
         positions: Int[Array, "batch new"],
         key_valid: Bool[Array, "batch max_len"],
         *,

@@ -418,7 +418,7 @@ class LanguageModel(Model):
         self,
         ids: Int[Array, "batch new"],
         cache: KVCache | tuple[KVCache, ...],
-        start: Int[Array, ""],
+        start: Int[Array, ""] | Int[Array, " batch"],
         positions: Int[Array, "batch new"],
         key_valid: Bool[Array, "batch max_len"],
     ) -> tuple[Float[Array, "batch new vocab"], KVCache | tuple[KVCache, ...]]:

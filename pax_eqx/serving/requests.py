@@ -117,6 +117,7 @@ class Completion:
         self.first_token: float | None = None
         self.finished: Finished | None = None
         self._cancelled = threading.Event()
+        self._done = threading.Event()
 
     def cancel(self) -> None:
         self._cancelled.set()
@@ -128,15 +129,17 @@ class Completion:
     def put(self, event: Event) -> None:
         if isinstance(event, Token) and self.first_token is None:
             self.first_token = time.perf_counter()
+        self.events.put(event)
         if isinstance(event, Finished):
             self.finished = event
-        self.events.put(event)
+            self._done.set()
         if self.notify is not None:
             self.notify()
 
-    def result(self, timeout: float | None = None) -> Finished:
-        """Blocks until the request ends; its Finished event."""
-        while True:
-            event = self.events.get(timeout=timeout)
-            if isinstance(event, Finished):
-                return event
+    def result(self, timeout: float | int | None = None) -> Finished:
+        """Blocks until the request ends; its Finished event (the `events` queue is left to
+        whoever streams it). TimeoutError if it has not ended within `timeout` seconds."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the request has not ended within {timeout} s.")
+        assert self.finished is not None
+        return self.finished
