@@ -109,12 +109,15 @@ class SlotPrograms:
         active: Bool[Array, " slots"],
         sampling: RowSampling,
     ) -> tuple[SlotState, Int[Array, " slots"]]:
-        """Feeds each active slot's last token at its own position and draws the next; free
-        slots compute too (the shapes are fixed) but write at position 0 of a row nothing
-        attends to and keep their length."""
+        """Feeds each active slot's last token at its own position and draws the next; the other
+        slots compute too (the shapes are fixed) and keep their length. Every row writes at its
+        `length`, a cache slot it does not attend to yet: a slot between two chunks of its prompt
+        is inactive here, and a write at position 0 would overwrite its first token's keys and
+        values (its next chunk writes over `length` before attending to it; in a rolling window,
+        slot `length % window` holds a position already outside every later query's window)."""
         self.trace_counts["generate"] += 1
         model = eqx.combine(params, self._static)
-        write = jnp.where(active, state.length, 0)
+        write = state.length
         rows = jnp.arange(self.slots)
         key_valid = state.key_valid.at[rows, write].set(active | state.key_valid[rows, write])
         positions = jnp.minimum(write, self.max_seq_len - 1)[:, None]
