@@ -8,11 +8,9 @@ from __future__ import annotations
 import os
 
 import httpx
-import jax
 import pytest
-from test_openai_server import TOKENIZER, Chars, Served
+from test_openai_server import TINY_LM, TOKENIZER, Chars, Served, quick_build
 
-from pax_eqx.models import LanguageModelConfig
 from pax_eqx.serving.backends import LanguageModelBackend
 
 CHROMIUM = "/usr/bin/chromium"
@@ -27,10 +25,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def served():
-    cfg = LanguageModelConfig(
-        vocab_size=Chars.vocab_size, max_seq_len=48, num_layers=2, model_dims=16, hidden_dims=32, num_heads=4
-    )
-    s = Served(LanguageModelBackend(cfg.build(jax.random.key(0)), TOKENIZER, slots=8, chunk=8, max_waiting=128))
+    s = Served(LanguageModelBackend(quick_build(TINY_LM, 0), TOKENIZER, slots=8, chunk=8, max_waiting=128))
     yield s
     s.close()
 

@@ -23,8 +23,10 @@ import threading
 import time
 from pathlib import Path
 
+import equinox as eqx
 import httpx
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import uvicorn
@@ -66,12 +68,28 @@ class Chars:
 TOKENIZER = Chars()
 
 
+def quick_build(cfg, seed: int):
+    """`cfg.build`'s model with weights drawn by numpy (normal, std 0.2): the build traced, not run
+    (running a build's initialisers op by op takes seconds of CPU; these tests need a model, not
+    its init)."""
+    shapes = eqx.filter_eval_shape(cfg.build, jax.random.key(seed))
+    rng = np.random.default_rng(seed)
+
+    def draw(x):
+        assert jnp.issubdtype(x.dtype, jnp.floating), x
+        return jnp.asarray(rng.normal(0.0, 0.2, x.shape), x.dtype)
+
+    return jax.tree.map(draw, shapes, is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
+
+
+TINY_LM = LanguageModelConfig(
+    vocab_size=Chars.vocab_size, max_seq_len=48, num_layers=2, model_dims=16, hidden_dims=32, num_heads=4
+)
+
+
 @pytest.fixture(scope="module")
 def model():
-    cfg = LanguageModelConfig(
-        vocab_size=Chars.vocab_size, max_seq_len=48, num_layers=2, model_dims=16, hidden_dims=32, num_heads=4
-    )
-    return cfg.build(jax.random.key(0))
+    return quick_build(TINY_LM, 0)
 
 
 class Served:
@@ -118,11 +136,16 @@ CHAT_PROMPT = "system: x\nuser: hi\nassistant:"  # the plain fallback template's
 
 @pytest.fixture(scope="module")
 def greedy(model) -> dict[str, str]:
-    """`generate`'s greedy 8 tokens after each prompt the tests send (one call: one compile)."""
-    prompts = [*PROMPTS, "the cat", CHAT_PROMPT]
+    """`generate`'s greedy 8 tokens after each prompt the tests send: one call for the prompts of
+    each length (no padding: each row as it would be alone)."""
+    prompts = sorted({*PROMPTS, "the cat", CHAT_PROMPT})
     cfg = SampleConfig(max_new_tokens=8, eos_id=TOKENIZER.eos_id, strategy=GreedyStrategy())
-    ids = generate(model, [TOKENIZER.encode(p) for p in prompts], cfg, jax.random.key(0))
-    return {p: TOKENIZER.decode(i) for p, i in zip(prompts, ids)}
+    out = {}
+    for n in sorted({len(p) for p in prompts}):
+        group = [p for p in prompts if len(p) == n]
+        ids = generate(model, [TOKENIZER.encode(p) for p in group], cfg, jax.random.key(0))
+        out.update({p: TOKENIZER.decode(i) for p, i in zip(group, ids)})
+    return out
 
 
 # The openai client -----------------------------------------------------------------------------
@@ -360,7 +383,7 @@ def test_an_encoder_decoder_answers_completions_with_one_program():
 
     cfg = SequenceModelConfig(vocab_size=Chars.vocab_size + 2, max_seq_len=16, num_encoder_layers=1,
                               num_decoder_layers=1, model_dims=16, hidden_dims=32, num_heads=2)  # fmt: skip
-    model = cfg.build(jax.random.key(1))
+    model = quick_build(cfg, 1)
     backend = Seq2SeqBackend(model, TOKENIZER, vocab_size=cfg.vocab_size)
     app = make_app(backend, "t5")
 
@@ -374,14 +397,13 @@ def test_an_encoder_decoder_answers_completions_with_one_program():
 
     got, chat = asyncio.run(main())
     backend.stop()
-    for r, (p, n) in zip(got, (("the cat<extra_id_0>", 6), ("ab", 9))):
-        ids = backend.tokenizer.encode(p)
-        decoder = model.incremental_decoder([ids], n, TOKENIZER.pad_id, TOKENIZER.bos_id)
-        tokens, _ = sample(decoder, SampleConfig(max_new_tokens=n, eos_id=TOKENIZER.eos_id,
-                                                 strategy=GreedyStrategy()), jax.random.key(0))  # fmt: skip
-        assert r.status_code == 200 and r.json()["choices"][0]["text"] == backend.tokenizer.decode(
-            np.asarray(tokens)[0]
-        )
+    # the decode CLI's greedy decoding of both inputs, in one batch (one compile), cut to each one's max_tokens
+    asks = (("the cat<extra_id_0>", 6), ("ab", 9))
+    decoder = model.incremental_decoder([backend.tokenizer.encode(p) for p, _ in asks], 9, 0, TOKENIZER.bos_id)
+    greedy = SampleConfig(max_new_tokens=9, eos_id=TOKENIZER.eos_id, strategy=GreedyStrategy())
+    tokens = np.asarray(sample(decoder, greedy, jax.random.key(0))[0])
+    for r, row, (_, n) in zip(got, tokens, asks):
+        assert r.status_code == 200 and r.json()["choices"][0]["text"] == backend.tokenizer.decode(row[:n])
     assert chat.status_code == 404 and "/v1/completions" in chat.json()["error"]["message"]
     assert backend.trace_counts == {"decode": 1}
 
