@@ -30,6 +30,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pax_eqx.config import ConfigError
 from pax_eqx.serving.requests import RequestError
 
 TEMPLATE_FILE = "chat_template.jinja"
@@ -49,7 +50,7 @@ class ChatTemplate:
     def for_tokenizer(cls, tokenizer: Any) -> ChatTemplate:
         """The template of the tokenizer's config (beside its file, `tokenizer.path`), else the
         fallback. A config that cannot be read or a template that does not compile is a
-        ValueError naming the file (the server does not start with a broken template)."""
+        ConfigError naming the file (the server does not start with a broken template)."""
         path = getattr(tokenizer, "path", "") or ""
         folder = Path(path).parent if path else None
         if folder is None:
@@ -59,7 +60,7 @@ class ChatTemplate:
             try:
                 config = json.loads((folder / CONFIG_FILE).read_text())
             except (OSError, ValueError) as e:
-                raise ValueError(f"{folder / CONFIG_FILE} is not readable JSON ({e}); fix or remove it.") from None
+                raise ConfigError(f"{folder / CONFIG_FILE} is not readable JSON ({e}); fix or remove it.") from None
         source = config.get("chat_template")
         if isinstance(source, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
             named = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}
@@ -72,7 +73,7 @@ class ChatTemplate:
             bos, eos = _token_text(config.get("bos_token")), _token_text(config.get("eos_token"))
             return cls(source, bos_token=bos, eos_token=eos)
         except Exception as e:  # jinja2.TemplateSyntaxError and the like
-            raise ValueError(f"the chat template of {folder} does not compile ({e}); fix {CONFIG_FILE}.") from None
+            raise ConfigError(f"the chat template of {folder} does not compile ({e}); fix {CONFIG_FILE}.") from None
 
     @property
     def is_fallback(self) -> bool:

@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 import uvicorn
 
+from pax_eqx.config import ConfigError
 from pax_eqx.models import GreedyStrategy, LanguageModelConfig, SampleConfig, generate
 from pax_eqx.serving.backends import LanguageModelBackend
 from pax_eqx.serving.chat_template import ChatTemplate
@@ -369,6 +370,9 @@ def test_the_chat_template_comes_from_the_tokenizers_config_and_is_sandboxed(tmp
     with pytest.raises(RequestError):  # the sandbox: no Python internals
         ChatTemplate("{{ messages.__class__.__mro__ }}{{ ''.__class__.__subclasses__() }}").render([])
     assert ChatTemplate.for_tokenizer(TOKENIZER).is_fallback
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{% for m in messages %}"}))
+    with pytest.raises(ConfigError, match="does not compile"):  # the server refuses to start, in one line
+        ChatTemplate.for_tokenizer(Tok())
 
 
 # Other kinds of model ---------------------------------------------------------------------------
