@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tolerances import assert_same_math
 
 from pax_eqx.models import GreedyStrategy, LanguageModelConfig, SampleConfig, generate
 from pax_eqx.serving.engine import Engine
@@ -188,3 +189,24 @@ def test_streamed_text_holds_back_what_may_become_a_stop_string():
     assert stream.push(2) == ("", False)
     assert stream.push(3) == ("", True)  # "...cd": the stop is never sent
     assert stream.sent == "acb"
+
+
+def test_a_prompt_read_in_chunks_keeps_its_start_while_other_slots_generate(model):
+    """While a long prompt is prefilled a chunk per step, `generate` runs for the other slots and
+    this slot takes part in it inactive: its write must land where its next chunk writes anyway,
+    never on the prompt's first tokens. Checked on the cache itself (a tiny model's greedy
+    tokens barely move when one key is wrong): the prompt's keys equal those of the prompt read
+    with no other request in the engine."""
+    prompt = [5, 9, 2, 7, 7, 3, 8, 1, 4, 6, 2]  # three chunks; its first token is not the filler 0
+    engine = Engine(model, Letters(), slots=2, chunk=4, eos_id=-5)
+    busy = engine.submit(Request((1,), max_tokens=12, temperature=0.0))
+    engine.step()  # `busy` is generating from here on, in slot 0
+    long = engine.submit(Request(tuple(prompt), max_tokens=6, temperature=0.0))
+    run(engine)
+    alone = Engine(model, Letters(), slots=2, chunk=4, eos_id=-5)
+    alone.submit(Request(tuple(prompt), max_tokens=6, temperature=0.0))
+    run(alone)
+    assert busy.result().completion_tokens == 12
+    keys = lambda e, slot: np.asarray(e.state.cache.k[:, slot, : len(prompt)])  # [layers, time, heads, dim]
+    assert_same_math(keys(engine, 1), keys(alone, 0))
+    assert long.result().text == Letters().decode(greedy(model, prompt, 6))
