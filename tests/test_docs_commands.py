@@ -111,6 +111,10 @@ _SERVE = (
     "a server runs until stopped, and a call needs one running; tests/serving/test_openai_server.py serves a trained "
     "job dir (python -m pax_eqx.serve, SIGTERM) and calls it with curl's requests and the openai client"
 )
+_EXPORT = (
+    "the job dir is the served one, not trained in this document; tests/serving/test_jax_export.py exports a "
+    "trained job dir with this CLI (cpu and cuda) and runs the script without pax_eqx importable"
+)
 NOT_RUN = {
     "python -m pytest -n 2": "the test suite itself",
     "python -m pax_eqx.prepare_images --input /data/imagenet --output /data/imagenet_ar --num-shards 1024 "
@@ -193,6 +197,9 @@ NOT_RUN = {
     "\"max_tokens\": 40, \"stream\": true}'": _SERVE,
     "curl -s http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' -d '{\"messages\": "
     "[{\"role\": \"user\", \"content\": \"Who is Juliet?\"}], \"max_tokens\": 40}'": _SERVE,
+    # docs/serve.md's export: its job dir is the served one, trained elsewhere
+    "python -m pax_eqx.export --job-log-dir runs/shakespeare --out exported/shakespeare --platforms cpu cuda": _EXPORT,
+    "python exported/shakespeare/run_exported.py exported/shakespeare 86 83 81 73 83 62 --max-tokens 8": _EXPORT,
 }  # fmt: skip
 
 

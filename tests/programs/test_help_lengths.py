@@ -23,6 +23,8 @@ LIMITS = {"train": 150} | {
         "prepare_data",
         "prepare_images",
         "tune",
+        "serve",
+        "export",
     )  # fmt: skip
 }
 
