@@ -296,10 +296,12 @@ def test_a_full_queue_answers_429_with_retry_after_and_draining_answers_503(mode
 
 
 class Slow(LanguageModelBackend):
-    """A step every 100 ms: a request of 25 tokens takes over 2.5 s, past the 1.5 s timeout."""
+    """A step every `delay` seconds (100 ms: a client has time to hang up mid-request)."""
+
+    delay = 0.1
 
     def step(self):
-        time.sleep(0.1)
+        time.sleep(self.delay)
         super().step()
 
 
@@ -342,7 +344,12 @@ def test_a_client_that_goes_away_frees_its_slot(slow):
 
 
 def test_a_request_past_its_timeout_gets_504(slow):
-    r = httpx.post(slow.url + "/v1/completions", json={"prompt": "ab", "max_tokens": 25}, timeout=10)
+    """Steps of 2 s: any request, even one whose first token is EOS, outlasts the 1.5 s timeout."""
+    slow.backend.delay = 2.0
+    try:
+        r = httpx.post(slow.url + "/v1/completions", json={"prompt": "ab", "max_tokens": 25}, timeout=10)
+    finally:
+        slow.backend.delay = Slow.delay
     assert r.status_code == 504 and "--timeout-s" in r.json()["error"]["message"]
     assert httpx.get(slow.url + "/health").status_code == 200
 
