@@ -2,11 +2,13 @@
 
 A continuous batch holds requests with different temperatures, top-k, top-p and seeds in one
 compiled program, so none of them may shape the program (the decode CLI's `sampler.Draw` makes
-greedy, top-k's k and nucleus-on static; a server cannot recompile per request). Every row
-therefore pays for the full path: one descending sort of its logits gives both the k-th largest
-logit (top-k with k traced, 0 = off) and the nucleus cutoff (top-p, 1 = off); temperature 0 takes
-the argmax. A row's key is `fold_in(PRNGKey(seed), t)` for its t-th token, so a seeded request
-draws the same tokens whatever else shares the batch.
+greedy, top-k's k and nucleus-on static; a server cannot recompile per request). When some row
+filters, every row's logits are sorted once: the descending order gives both the k-th largest
+logit (top-k with k traced, 0 = off) and the nucleus cutoff (top-p, 1 = off). When none filters,
+the sort is skipped (a traced `lax.cond`), and when none samples, so is the draw: greedy and
+plain sampling pay an argmax or a draw, not a sort. Temperature 0 takes the argmax. A row's key
+is `fold_in(PRNGKey(seed), t)` for its t-th token, so a seeded request draws the same tokens
+whatever else shares the batch.
 """
 
 from __future__ import annotations
@@ -56,11 +58,24 @@ def filter_rows(
 
 def choose_rows(logits: Float[Array, "rows vocab"], sampling: RowSampling) -> Int[Array, " rows"]:
     """Each row's token: the argmax where its temperature is 0, else a draw from its filtered,
-    tempered distribution with the key `fold_in(PRNGKey(seed), count)`."""
+    tempered distribution with the key `fold_in(PRNGKey(seed), count)`.
+
+    The sort behind top-k / top-p costs more than a small model's whole step on a CPU (a 32k
+    vocabulary: ~100 of a 125 ms step for 8 rows, benchmarks/serve.py), so it runs only when
+    some row asks for a filter, and nothing is drawn when every row is greedy: `lax.cond`s on
+    traced values, still one program."""
     logits = logits.astype(jnp.float32)
     greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    tempered = logits / jnp.where(sampling.temperature > 0, sampling.temperature, 1.0)[:, None]
-    filtered = filter_rows(tempered, sampling.top_k, sampling.top_p)
-    keys = jax.vmap(lambda s, t: jax.random.fold_in(jax.random.PRNGKey(s), t))(sampling.seed, sampling.count)
-    drawn = jax.vmap(lambda k, row: jax.random.categorical(k, row))(keys, filtered).astype(jnp.int32)
-    return jnp.where(sampling.temperature > 0, drawn, greedy)
+    sampled = sampling.temperature > 0
+    filtered = sampled & ((sampling.top_k > 0) | (sampling.top_p < 1))
+
+    def draw() -> Int[Array, " rows"]:
+        tempered = logits / jnp.where(sampled, sampling.temperature, 1.0)[:, None]
+        tempered = jax.lax.cond(
+            jnp.any(filtered), lambda x: filter_rows(x, sampling.top_k, sampling.top_p), lambda x: x, tempered
+        )
+        keys = jax.vmap(lambda s, t: jax.random.fold_in(jax.random.PRNGKey(s), t))(sampling.seed, sampling.count)
+        drawn = jax.vmap(lambda k, row: jax.random.categorical(k, row))(keys, tempered).astype(jnp.int32)
+        return jnp.where(sampled, drawn, greedy)
+
+    return jax.lax.cond(jnp.any(sampled), draw, lambda: greedy)
