@@ -1,5 +1,5 @@
 """`python -m benchmarks.serve [--model tiny_llama | --job-log-dir DIR] [--slots 8] [--chunk 64]
-[--rates 0.5 1 2] [--requests 64] [--repeats 1] [--policies continuous static] [--http]`
+[--rates 1 2 4] [--requests 64] [--repeats 1] [--policies continuous static] [--http]`
 
 Continuous against static batching on the same model, the same compiled programs and the same
 requests (`serve_workload.mixed_workload`: mostly short prompts and answers, a long tail). asyncio
@@ -116,7 +116,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="serve DIR's newest checkpoint instead")  # fmt: skip
     p.add_argument("--slots", type=int, default=8, help="requests decoded at once")
     p.add_argument("--chunk", type=int, default=64, help="prompt tokens prefilled per step")
-    p.add_argument("--rates", type=float, nargs="*", default=[0.5, 1, 2], help="requests/s (Poisson), after max")
+    p.add_argument("--rates", type=float, nargs="*", default=[1, 2, 4], help="requests/s (Poisson), after max")
     p.add_argument("--requests", type=int, default=64, help="requests per run")
     p.add_argument("--repeats", type=int, default=1, help="runs per rate and policy (medians)")
     p.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
@@ -346,7 +346,7 @@ def print_report(rows: list[dict[str, Any]], breakdown: dict[str, float], *, wha
         return print_json(rows)
     g, pf, c = breakdown["generate_step_s"], breakdown["prefill_chunk_s"], breakdown["choose_rows_s"]
     print(f"one generate step ({slots} slots, a token each): {g * 1e3:.2f} ms = {slots / g:.0f} tokens/s at most, of "
-          f"which choosing the {slots} tokens (choose_rows alone: every row's logits sorted) {c * 1e3:.2f} ms; one "
+          f"which choosing the {slots} tokens (choose_rows alone, greedy rows) {c * 1e3:.2f} ms; one "
           f"prefill chunk (one request): {pf * 1e3:.2f} ms\n")  # fmt: skip
     print_json(rows, breakdown)
 
