@@ -38,13 +38,13 @@ CONFIG_FILE = "tokenizer_config.json"
 
 
 class ChatTemplate:
-    """`render(messages) -> str`. source: the Jinja template text, or None for the fallback.
+    """`render(messages) -> str`. text: the Jinja template text, or None for the fallback.
     messages: [{"role": str, "content": str}, ...] (already checked by openai_api)."""
 
-    def __init__(self, source: str | None = None, *, bos_token: str = "", eos_token: str = "") -> None:
-        self.source = source
+    def __init__(self, text: str | None = None, *, bos_token: str = "", eos_token: str = "") -> None:
+        self.text = text
         self.bos_token, self.eos_token = bos_token, eos_token
-        self._template = _compile(source) if source is not None else None
+        self._template = None if text is None else _compile(text)
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Any) -> ChatTemplate:
@@ -61,17 +61,17 @@ class ChatTemplate:
                 config = json.loads((folder / CONFIG_FILE).read_text())
             except (OSError, ValueError) as e:
                 raise ConfigError(f"{folder / CONFIG_FILE} is not readable JSON ({e}); fix or remove it.") from None
-        source = config.get("chat_template")
-        if isinstance(source, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
-            named = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}
-            source = named.get("default")
+        text = config.get("chat_template")
+        if isinstance(text, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
+            named = {t.get("name"): t.get("template") for t in text if isinstance(t, dict)}
+            text = named.get("default")
         if (folder / TEMPLATE_FILE).is_file():
-            source = (folder / TEMPLATE_FILE).read_text()
-        if not isinstance(source, str) or not source.strip():
+            text = (folder / TEMPLATE_FILE).read_text()
+        if not isinstance(text, str) or not text.strip():
             return cls()
         try:
             bos, eos = _token_text(config.get("bos_token")), _token_text(config.get("eos_token"))
-            return cls(source, bos_token=bos, eos_token=eos)
+            return cls(text, bos_token=bos, eos_token=eos)
         except Exception as e:  # jinja2.TemplateSyntaxError and the like
             raise ConfigError(f"the chat template of {folder} does not compile ({e}); fix {CONFIG_FILE}.") from None
 
