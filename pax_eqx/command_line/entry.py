@@ -56,7 +56,12 @@ DEFAULT_EXPERIMENT = "shakespeare_char"
 # too (the wrong flags or job dir), found before a step runs: exit 2, although it is a
 # CheckpointError.
 _USER_ERRORS = (("pax_eqx.config", "ConfigError"), ("pax_eqx.checkpoint.errors", "CheckpointMismatchError"))
-_RUN_ERRORS = (("pax_eqx.job.errors", "RunError"), ("pax_eqx.checkpoint.errors", "CheckpointError"))
+# A package of a missing extra (pax_eqx.extras) is the environment: exit 1, with the pip command.
+_RUN_ERRORS = (
+    ("pax_eqx.job.errors", "RunError"),
+    ("pax_eqx.checkpoint.errors", "CheckpointError"),
+    ("pax_eqx.extras", "MissingExtraError"),
+)
 
 
 class _State:
