@@ -101,6 +101,13 @@ class TrainConfig(Config):
     decode_interval_steps: every N steps, decode `decode.num_samples` samples of `decode.prompt`
       (models that decode) and log them to metrics.jsonl (split "decode", key "samples") and
       as TensorBoard text (0 = off; `sample_at_end` still prints one at the end).
+    trackers: experiment trackers that also get the train and eval scalars, the config and the
+      command ("wandb", "mlflow"; each an optional extra; docs/trackers.md). A resumed run
+      continues the same tracker run (its id is kept in DIR/trackers.json).
+    tracker_project: the W&B project and the MLflow experiment ("" = WANDB_PROJECT /
+      MLFLOW_EXPERIMENT_NAME if set, else the experiment's name).
+    tracker_run_name: the run's name in the trackers ("" = WANDB_NAME if set, else the job dir's name).
+    mlflow_tracking_uri: where MLflow records ("" = MLFLOW_TRACKING_URI if set, else MLflow's default).
     """
 
     num_steps: int = 1000
@@ -113,6 +120,10 @@ class TrainConfig(Config):
     steps_per_loop: int = 1
     early_stopping: EarlyStoppingConfig = EarlyStoppingConfig()
     decode_interval_steps: int = 0
+    trackers: tuple[Literal["wandb", "mlflow"], ...] = ()
+    tracker_project: str = ""
+    tracker_run_name: str = ""
+    mlflow_tracking_uri: str = ""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -129,11 +140,25 @@ class TrainConfig(Config):
         check_range(self, "seed", ge=0, le=SEED_MAX, prefix="train")
         check_range(self, "steps_per_loop", ge=1, le=10_000, prefix="train", note="1 = one step per call")
         check_range(self, "decode_interval_steps", ge=0, prefix="train", note="0 = off")
+        self._check_trackers()
         if self.early_stopping.metric and not self.eval_interval_steps:
             raise ConfigError(
                 f"train.early_stopping.metric={self.early_stopping.metric!r} with train.eval_interval_steps=0: the "
                 "run evaluates only at the end, so it can never stop early; set --train.eval-interval-steps."
             )
+
+    def _check_trackers(self) -> None:
+        if len(set(self.trackers)) != len(self.trackers):
+            raise ConfigError(f"train.trackers={self.trackers} names a tracker twice; name each once.")
+        read_by = {"tracker_project": ("wandb", "mlflow"), "tracker_run_name": ("wandb", "mlflow")}
+        for name, trackers in {**read_by, "mlflow_tracking_uri": ("mlflow",)}.items():
+            if getattr(self, name) and not set(trackers) & set(self.trackers):
+                raise ConfigError(
+                    f"train.{name}={getattr(self, name)!r} has no effect without {' or '.join(trackers)} in "
+                    f"train.trackers (now {self.trackers}); add "
+                    + " or ".join(f"--train.trackers {t}" for t in trackers)
+                    + " or drop the flag."
+                )
 
 
 @config
