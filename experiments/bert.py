@@ -112,7 +112,7 @@ def bert_shakespeare_char() -> ExperimentConfig:
             learning_rate=2e-3,
             weight_decay=0.1,
             clip_grad_norm=1.0,
-            schedule=CosineSchedule(warmup_steps=100, decay_end=2000, min_ratio=0.1),
+            schedule=CosineSchedule(warmup_steps=100, decay_end=0, min_ratio=0.1),  # decays until train.num_steps
         ),
         data=DataConfig(
             source=ShakespeareSource(layout="stream"),

@@ -31,8 +31,9 @@ def _digits(
     min_ratio: float,
     eval_every: int,
 ) -> ExperimentConfig:
-    """What the digits experiments share: AdamW at 3e-3 with a cosine decay over the run, batches
-    of 64, one eval epoch over the 180 held-out digits scored with a confusion matrix, no decoding.
+    """What the digits experiments share: AdamW at 3e-3 with a cosine decay over the run (decay_end
+    0 follows --train.num-steps), batches of 64, one eval epoch over the 180 held-out digits
+    scored with a confusion matrix, no decoding.
     `images`: the digits as 8x8x1 images with a 1-pixel random crop, else as 64 features."""
     eval_input = InputConfig(
         batch_size=64 if not images else 60, shuffle=False, repeat=False, reset_for_eval=True,
@@ -47,7 +48,7 @@ def _digits(
             optimizer=AdamWConfig(),
             learning_rate=3e-3,
             weight_decay=weight_decay,
-            schedule=CosineSchedule(warmup_steps=warmup_steps, decay_end=num_steps, min_ratio=min_ratio),
+            schedule=CosineSchedule(warmup_steps=warmup_steps, decay_end=0, min_ratio=min_ratio),  # to num_steps
         ),
         data=data,
         train=TrainConfig(

@@ -74,7 +74,7 @@ def shakespeare_span_corruption() -> ExperimentConfig:
             learning_rate=3e-3,
             weight_decay=0.01,
             clip_grad_norm=1.0,
-            schedule=CosineSchedule(warmup_steps=100, decay_end=1500, min_ratio=0.1),
+            schedule=CosineSchedule(warmup_steps=100, decay_end=0, min_ratio=0.1),  # decays until train.num_steps
         ),
         data=DataConfig(
             source=ShakespeareSource(layout="span_corruption"),

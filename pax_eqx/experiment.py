@@ -287,7 +287,7 @@ class ExperimentConfig(Config):
         checked; the dry run plans the train batch alone); data_files=False leaves the data files unread (the
         --dry-run planner)."""
         self.model.ensure_valid()  # the one config not checked when made (ModelConfig.validate)
-        self.resolved_learner()  # a decay that follows train.num_steps must start before it
+        self.resolved_learner()  # the learner the run builds, its decay_end 0 filled in, validates
         if num_devices is not None:
             self.mesh.check_devices(num_devices)
         backend = jax.default_backend() if num_devices is not None else "gpu"  # devices known: the run's

@@ -9,7 +9,12 @@ Pax's `LinearRampup*Decay` schedules:
     [decay_start, decay_end]       decay from `max` to `max * min_ratio`, then hold there
 
 `decay_start = 0` means "decay right after warmup", `decay_end = 0` "at the end of the run"
-(train.num_steps, filled in by the experiment). The decay of each kind:
+(train.num_steps, filled in by the experiment): an experiment whose length is not part of its
+definition (shakespeare_char) leaves it 0, so `--train.num-steps 500` decays over 500 steps
+instead of stopping at 90% of the peak on the way to 2000; Pax's experiments keep the steps they
+publish. A run that ends before its decay does (a decay_end past train.num_steps, a warm-up
+longer than the run) is not an error, but it is said: `note_for_run` is the banner's line.
+The decay of each kind:
 
     kind          decay phase, t = step - start, T = decay_end - start     Pax equivalent
     constant      none: stays at `max`                                      Constant
@@ -65,6 +70,27 @@ class _Schedule(Variant):
         """This schedule with decay_end = num_steps if it follows train.num_steps, else itself."""
         return self
 
+    def note_for_run(self, num_steps: int) -> str | None:
+        """One line for a run of `num_steps` that ends before this schedule would have it end (in
+        the warm-up, before the decay starts, or before the decay ends), saying where the schedule
+        goes, the learning rate the run ends at and the flag that changes it; None when the run
+        sees its schedule through. Said rather than refused: a short run on a long schedule is a
+        fair choice (a smoke test, a run to be extended), only a silent one misleads."""
+        resolved = self.resolve(num_steps)
+        decay_end = getattr(resolved, "decay_end", 0)  # only a decaying schedule ends
+        flag = "--learner.schedule.decay-start" if self.decay_begins > self.warmup_steps else "the warm-up"
+        if num_steps < self.warmup_steps:
+            where, fix = f"the warm-up ends at step {self.warmup_steps}", "lower --learner.schedule.warmup-steps"
+        elif num_steps >= decay_end:
+            return None
+        elif self.follows_num_steps:  # decay_end 0, and the run ends before the decay starts
+            where, fix = f"the decay starts at step {self.decay_begins}", f"lower {flag}"
+        else:
+            where = f"the schedule decays until step {decay_end}"
+            fix = "--learner.schedule.decay-end 0 ties it to the run"
+        at_end = _percent_of_peak(resolved, num_steps - 1)  # the last update's rate, as metrics.jsonl logs it
+        return f"{where}, after this run's last step {num_steps} (learning rate at the end: {at_end} of peak); {fix}"
+
     @property
     def decay_begins(self) -> int:
         """The first step of the decay phase: max(warmup_steps, decay_start)."""
@@ -112,13 +138,9 @@ class _Decaying(_Schedule):
     def resolve(self, num_steps: int) -> _Decaying:
         if not self.follows_num_steps:
             return self
-        if num_steps <= self.decay_begins:
-            raise ConfigError(
-                f"learner.schedule.decay_end=0 ends the {self.kind!r} decay at train.num_steps={num_steps}, which is "
-                f"not after the step the decay starts ({self.decay_begins} = max(warmup_steps, decay_start)); raise "
-                "train.num_steps, lower the warmup, or set learner.schedule.decay_end."
-            )
-        return self.replace(decay_end=num_steps)
+        # A run that ends before the decay starts (6 steps of a 100-step warm-up) never reaches
+        # it: the decay goes right after its start, to build, and `note_for_run` says so.
+        return self.replace(decay_end=max(num_steps, self.decay_begins + 1))
 
     def validate(self) -> None:
         super().validate()
@@ -269,6 +291,12 @@ def build_schedule(cfg: ScheduleConfig, scale: float = 1.0) -> optax.Schedule:
         return jnp.asarray(schedule(step), jnp.float32)
 
     return value
+
+
+def _percent_of_peak(resolved: ScheduleConfig, step: int) -> str:
+    """The multiplier at `step` as a percentage of `max` ("90.5%"), read from the schedule the
+    run builds (not a second copy of its formulas)."""
+    return f"{100 * float(build_schedule(resolved)(step)) / resolved.max:.3g}%"
 
 
 def _decay(cfg: ScheduleConfig, peak: float, start: int) -> optax.Schedule:
