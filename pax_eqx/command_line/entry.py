@@ -1,5 +1,8 @@
 """What every `python -m pax_eqx.<program>` shares: one `error: ...` line and an exit status.
 
+The line is one line of text; on a terminal it is broken at spaces to the terminal's width
+(`width.py`), so a long one reads as a paragraph and never splits a flag.
+
     exit 0    done (or stopped by SIGTERM/SIGINT after saving a checkpoint)
     exit 1    the run started and then failed: NaN/Inf loss, a failing data pipeline, a
               checkpoint that cannot be written or read (pax_eqx.job.errors,
@@ -39,6 +42,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import traceback
 import warnings
@@ -46,7 +50,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from pax_eqx import closed_stdout
 from pax_eqx.command_line.host_memory import retain_freed_pages
+from pax_eqx.command_line.width import columns, fill, fill_groups, message_lines, print_message
 
 VERBOSE_ENV = ("PAX_EQX_VERBOSE", "PAX_EQX_TRACEBACK")
 DEFAULT_EXPERIMENT = "shakespeare_char"
@@ -121,12 +127,55 @@ def _is(error: BaseException, pairs: tuple[tuple[str, str], ...]) -> bool:
     return False
 
 
+def _usage_groups(usage: str) -> list[str]:
+    """A usage's groups, each kept on one line: a part in brackets (nested ones too), a flag with
+    its metavar (`--exp NAME`), or a word."""
+    groups: list[str] = []
+    depth, current = 0, ""
+    for char in usage.strip() + " ":
+        if char == " " and depth == 0:
+            if current:
+                metavar = re.fullmatch(r"[A-Z][A-Z_.]*|\.\.\.", current)
+                if metavar and groups and groups[-1].startswith("-"):
+                    groups[-1] += " " + current
+                else:
+                    groups.append(current)
+            current = ""
+            continue
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        current += char
+    return groups
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, its lines broken at spaces only (argparse's own break at hyphens, inside
+    a flag: `--dry-run-` / `devices`)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return fill(" ".join(text.split()), width).splitlines()
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return fill(" ".join(text.split()), width, indent)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, with its errors (a bad choice, a value that is not a number, a missing value)
-    one `error:` line like every other flag error, not the usage block and a second line."""
+    one `error:` line like every other flag error, not the usage block and a second line; its
+    help broken at spaces, and a usage it is given laid out in lines that fit the terminal, each
+    broken between its groups (`[--dry-run-devices N]`, `--exp NAME`), never inside one (argparse
+    prints a given usage as it is)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+        if self.usage:
+            first = f"usage: {self.prog}"
+            given = self.usage.removeprefix(self.prog).removeprefix("%(prog)s")
+            lines = fill_groups(_usage_groups(given), columns(), first, " " * len("usage: "))
+            self.usage = "\n".join(lines)[len("usage: ") :]  # argparse writes "usage: " before it
 
     def error(self, message: str) -> NoReturn:
-        print(f"error: {message}; see {self.prog} --help.", file=sys.stderr)
+        print_message("error: ", f"{message}; see {self.prog} --help.")
         raise SystemExit(2)
 
 
@@ -142,10 +191,13 @@ def run(main: Callable[[], int], memory_planner: Callable[[Any], int] | None = N
         logging.getLogger(library).addFilter(_drop_traceback)
     sys.unraisablehook = _UnraisableOnce(sys.unraisablehook)
     retain_freed_pages()  # a CPU step reuses its temporaries' pages (host_memory.py)
+    closed_stdout.guard()  # `... | head -1`: exit 141 quietly, or a train run saves first
     try:
         code = main()
     except BaseException as e:  # noqa: BLE001 -- sorted below; anything not ours is re-raised as it was
         code = _handle(e)
+    if closed_stdout.closed() and code == 0:
+        code = closed_stdout.EXIT_STATUS
     sys.exit(code)
 
 
@@ -154,6 +206,8 @@ def _handle(error: BaseException) -> int:
     cli = sys.modules.get("pax_eqx.command_line.cli")
     if cli is not None and isinstance(error, cli.CliError):
         return error.code
+    if isinstance(error, BrokenPipeError) and closed_stdout.closed():
+        return closed_stdout.EXIT_STATUS  # the reader left: nothing to say, and no one to say it to
     if _is(error, _USER_ERRORS):
         return _report(error, 2)
     if _is(error, _RUN_ERRORS):
@@ -175,7 +229,7 @@ def _report(error: BaseException, code: int, message: str | None = None) -> int:
     """One `error:` line on stderr (after the traceback, when verbose); returns `code`."""
     if verbose():
         traceback.print_exception(error)
-    print(f"error: {error if message is None else message}", file=sys.stderr)
+    print_message("error: ", str(error) if message is None else message)
     return code
 
 
@@ -299,7 +353,7 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
     """pax_eqx's own warnings (a checkpoint skipped as unreadable, ...) as one `warning: ...` line,
     without the source line Python would quote; other libraries' warnings as Python prints them."""
     if category.__module__.startswith("pax_eqx"):
-        return f"warning: {message}\n"
+        return message_lines("warning: ", str(message), sys.stderr) + "\n"
     return _python_format_warning(message, category, filename, lineno, line)
 
 
@@ -334,4 +388,4 @@ class _UnraisableOnce:
         if key not in self.seen:
             self.seen.add(key)
             name = getattr(unraisable.exc_type, "__name__", str(unraisable.exc_type))
-            print(f"warning: ignored in a background callback: {name}: {unraisable.exc_value}", file=sys.stderr)
+            print_message("warning: ", f"ignored in a background callback: {name}: {unraisable.exc_value}")

@@ -1,10 +1,12 @@
-"""SIGTERM and SIGINT during a training run: finish the step, save, exit 0."""
+"""SIGTERM and SIGINT during a training run: finish the step, save, exit 0. A closed stdout
+(`train ... | head -1`) stops the same way, and the run exits 141 (pax_eqx.closed_stdout)."""
 
 from __future__ import annotations
 
 import os
 import signal
 
+from pax_eqx import closed_stdout
 from pax_eqx.sharding.distributed import any_host
 
 
@@ -27,7 +29,13 @@ class StopFlag:
     def __enter__(self):
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._previous[sig] = signal.signal(sig, self._handle)
+        self._forget_stdout = closed_stdout.on_close(self._stdout_closed)
         return self
+
+    def _stdout_closed(self):
+        if not self.requested:
+            os.write(2, b"stdout was closed: finishing the current step, then saving a checkpoint and exiting.\n")
+        self.requested = self.requested or "closed stdout"
 
     def _handle(self, signum, frame):
         name = signal.Signals(signum).name
@@ -42,6 +50,7 @@ class StopFlag:
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        self._forget_stdout()
 
     def agreed(self) -> bool:
         return any_host(bool(self.requested))
