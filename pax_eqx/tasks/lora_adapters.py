@@ -158,7 +158,24 @@ def plan_targets(cfg: LoraConfig, abstract_params: Any) -> dict[str, Target]:
                 )
             stack, num_in = split
             targets[name] = Target(name, tuple(leaves[name].shape), stack, num_in, axes[name])
+    _check_rank(cfg.rank, targets)
     return targets
+
+
+def _check_rank(rank: int, targets: dict[str, Target]) -> None:
+    """A @ B has rank at most min(fan in, fan out): a larger rank only adds parameters (and with
+    alpha / rank, shrinks the update). Refused, naming the narrowest weight."""
+    if not targets:
+        return
+    sides = {n: min(math.prod(t.in_shape), math.prod(t.out_shape)) for n, t in targets.items()}
+    name = min(sides, key=sides.get)
+    if rank > sides[name]:
+        t = targets[name]
+        raise ConfigError(
+            f"lora.rank={rank} is larger than the smaller side of {name} (in {math.prod(t.in_shape)}, out "
+            f"{math.prod(t.out_shape)}): A @ B cannot have a rank above {sides[name]}, so the extra width only adds "
+            f"parameters. Pass --lora.rank {min(8, sides[name])} (at most {sides[name]})."
+        )
 
 
 def init_adapters(targets: dict[str, Target], rank: int, key: PRNGKeyArray) -> dict[str, Adapter]:

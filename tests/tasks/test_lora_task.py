@@ -97,6 +97,7 @@ def test_the_merged_weights_are_w_plus_scaled_a_times_b(run):
     [
         (LORA.replace(targets=(r"stack\.layers\.attention\.w_z",)), r"lora.targets: the pattern .*w_z.* matches no"),
         (LORA.replace(targets=(r"stack\.layers\.ff_norm\.scale",)), r"ff_norm.scale.*is not a matrix"),
+        (LORA.replace(rank=100_000), r"lora\.rank=100000 is larger than the smaller side of .* Pass --lora\.rank"),
     ],
 )
 def test_targets_that_choose_no_matrix_are_refused(lora, match):
