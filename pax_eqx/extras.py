@@ -12,6 +12,7 @@ needs a missing extra stops before it writes anything, with one line naming the 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 
@@ -30,8 +31,20 @@ def require(module: str, extra: str, needed_for: str) -> ModuleType:
     except ImportError as e:
         if e.name is None or module.split(".")[0] != e.name.split(".")[0]:
             raise  # the package is there and failed inside: a real error, with its traceback
-        package = module.split(".")[0]
-        raise MissingExtraError(
-            f"{needed_for} needs {package}, which is not installed: pip install -e '.[{extra}]' "
-            f"(or pip install 'pax_eqx[{extra}]')"
-        ) from None
+        raise MissingExtraError(_line(module, extra, needed_for)) from None
+
+
+def check(module: str, extra: str, needed_for: str) -> None:
+    """The MissingExtraError `require` raises, found without importing `module`: for a check made
+    when the config is validated, long before the package is used (importing scikit-learn or
+    sacrebleu takes seconds that a dry run or a refused flag should not pay)."""
+    if importlib.util.find_spec(module.split(".")[0]) is None:
+        raise MissingExtraError(_line(module, extra, needed_for))
+
+
+def _line(module: str, extra: str, needed_for: str) -> str:
+    package = module.split(".")[0]
+    return (
+        f"{needed_for} needs {package}, which is not installed: pip install -e '.[{extra}]' "
+        f"(or pip install 'pax_eqx[{extra}]')"
+    )

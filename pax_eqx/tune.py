@@ -80,10 +80,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if {"-h", "--help"} & set(argv):
         _parser().print_help()
         return 0
+    from pax_eqx.extras import require
+
+    optuna = require("optuna", "tune", "python -m pax_eqx.tune")  # before anything is read or written
     exp_arg = entry.experiment_named(argv)
     print(f"Loading experiment {exp_arg} ...", flush=True)
-    import optuna
-
     from pax_eqx.command_line import cli
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the tuner prints one line per trial itself
