@@ -56,9 +56,11 @@ def _train(exp, job_dir: str, argv: list[str]) -> int:
     from pax_eqx.job.job_dir import prepare
     from pax_eqx.programs.train.train_loop import train
     from pax_eqx.sharding.distributed import initialize
+    from pax_eqx.summaries.trackers import require_trackers
 
     initialize()
     exp.validate(num_devices=jax.device_count(), num_hosts=jax.process_count())  # the one validation
+    require_trackers(exp.train.trackers)  # a missing extra stops the run before it writes anything
     created = not os.path.exists(job_dir)
     path = prepare(job_dir)
     try:

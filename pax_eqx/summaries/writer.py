@@ -31,18 +31,28 @@ TensorBoard events past the restored step).
 A write that fails (disk full, a read-only or missing directory) raises SummaryWriteError
 naming the file and the OS's reason; the writer is then closed quietly (tensorboardX would
 otherwise retry the failing flush at exit and print a traceback).
+
+Experiment trackers (`train.trackers`: Weights & Biases, MLflow; summaries/trackers.py) get each
+step's scalars too, the same numbers as its metrics.jsonl line less the clocks (`time`,
+`elapsed_s`). The trainer's writer (metrics.jsonl) starts the trackers DIR/config.json names, with
+that config and the command of DIR/command.txt, both written before the writer opens; `trackers=`
+passes others (or none). A tracker that cannot start raises SummaryWriteError with its reason; one
+that fails later is dropped with a warning. `close` finishes their runs; a process that exits
+without closing its writer (a failed run) marks them failed.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, SupportsFloat
 
+from pax_eqx.summaries import trackers as tracking
 from pax_eqx.summaries.scalars import with_loss_alias
 
 SPLITS = ("train", "eval", "eval_separate")
@@ -87,6 +97,9 @@ class SummaryWriter:
     `start_step`: the step a resumed run restarts from. TensorBoard is then told to drop the
     events of earlier runs logged after it (tensorboardX's `purge_step`), so curves do not
     double back where a killed run had logged past its last checkpoint.
+
+    `trackers`: experiment trackers to start and send every scalar to; None = those DIR/config.json
+    names (`train.trackers`) when this writer writes metrics.jsonl (the trainer's), else none.
     """
 
     def __init__(
@@ -96,6 +109,7 @@ class SummaryWriter:
         *,
         start_step: int = 0,
         metrics_file: str = METRICS_FILE,
+        trackers: Sequence[tracking.Tracker] | None = None,
     ):
         self.job_dir = Path(job_dir)
         self.enabled = enabled
@@ -104,6 +118,7 @@ class SummaryWriter:
         self._opened = time.time()  # a row's elapsed_s counts from here (this process's run)
         self._tensorboard: dict[str, Any] = {}
         self._jsonl = None
+        self._trackers: list[tracking.Tracker] = []
         self._closed = False
         if enabled:
             try:
@@ -115,6 +130,22 @@ class SummaryWriter:
             except OSError as e:
                 self._close_quietly()
                 raise SummaryWriteError(f"cannot open {self.metrics_path} for appending ({_reason(e)})") from e
+            self._start_trackers(trackers, metrics_file == METRICS_FILE)
+
+    def _start_trackers(self, trackers: Sequence[tracking.Tracker] | None, trainer: bool) -> None:
+        config, command = tracking.run_record(self.job_dir)
+        if trackers is None:
+            settings = tracking.TrackerSettings.of(config) if trainer else tracking.TrackerSettings()
+            trackers = tracking.make_trackers(self.job_dir, settings)
+        for tracker in trackers:
+            try:
+                tracker.start(config, command)
+            except tracking.TrackerError as e:
+                self._close_quietly()
+                raise SummaryWriteError(str(e)) from e
+            self._trackers.append(tracker)
+        if self._trackers:
+            atexit.register(self._abandon)  # a failed run never closes its writer
 
     def _board(self, split: str):
         """The split's tensorboardX writer, created on first use (an unused split gets no file)."""
@@ -151,6 +182,34 @@ class SummaryWriter:
                 board.add_scalar(name, value, global_step=step)
 
         self._log(step, split, record, add_to_board)
+        for tracker in list(self._trackers):
+            try:
+                tracker.log(step, split, values)
+            except Exception as e:  # noqa: BLE001 -- a dashboard's failure must not stop training
+                self._drop(tracker, f"at step {step}", e)
+
+    def _drop(self, tracker: tracking.Tracker, when: str, error: BaseException) -> None:
+        self._trackers.remove(tracker)
+        tracking.warn_dropped(tracker, when, error)
+        try:
+            tracker.finish("failed")
+        except Exception:  # noqa: BLE001 -- already reported
+            pass
+
+    def _finish_trackers(self, status: str) -> None:
+        """Closes each tracker's run (a failure to: one warning each)."""
+        trackers, self._trackers = self._trackers, []
+        atexit.unregister(self._abandon)
+        for tracker in trackers:
+            try:
+                tracker.finish(status)
+            except Exception as e:  # noqa: BLE001 -- the job dir's records are complete
+                tracking.warn_dropped(tracker, "to finish its run", e)
+
+    def _abandon(self) -> None:
+        """At exit, a writer never closed: its run failed (or was interrupted)."""
+        if not self._closed:
+            self._close_quietly()
 
     def write_text(self, step: int, split: str, name: str, texts: list[str]) -> None:
         """Logs `texts` (decoded samples) at `step`: one metrics.jsonl line `{"step", "split", name:
@@ -207,6 +266,7 @@ class SummaryWriter:
         if error is not None:
             self._close_quietly()
             raise error
+        self._finish_trackers("finished")
         self._tensorboard = {}
         self._jsonl = None
         self._closed = True
@@ -228,6 +288,7 @@ class SummaryWriter:
                 self._jsonl.close()
             except OSError:
                 pass
+        self._finish_trackers("failed")
         self._tensorboard = {}
         self._jsonl = None
         self._closed = True
