@@ -136,14 +136,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     queued = ([first] if first is not None else []) + points  # the experiment's own values first, then the grid
     for point in queued:
         study.enqueue_trial(point, skip_if_exists=True)
-    tuner = Tuner(study, exp_arg, space, base, trainer_args, study_dir, num_trials,
-                  heartbeat_seconds=ns.heartbeat_seconds)  # fmt: skip
     searched = ", ".join(f"{p}={d}" for p, d in space.params.items())
     print(
         f"Study {study.study_name!r} in {study_dir}: {num_trials} trials of {exp_arg}, {ns.num_workers} at a "
         f"time, {space.direction} {space.metric} over {searched}",
         flush=True,
     )
+    from pax_eqx.tuning.trial_lines import TrialLines
+
+    lines = TrialLines(space.metric)  # each running trial's step, loss and eval, on a line of its own
+    tuner = Tuner(study, exp_arg, space, base, trainer_args, study_dir, num_trials,
+                  heartbeat_seconds=ns.heartbeat_seconds, log=lines.log, lines=lines)  # fmt: skip
 
     # SIGINT and SIGTERM stop the study (the trainers save first; a second SIGINT stops at once).
     # Set explicitly: a shell that starts the tuner in the background makes it ignore SIGINT.
@@ -158,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         tuner.run(ns.num_workers)
     finally:
+        lines.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if tuner.interrupted:

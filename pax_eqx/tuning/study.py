@@ -45,6 +45,7 @@ from pax_eqx.config import ConfigError
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.tuning import check
 from pax_eqx.tuning.space import Choice, Scalar, SearchSpace
+from pax_eqx.tuning.trial_lines import TrialLines
 from pax_eqx.tuning.trial_run import MetricNotFoundError, Outcome, run_trial
 
 STORAGE_FILE = "study.db"
@@ -217,7 +218,8 @@ class Tuner:
     """Runs the study's trials in `num_workers` threads, each a trainer process at a time.
 
     exp_arg: the `--exp` a trial's trainer gets (a name, alias, dotted path or config.json);
-    base: that experiment with the space's overrides and `trainer_args` applied."""
+    base: that experiment with the space's overrides and `trainer_args` applied. lines: where each
+    running trial's progress line goes (None: nowhere); `log` prints the tuner's own lines."""
 
     def __init__(
         self,
@@ -231,12 +233,14 @@ class Tuner:
         *,
         heartbeat_seconds: int,
         log: Callable[[str], None] = print,
+        lines: TrialLines | None = None,
     ):
         self.study, self.exp_arg, self.space, self.base = study, exp_arg, space, base
         self.trainer_args = list(trainer_args)
         self.study_dir, self.num_trials = study_dir, num_trials
         self.heartbeat_seconds = heartbeat_seconds
         self.log = log
+        self.lines = lines
         self.stop = threading.Event()
         self.interrupted = ""  # why `interrupt` stopped the study
         self.fatal: BaseException | None = None
@@ -357,14 +361,20 @@ class Tuner:
         def started(pid: int) -> None:
             trial.set_user_attr("worker", {"host": HOST, "pid": os.getpid(), "trainer_pid": pid})
 
+        def watch(record: dict) -> None:
+            if self.lines is not None:
+                self.lines.record(trial.number, record)
+
+        shown = self.lines.running(trial.number, exp.train.num_steps) if self.lines else contextlib.nullcontext()
         start = time.time()
         try:
-            outcome = run_trial(
-                command, job_dir, metric=self.space.metric, num_steps=exp.train.num_steps,
-                stops_early=bool(exp.train.early_stopping.metric), report=report, stopping=self.stop.is_set,
-                heartbeat=lambda: self.study._storage.record_heartbeat(trial._trial_id),
-                heartbeat_seconds=self.heartbeat_seconds, started=started,
-            )  # fmt: skip
+            with shown:  # its line goes before the line that says how it ended
+                outcome = run_trial(
+                    command, job_dir, metric=self.space.metric, num_steps=exp.train.num_steps,
+                    stops_early=bool(exp.train.early_stopping.metric), report=report, stopping=self.stop.is_set,
+                    heartbeat=lambda: self.study._storage.record_heartbeat(trial._trial_id),
+                    heartbeat_seconds=self.heartbeat_seconds, started=started, watch=watch,
+                )  # fmt: skip
         except MetricNotFoundError as e:
             self._finish(trial, values, Outcome("failed", None, 0, str(e)), time.time() - start)
             raise

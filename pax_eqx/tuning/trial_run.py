@@ -1,7 +1,8 @@
 """One trial: `python -m pax_eqx.train` in its job dir, watched through its metrics.jsonl.
 
 The trainer is a child process writing its output to DIR/trial.log. While it runs, the eval
-lines it appends to DIR/metrics.jsonl are handed to `report(step, value)`; when `report` says
+lines it appends to DIR/metrics.jsonl are handed to `report(step, value)`, and every line (train
+and eval) to `watch` (the tuner's line for the trial: trial_lines.py); when `report` says
 prune, the trainer is sent SIGTERM, which makes it save a checkpoint and exit 0 (pruned trials
 keep a resumable job dir). It stops at its next host sync: steps are dispatched ahead of the
 device, up to the next `train.summary_interval_steps` (the tuner's table says where it stopped).
@@ -59,12 +60,14 @@ class Outcome:
 
 class EvalLines:
     """The eval lines appended to a metrics.jsonl since the last call (a torn line from a killed
-    writer is skipped; a line still being written waits for its newline)."""
+    writer is skipped; a line still being written waits for its newline); `watch` sees every
+    line read, train lines too."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, watch: Callable[[dict], None] = lambda record: None):
         self.path = path
         self.offset = 0
         self.last_step = 0
+        self.watch = watch
 
     def new(self) -> list[dict]:
         try:
@@ -83,6 +86,7 @@ class EvalLines:
                 continue
             if isinstance(record, dict) and isinstance(record.get("step"), int):
                 self.last_step = max(self.last_step, record["step"])
+                self.watch(record)
                 if record.get("split") == "eval":
                     records.append(record)
         return records
@@ -110,16 +114,18 @@ def run_trial(
     heartbeat: Callable[[], None] = lambda: None,
     heartbeat_seconds: float = 30.0,
     started: Callable[[int], None] = lambda pid: None,
+    watch: Callable[[dict], None] = lambda record: None,
 ) -> Outcome:
     """Runs `command` (a trainer writing into `job_dir`) to its end and says how it ended.
 
     report(step, value): each new eval value of `metric`; True prunes the trial. stops_early:
     the run has train.early_stopping, so ending before num_steps with exit 0 is a completion.
-    started(pid): called with the trainer's pid once it runs. MetricNotFoundError when the
+    started(pid): called with the trainer's pid once it runs. watch(record): every metrics.jsonl
+    line the trainer writes, as it is read (every POLL_SECONDS). MetricNotFoundError when the
     trainer refuses `metric` at start (it gets it in WATCHED_METRIC_ENV), or, after stopping the
     trainer, when an eval line lacks it."""
     job_dir.mkdir(parents=True, exist_ok=True)
-    lines = EvalLines(job_dir / "metrics.jsonl")
+    lines = EvalLines(job_dir / "metrics.jsonl", watch)
     last: tuple[int, float] | None = None
     pruned_at: int | None = None
     pruned_value: float | None = None
