@@ -22,12 +22,12 @@ import shutil
 import sys
 import textwrap
 from collections.abc import Iterable
-from typing import TextIO
+from typing import Any
 
 FALLBACK = 80
 
 
-def columns(stream: TextIO | None = None) -> int:
+def columns(stream: Any = None) -> int:
     """The width to lay text out for: $COLUMNS when set, else the width of the terminal `stream`
     is (stdout by default), else 80."""
     given = os.environ.get("COLUMNS", "")
@@ -41,7 +41,7 @@ def columns(stream: TextIO | None = None) -> int:
         return FALLBACK
 
 
-def is_terminal(stream: TextIO) -> bool:
+def is_terminal(stream: Any) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):  # closed, or an object without isatty
@@ -91,7 +91,7 @@ def fill_groups(groups: Iterable[str], width: int, first: str, indent: str, end:
     return lines
 
 
-def message_lines(prefix: str, message: str, stream: TextIO) -> str:
+def message_lines(prefix: str, message: str, stream: Any) -> str:
     """`prefix` + `message` ("error: ..."), broken at the width of the terminal `stream` is, each
     line after the first indented under the message; as it is when `stream` is not a terminal."""
     if not is_terminal(stream):
@@ -101,7 +101,7 @@ def message_lines(prefix: str, message: str, stream: TextIO) -> str:
     return "\n".join(fill(line, width, indent, first=prefix if i == 0 else indent) for i, line in enumerate(paragraphs))
 
 
-def print_message(prefix: str, message: str, stream: TextIO | None = None) -> None:
+def print_message(prefix: str, message: str, stream: Any = None) -> None:
     """Prints `message_lines` to `stream` (stderr by default)."""
     stream = sys.stderr if stream is None else stream
     print(message_lines(prefix, message, stream), file=stream)
