@@ -35,8 +35,9 @@ WIDTH = 80
 @dataclasses.dataclass
 class TrialState:
     """What the tuner knows of one running trial: `started` is time.monotonic() at its start;
-    step / loss / steps_per_s from its newest train line; eval (step, value) its newest eval of
-    the study's metric."""
+    step / loss from its newest train line; steps_per_s its trainer's pace since its first train
+    line, evals and checkpoints included; eval (step, value) its newest eval of the study's
+    metric."""
 
     number: int
     total_steps: int
@@ -47,6 +48,22 @@ class TrialState:
     eval: tuple[int, float] | None = None
     news: bool = True  # changed since its last printed line
     printed: float = 0.0  # time.monotonic() of its last printed line (piped)
+    first: tuple[int, float] | None = None  # (step, elapsed_s) of the trainer process's first train line
+
+    def train_line(self, record: dict) -> None:
+        """Takes a metrics.jsonl train line. The pace is the trainer's own clock (each line's
+        elapsed_s): a resumed trial's older lines, read all at once, keep their own pace, and a
+        new trainer process (elapsed_s going back) starts a new count, its compile excluded."""
+        self.step = record["step"]
+        loss = record.get("loss", record.get("total_loss"))
+        self.loss = None if loss is None else float(loss)
+        elapsed = record.get("elapsed_s")
+        if not isinstance(elapsed, (int, float)):
+            return
+        if self.first is None or elapsed < self.first[1]:
+            self.first, self.steps_per_s = (self.step, elapsed), None
+        elif self.step > self.first[0] and elapsed > self.first[1]:
+            self.steps_per_s = (self.step - self.first[0]) / (elapsed - self.first[1])
 
 
 def trial_line(state: TrialState, metric: str, now: float) -> str:
@@ -111,10 +128,7 @@ class TrialLines:
             if record.get("split") == "eval" and self.metric in record:
                 state.eval = (record["step"], float(record[self.metric]))
             elif record.get("split") == "train":
-                state.step = record["step"]
-                loss = record.get("loss", record.get("total_loss"))
-                state.loss = None if loss is None else float(loss)
-                state.steps_per_s = record.get("steps_per_s")
+                state.train_line(record)
             state.news = True
 
     def log(self, line: str) -> None:

@@ -35,6 +35,21 @@ def test_a_long_trial_line_drops_its_eta_then_its_eval_to_fit_80_columns():
     )
 
 
+def test_the_pace_is_the_trainers_own_clock_from_its_first_train_line():
+    """Compile excluded; a resumed trial's older lines (read at once) keep their pace, and the
+    new trainer process (its elapsed_s back near 0) starts a new count."""
+    state = TrialState(0, 100, started=0.0)
+    state.train_line({"step": 10, "split": "train", "loss": 3.0, "elapsed_s": 30.0})  # 30 s of compile
+    assert state.steps_per_s is None
+    state.train_line({"step": 20, "split": "train", "loss": 2.9, "elapsed_s": 35.0})
+    assert state.steps_per_s == 2.0
+    state.train_line({"step": 30, "split": "train", "loss": 2.8, "elapsed_s": 4.0})  # resumed: a new process
+    assert state.steps_per_s is None and state.step == 30
+    state.train_line({"step": 40, "split": "train", "loss": 2.7, "elapsed_s": 24.0})
+    assert state.steps_per_s == 0.5
+    assert trial_line(state, "loss", now=60.0) == "trial 0: step 40/100 loss 2.7, 1m00s, ETA 2m00s"
+
+
 def test_piped_a_trial_prints_its_news_at_most_every_few_seconds_and_a_heartbeat_when_quiet():
     stream = io.StringIO()
     lines = TrialLines("loss", stream, every=1000.0, quiet=3000.0)  # its own thread never comes due here
@@ -43,7 +58,8 @@ def test_piped_a_trial_prints_its_news_at_most_every_few_seconds_and_a_heartbeat
         start = state.started
         assert lines.due(start + 500.0) == []  # not yet `every` seconds
         assert lines.due(start + 1000.0) == ["trial 7: starting, 16m40s"]  # news: the trial started
-        lines.record(7, {"step": 2, "split": "train", "loss": 4.5, "steps_per_s": 0.01})
+        lines.record(7, {"step": 1, "split": "train", "loss": 4.75, "elapsed_s": 100.0})
+        lines.record(7, {"step": 2, "split": "train", "loss": 4.5, "elapsed_s": 200.0})  # 100 s a step
         lines.record(7, {"step": 2, "split": "eval", "loss": 4.25})
         lines.record(7, {"step": 2, "split": "eval", "accuracy": 0.5})  # not the study's metric
         assert lines.due(start + 1500.0) == []  # news, but only 500 s after its last line
@@ -82,7 +98,8 @@ def test_on_a_terminal_the_lines_are_redrawn_below_the_tuners_own():
     stream = _Terminal()
     lines = TrialLines("loss", stream)
     with lines.running(2, 300):
-        lines.record(2, {"step": 120, "split": "train", "loss": 2.0, "steps_per_s": 10.0})
+        lines.record(2, {"step": 100, "split": "train", "loss": 2.5, "elapsed_s": 10.0})
+        lines.record(2, {"step": 120, "split": "train", "loss": 2.0, "elapsed_s": 12.0})
         lines._live.refresh()
         lines.log("trial 1 complete: loss 1.9 at step 300")
         lines._live.refresh()
