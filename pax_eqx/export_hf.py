@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pax_eqx.command_line import entry
+from pax_eqx.number_flags import number
 
 DESCRIPTION = (
     "Export a job dir that import_hf started (fine-tuned or not) to a Hugging Face directory: config.json, "
@@ -36,8 +37,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--job-log-dir", "--job_log_dir", dest="job_log_dir", required=True, metavar="DIR")
     parser.add_argument("--out", required=True, metavar="OUT", help="the directory to write (new or empty)")
     parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16", "float16"))
-    parser.add_argument("--step", type=int, default=None, help="the checkpoint step (default: the newest)")
-    parser.add_argument("--max-shard-gb", type=float, default=5.0, help="the largest safetensors file, in GiB")
+    parser.add_argument(
+        "--step", type=number(int, ge=0), default=None, help="the checkpoint step (default: the newest)"
+    )
+    parser.add_argument(
+        "--max-shard-gb", type=number(float, gt=0), default=5.0, help="the largest safetensors file, in GiB"
+    )
     parser.add_argument(
         "--adapters-only", action="store_true",
         help="a LoRA run: write its adapters alone in PEFT's layout (default: the base with the adapters merged)",

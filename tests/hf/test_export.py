@@ -63,6 +63,17 @@ def test_export_refusals_name_the_problem(qwen_job, tmp_path):
         export_hf.export(qwen_job, busy / "x")
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "five"])
+def test_a_shard_size_that_cannot_work_is_one_line(value, tmp_path, capsys):
+    """`--max-shard-gb nan` was a traceback; 0 was accepted (one tensor per file, any size)."""
+    with pytest.raises(SystemExit) as info:
+        export_hf.main(["--job-log-dir", str(tmp_path / "job"), "--out", str(tmp_path / "o"), "--max-shard-gb", value])
+    assert info.value.code == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: argument --max-shard-gb: expected a finite number > 0, got") and value in line
+    assert not (tmp_path / "o").exists()
+
+
 def test_transformers_loads_the_export(qwen_job, tmp_path):
     """Optional: runs where transformers and torch are importable (never a test dependency)."""
     transformers = pytest.importorskip("transformers")

@@ -36,8 +36,14 @@ def run_main(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def command_after(label: str, out: str) -> list[str]:
-    line = next(row for row in out.splitlines() if row.startswith(label))
+    """The command printed after `label`, its lines (continued with ` \\` to fit the terminal) joined."""
+    line = next(row for row in out.replace(" \\\n", " ").splitlines() if row.startswith(label))
     return shlex.split(line[len(label) :])[3:]  # drop `python -m pax_eqx.train`
+
+
+def flat(out: str) -> str:
+    """`out` with its lines (broken at spaces to fit the terminal) joined: one space between words."""
+    return " ".join(out.replace(" \\\n", " ").split())
 
 
 def test_gpt3_xl_on_8_h100s_ranks_five_and_its_winner_fits_by_its_own_dry_run(capsys):
@@ -49,13 +55,13 @@ def test_gpt3_xl_on_8_h100s_ranks_five_and_its_winner_fits_by_its_own_dry_run(ca
     assert seconds == sorted(seconds)
     assert all(float(r[5]) <= 80 for r in rows)
     assert "Rejected:" in out
-    assert ("remat none: its activations are under-counted" in out) == any(r[2] == "none" for r in rows)
+    assert ("remat none: its activations are under-counted" in flat(out)) == any(r[2] == "none" for r in rows)
     # The printed dry run of the winner: the same memory, and it fits.
     code, plan_out, _ = run_main(capsys, *command_after("Its dry run:", out))
     assert code == 0 and "Verdict: fits in 80 GiB per device." in plan_out
     total = float(re.search(r"total\s+([\d.]+) GiB", plan_out).group(1))
     assert total == pytest.approx(float(rows[0][5]), abs=0.06)
-    assert "--job-log-dir runs/gpt3_xl --mesh.ici-mesh-shape" in out
+    assert "--job-log-dir runs/gpt3_xl --mesh.ici-mesh-shape" in flat(out)
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,7 +83,7 @@ def test_175b_on_1024_chips_of_80_gib(capsys):
     assert argv in readme
     code, out, err = run_main(capsys, *argv)
     assert code == 0, err
-    assert "128 hosts of 8" in out and len(ROWS.findall(out)) == 5
+    assert "128 hosts of 8" in flat(out) and len(ROWS.findall(out)) == 5
     dry = command_after("Its dry run:", out)
     assert dry[:4] == ["--exp", "c4_gpt3_175b", "--data.train.batch-size", "1536"]
     assert readme[readme.index(argv) + 1] == dry, "README.md: the command after the --recommend is its winner's dry run"
@@ -162,6 +168,8 @@ def test_flags_that_need_each_other(capsys, argv, message):
                  "(data x fsdp x stage: at least 3 ways); use a multiple of 3"),
         (12, {}, "--dry-run-devices 12 is not a whole number of hosts of 8 devices"),
         (16, {"ici_size": 3}, "--dry-run-ici-size 3 does not divide --dry-run-devices 16"),
+        # a billion devices: refused from their divisors (found up to sqrt(n)), not from a scan of 1..n (minutes)
+        (10**9, {}, "no layout of 1000000000 devices (8 per ICI domain) splits data.train.batch_size=16"),
     ],
 )  # fmt: skip
 def test_devices_that_nothing_divides_are_refused_with_the_fix(devices, extra, message):
@@ -188,9 +196,17 @@ def test_a_tpu_is_planned_with_xla_attention(capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--dry-run-devices", "0"], "error: --dry-run-devices 0 is out of range: it must be > 0."),
+        (["--dry-run-devices", "0"], "error: --dry-run-devices 0 is out of range: it must be a finite number > 0."),
         (["--dry-run-devices", "8", "--dry-run-device-memory-gb", "0"],
-         "error: --dry-run-device-memory-gb 0 is out of range: it must be > 0."),
+         "error: --dry-run-device-memory-gb 0 is out of range: it must be a finite number > 0."),
+        (["--dry-run-devices", "8", "--dry-run-device-memory-gb", "nan"],
+         "error: --dry-run-device-memory-gb nan is out of range: it must be a finite number > 0."),
+        (["--dry-run-devices", "8", "--dry-run-device-memory-gb", "inf"],
+         "error: --dry-run-device-memory-gb inf is out of range: it must be a finite number > 0."),
+        (["--dry-run-devices", "8", "--dry-run-devices-per-host", "0"],
+         "error: --dry-run-devices-per-host 0 is out of range: it must be a finite number > 0."),
+        (["--dry-run-devices", "8", "--dry-run-ici-size", "-1"],
+         "error: --dry-run-ici-size -1 is out of range: it must be a finite number > 0."),
         (["--dry-run-devices", "8", "--dry-run-device-kind", "v100"],
          "error: argument --dry-run-device-kind: invalid choice: 'v100' (choose from 'a100', 'h100', 'tpu_v4', "
          "'tpu_v5e', 'tpu_v5p'); see python -m pax_eqx.train --help."),

@@ -15,6 +15,7 @@ dispatches. Nothing here loads JAX: a run prints its first line before that.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -74,12 +75,14 @@ PLAN_FLAGS: tuple[PlanFlag, ...] = (
         dict(detail=True, type=int, default=None, metavar="K",
              help="with --recommend: devices per host (default: the kind's)"),
         recommend_only=True,
+        positive=True,
     ),
     PlanFlag(
         "--dry-run-ici-size",
         dict(detail=True, type=int, default=None, metavar="D",
              help="with --recommend: devices on the fast interconnect (default: a GPU host, a TPU slice)"),
         recommend_only=True,
+        positive=True,
     ),
 )  # fmt: skip
 
@@ -108,8 +111,8 @@ class PlanRequest:
         request = cls(**{f.dest: getattr(namespace, f.dest) for f in PLAN_FLAGS})
         for f in PLAN_FLAGS:
             value = getattr(request, f.dest)
-            if f.positive and value is not None and value <= 0:
-                raise ConfigError(f"{f.flag} {value:g} is out of range: it must be > 0.")
+            if f.positive and value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{f.flag} {value:g} is out of range: it must be a finite number > 0.")
         given = [f.flag for f in PLAN_FLAGS if f.recommend_only and getattr(request, f.dest) is not None]
         if given and not request.recommend:
             raise ConfigError(f"{given[0]} is read only by --recommend: add --dry-run --recommend, or drop it.")

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +54,7 @@ from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.models.lm_plan import flash_attention
 from pax_eqx.programs.plan.dry_run import MemoryModel, _group_name, as_run_on
+from pax_eqx.programs.plan.text_width import command_lines, terminal_width, unbroken, wrap
 from pax_eqx.sharding.device_kinds import DEVICE_KINDS, DeviceKind
 from pax_eqx.sharding.mesh import AXES
 from pax_eqx.sharding.rules import parse_rules
@@ -163,8 +163,12 @@ def recommend(
     devices_per_host: int | None = None,
     ici_size: int | None = None,
     base_argv: list[str] | None = None,
+    width: int | None = None,
 ) -> Recommendation:
-    """The ranked table (text), the winner and the flags that select it."""
+    """The ranked table (text), the winner and the flags that select it. width: the columns the
+    text fits (`_table` abbreviates and drops columns to fit, prose and commands are broken at
+    spaces), the terminal's by default."""
+    width = terminal_width() if width is None else width
     kind = DEVICE_KINDS[kind_name]
     memory_gb = kind.memory_gib if device_memory_gb is None else device_memory_gb
     other_kind = exp.mesh.device_kind != kind_name  # the commands printed say what the layouts are for
@@ -220,53 +224,53 @@ def recommend(
         f"{_count(num_devices // ici, 'ICI domain')} of {ici} over DCN), {memory_gb:.4g} GiB each, "
         f"global batch {batch} x {exp.data.seq_len}"
     )
-    lines = [header, f"Searched {len(candidates):,} settings over {len(layouts)} layouts; {len(fit):,} fit."]
+    prose = [header, f"Searched {len(candidates):,} settings over {len(layouts)} layouts; {len(fit):,} fit."]
     if exp.train.fprop_dtype != "bfloat16":
-        lines.append(
+        prose.append(
             f"Note: the experiment computes in {exp.train.fprop_dtype}; times are priced at the bf16 peak "
             "(--train.fprop-dtype bfloat16 runs at it)."
         )
+    lines = [line for text in prose for line in wrap(text, width, "  ")]
     if not fit:
         least = min(candidates, key=lambda c: c.memory)
-        lines.append(
-            f"Nothing fits {memory_gb:.4g} GiB: the least memory is {_size(least.memory)} "
-            f"({_describe(least)}); use more devices, devices with more memory, or a smaller batch."
-        )
+        lines += wrap(
+            f"Nothing fits {memory_gb:.4g} GiB: the least memory is {unbroken(_size(least.memory))} "
+            f"({_describe(least)}); use more devices, devices with more memory, or a smaller batch.",
+            width, "  ",
+        )  # fmt: skip
         return Recommendation("\n".join(lines), None, [])
-    lines.append(
-        f"  {'#':>2} {('stage ' if stages > 1 else '') + 'data fsdp tensor':<24} {'remat':<36} {'micro':>5} "
-        f"{'chunk':>5}{' pipe-mb' if stages > 1 else ''} {'memory':>9} {'step':>9} {'MFU':>6}  most time in"
-    )
-    for i, c in enumerate(fit[:TOP], 1):
-        pipe = f" {c.pipeline_microbatches:>7}" if stages > 1 else ""
-        lines.append(
-            f"  {i:>2} {_mesh_label(c.layout):<24} {c.remat:<36} {c.microbatches:>5} {c.loss_chunk:>5}{pipe} "
-            f"{_size(c.memory):>9} {_seconds(c.time.total):>9} {c.mfu:>6.1%}  {c.time.largest_cost()}"
-        )
-    lines.append(f"  (mesh sizes inside an ICI domain x across the DCN; {_count(len(layouts), 'layout')} searched)")
+    lines += _table(fit[:TOP], stages, len(layouts), width)
     if any(c.remat == "none" for c in fit[:TOP]):
-        lines.append(
+        lines += wrap(
             "  remat none: its activations are under-counted (gpt3_xl at batch 8: 65.6 GiB planned, out of memory "
-            "on an 80 GiB H100; docs/performance.md): try such a row before relying on it."
-        )
-    lines.append(_why_others_lose(fit[0], fit[:TOP], candidates, memory_gb))
+            "on an 80 GiB H100; docs/performance.md): try such a row before relying on it.",
+            width, "    ",
+        )  # fmt: skip
+    lines += wrap(_why_others_lose(fit[0], fit[:TOP], candidates, memory_gb), width, "  ")
     best = fit[0]
     flags = _flags(exp, best) + (["--model.block.attention.implementation", "xla"] if xla_attention else [])
     flags += ["--mesh.device-kind", kind_name] if other_kind else []
     base = _strip(base_argv or ["--exp", exp.name])
-    train = shlex.join(["python", "-m", "pax_eqx.train", *base, "--job-log-dir", f"runs/{exp.name}", *flags])
-    check = shlex.join(["python", "-m", "pax_eqx.train", *base, *flags, "--dry-run",
-                        "--dry-run-device-memory-gb", f"{memory_gb:g}"])  # fmt: skip
-    lines += [f"Train the best: {train}", f"Its dry run:    {check}"]
+    train = ["python", "-m", "pax_eqx.train", *base, "--job-log-dir", f"runs/{exp.name}", *flags]
+    check = ["python", "-m", "pax_eqx.train", *base, *flags, "--dry-run",
+             "--dry-run-device-memory-gb", f"{memory_gb:g}"]  # fmt: skip
+    lines += command_lines("Train the best: ", train, width) + command_lines("Its dry run:    ", check, width)
     return Recommendation("\n".join(lines), best, flags)
 
 
 # Search ---------------------------------------------------------------------------------------
+def _divisors(n: int) -> list[int]:
+    """n's divisors, ascending, by trial division up to sqrt(n): a billion devices take
+    milliseconds (a scan of 1..n took minutes before refusing them)."""
+    small = [f for f in range(1, math.isqrt(n) + 1) if n % f == 0]
+    return small + [n // f for f in reversed(small) if f * f != n]
+
+
 def _factorisations(n: int, parts: int) -> list[tuple[int, ...]]:
     """Every ordered tuple of `parts` positive ints whose product is n."""
     if parts == 1:
         return [(n,)]
-    return [(f, *rest) for f in range(1, n + 1) if n % f == 0 for rest in _factorisations(n // f, parts - 1)]
+    return [(f, *rest) for f in _divisors(n) for rest in _factorisations(n // f, parts - 1)]
 
 
 def _layouts(num_devices: int, ici: int, stages: int) -> list[Layout]:
@@ -398,6 +402,78 @@ def step_time(exp: ExperimentConfig, layout: Layout, kind: DeviceKind, sizes: Mo
 
 
 # Text -----------------------------------------------------------------------------------------
+# Under the terminal's width, the table shortens in this order until it fits: the remat policies'
+# names (a legend under the table says them whole), the causes of the step time, the mesh column's
+# header (the line under the table names its axes), one space between columns, no cause column.
+_REMAT_SHORT = {
+    "none": "none",
+    "everything_saveable": "everything",
+    "dots_saveable": "dots",
+    "dots_with_no_batch_dims_saveable": "dots_nb",
+    "dots_with_no_batch_dims_and_context": "dots_nb_ctx",
+    "save_context_and_out_proj": "ctx_out",
+    "save_qkv_context_and_out_proj": "qkv_ctx_out",
+    "full": "full",
+}
+_COST_SHORT = {
+    "matmuls": "matmuls",
+    "HBM traffic": "HBM",
+    "tensor all-reduces": "tensor",
+    "stage sends": "stage",
+    "fsdp/data collectives": "fsdp/data",
+}
+_SHORTENINGS = ("remat", "cost", "mesh", "gap", "no cost")
+
+
+def _table(rows: list[Candidate], stages: int, searched: int, width: int) -> list[str]:
+    """The ranked rows, with their header and the lines that explain them, in `width` columns:
+    each shortening of `_SHORTENINGS` in turn until the table fits."""
+    axes = ("stage " if stages > 1 else "") + "data fsdp tensor"
+    for n in range(len(_SHORTENINGS) + 1):
+        short = set(_SHORTENINGS[:n])
+        table = _table_lines(rows, stages, axes, short)
+        if max(map(len, table)) <= width:
+            break
+    mesh = f"mesh: {axes} sizes" if "mesh" in short else "mesh sizes"
+    notes = [f"  ({mesh} inside an ICI domain x across the DCN; {_count(searched, 'layout')} searched)"]
+    legends = [("remat", "remat", _REMAT_SHORT, sorted({c.remat for c in rows}))]
+    if "no cost" not in short:
+        legends.append(("cost", "most time in", _COST_SHORT, sorted({c.time.largest_cost() for c in rows})))
+    for step, label, names, shown in legends:
+        said = [f"{names[name]} = {name}" for name in shown if names[name] != name]
+        if step in short and said:
+            notes.append(f"  ({label}: {', '.join(said)})")
+    return table + [line for note in notes for line in wrap(note, width, "   ")]
+
+
+def _table_lines(rows: list[Candidate], stages: int, axes: str, short: set[str]) -> list[str]:
+    """The header and the rows, each column as wide as its widest cell."""
+    remat = (lambda r: _REMAT_SHORT.get(r, r)) if "remat" in short else (lambda r: r)
+    cost = (lambda k: _COST_SHORT[k]) if "cost" in short else (lambda k: k)
+    columns: list[tuple[str, str, list[str]]] = [  # (header, alignment, cells)
+        ("#", ">", [str(i) for i in range(1, len(rows) + 1)]),
+        ("mesh" if "mesh" in short else axes, "<", [_mesh_label(c.layout) for c in rows]),
+        ("remat", "<", [remat(c.remat) for c in rows]),
+        ("micro", ">", [str(c.microbatches) for c in rows]),
+        ("chunk", ">", [str(c.loss_chunk) for c in rows]),
+        *([("pipe-mb", ">", [str(c.pipeline_microbatches) for c in rows])] if stages > 1 else []),
+        ("memory", ">", [_size(c.memory) for c in rows]),
+        ("step", ">", [_seconds(c.time.total) for c in rows]),
+        ("MFU", ">", [f"{c.mfu:.1%}" for c in rows]),
+        *([] if "no cost" in short else [("most time in", "<", [cost(c.time.largest_cost()) for c in rows])]),
+    ]
+    gap = " " if "gap" in short else "  "
+    sizes = [max(len(header), *map(len, cells)) for header, _, cells in columns]
+
+    def line(cells: list[str]) -> str:
+        padded = [f"{cell:{align}{size}}" for cell, (_, align, _), size in zip(cells, columns, sizes)]
+        return ("  " + gap.join(padded)).rstrip()
+
+    return [line([header for header, _, _ in columns])] + [
+        line([cells[i] for _, _, cells in columns]) for i in range(len(rows))
+    ]
+
+
 def _mesh_label(layout: Layout) -> str:
     """`data fsdp tensor` sizes (with `stage` first when it pipelines), ICI x DCN."""
     return layout.text()
@@ -409,7 +485,7 @@ def _count(n: int, noun: str) -> str:
 
 def _describe(c: Candidate) -> str:
     micro = f"{c.microbatches} microbatch{'' if c.microbatches == 1 else 'es'}"
-    return f"mesh {_mesh_label(c.layout)}, remat {c.remat}, {micro}, loss chunk {c.loss_chunk}"
+    return f"mesh {unbroken(_mesh_label(c.layout))}, remat {c.remat}, {micro}, loss chunk {c.loss_chunk}"
 
 
 def _seconds(s: float) -> str:
@@ -430,7 +506,7 @@ def _why_others_lose(best: Candidate, shown: list[Candidate], candidates: list[C
         top = faster[0]
         said.append(
             f"{len(faster):,} faster settings do not fit {memory_gb:.4g} GiB (the fastest, {_describe(top)}, "
-            f"{_seconds(top.time.total)}, needs {_size(top.memory)})"
+            f"{unbroken(_seconds(top.time.total))}, needs {unbroken(_size(top.memory))})"
         )
     meshes = {c.layout for c in shown}
     fits = [c for c in candidates if c.memory <= memory_gb * GIB and c.layout not in meshes]
@@ -439,13 +515,12 @@ def _why_others_lose(best: Candidate, shown: list[Candidate], candidates: list[C
         mine, theirs = best.time.parts(), other.time.parts()
         cause = max(theirs, key=lambda k: theirs[k] - mine[k])
         loses = (
-            f"+{_seconds(theirs[cause] - mine[cause])} of {cause}"
+            f"+{unbroken(_seconds(theirs[cause] - mine[cause]))} of {cause}"
             if other.time.total > best.time.total * (1 + 1e-6)
-            else f"as fast, but {_size(other.memory)}"
+            else f"as fast, but {unbroken(_size(other.memory))}"
         )
-        said.append(
-            f"the best mesh not shown, {_mesh_label(other.layout)}, takes {_seconds(other.time.total)}: {loses}"
-        )
+        mesh, step = unbroken(_mesh_label(other.layout)), unbroken(_seconds(other.time.total))
+        said.append(f"the best mesh not shown, {mesh}, takes {step}: {loses}")
     return "Rejected: " + ("; ".join(said) if said else "nothing else was searched") + "."
 
 
