@@ -28,9 +28,13 @@ def clock(monkeypatch):
 
 
 def test_non_terminal_prints_one_plain_timestamped_line_per_update(clock):
-    stream = io.StringIO()
-    progress = Progress(total_steps=200, start_step=100, stream=stream)
-    clock[0] += 10.0
+    """Loss, tokens/s, elapsed time and ETA, the ETA from the steps after the first call seen
+    finished (the compile before it not counted); `record` (DIR/train.log) gets the same lines."""
+    stream, recorded = io.StringIO(), []
+    progress = Progress(total_steps=200, start_step=100, stream=stream, record=recorded.append)
+    clock[0] += 5.0  # the compile and the first call
+    progress.completed(110, None)
+    clock[0] += 8.0  # 40 steps in 8 s: 0.2 s a step, 50 to go
     progress.update(150, {"total_loss": 1.23456, "tokens_per_s": 12345.6})
     clock[0] += 10.0
     progress.update(200, {"total_loss": 1.0})
@@ -38,10 +42,20 @@ def test_non_terminal_prints_one_plain_timestamped_line_per_update(clock):
     lines = stream.getvalue().splitlines()
     assert all(re.match(r"\[\d\d:\d\d:\d\d\] ", line) for line in lines)
     assert [line[11:] for line in lines] == [
-        "step 150/200 (75%) loss 1.2346 12,346 tok/s ETA 10s",  # 50 steps in 10 s, 50 to go
-        "step 200/200 (100%) loss 1.0000",
+        "step 150/200 (75%) loss 1.2346 12,346 tok/s 13s elapsed ETA 10s",
+        "step 200/200 (100%) loss 1.0000 23s elapsed",
     ]
+    assert recorded == lines
     assert "\r" not in stream.getvalue() and "\x1b" not in stream.getvalue()
+
+
+def test_a_terminal_records_the_plain_lines_too(clock, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    recorded: list[str] = []
+    progress = Progress(total_steps=10, stream=FakeTerminal(), record=recorded.append)
+    progress.update(5, {"total_loss": 1.0})
+    progress.close()
+    assert [line[11:] for line in recorded] == ["step  5/10 (50%) loss 1.0000 0s elapsed"]
 
 
 def test_non_terminal_can_be_fully_silent():
@@ -66,13 +80,14 @@ def test_a_pipe_is_not_a_terminal():
 @pytest.mark.parametrize("columns", [80, 200])
 def test_a_terminal_shows_one_line_redrawn_in_place_within_its_width(clock, columns, monkeypatch):
     """What a person sees, rendered by a terminal emulator: one bar line, however many updates,
-    never wider than the terminal; lines printed meanwhile stand above it."""
+    never wider than the terminal, with the loss of the step it shows, tokens/s, elapsed time and
+    ETA; lines printed meanwhile stand above it."""
     monkeypatch.setenv("COLUMNS", str(columns))
     stream = FakeTerminal()
     progress = Progress(total_steps=2000, stream=stream)
     for step in (200, 600, 1200):
         clock[0] += 10.0
-        progress.advance(step)
+        progress.advance(step + 300)  # dispatched ahead: the counter stays at the summary's step
         progress.update(step, {"loss": 1.9301, "tokens_per_s": 41000.0})
         print(f"eval at step {step}")  # rich holds stdout while the bar is live: it goes above the bar
     progress.close()
@@ -81,12 +96,35 @@ def test_a_terminal_shows_one_line_redrawn_in_place_within_its_width(clock, colu
     shown = [line.rstrip() for line in screen.display if line.strip()]
     bars = [line for line in shown if "step " in line and "/2000" in line]
     assert len(bars) == 1, shown
-    assert bars[0].lstrip(" ⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏").startswith("step 1200/2000") and "60%" in bars[0]
-    assert "loss 1.9301" in bars[0] and len(bars[0]) <= columns
-    assert ("41,000 tok/s" in bars[0]) == (columns >= 100)  # throughput and ETA give way on a narrow one
+    assert bars[0].lstrip(" ⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏").startswith("step 1200/2000") and len(bars[0]) < columns
+    # 1000 steps in the last 20 s: 800 to go in 16 s; 30 s since the start
+    assert bars[0].endswith("━ loss 1.9301 · 41,000 tok/s · 30s elapsed · ETA 16s" if columns < 100 else
+                            "━ 60% loss 1.9301 · 41,000 tok/s · 30s elapsed · ETA 16s")  # fmt: skip
     evals = [i for i, line in enumerate(shown) if line.startswith("eval at step")]
     assert len(evals) == 3 and max(evals) < shown.index(bars[0])
     assert stream.getvalue().count("step ") > 3  # drawn again and again, yet one line on the screen
+
+
+@pytest.mark.parametrize(
+    ("columns", "shown"),
+    [
+        (80, "step 1200/2000 ━━━━━━ loss 1.9301 · 41,000 tok/s · 1h00m20s elapsed · ETA 16s"),
+        (61, "step 1200/2000 ━━━━━━ loss 1.9301 · 41,000 tok/s · ETA 16s"),
+        (60, "step 1200/2000 ━━━━━━━━━━━━━━━━━━━━ loss 1.9301 · ETA 16s"),
+        (50, "step 1200/2000 ━━━━━━━━━━ loss 1.9301 · ETA 16s"),
+        (30, "step 1200/2000 ━━━━━━━━━━━"),
+    ],
+)
+def test_a_narrow_terminal_drops_the_elapsed_time_then_the_throughput(clock, monkeypatch, columns, shown):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    progress = Progress(total_steps=2000, stream=FakeTerminal())
+    clock[0] += 3600.0
+    progress.update(200, {"loss": 1.9301, "tokens_per_s": 41000.0})
+    clock[0] += 20.0
+    progress.update(1200, {"loss": 1.9301, "tokens_per_s": 41000.0})
+    assert progress._live.text() == shown
+    assert len(shown) + 2 < columns  # the spinner and its space, and a spare column
+    progress.close()
 
 
 def test_format_duration():
@@ -115,8 +153,8 @@ def test_a_heartbeat_after_the_interval_of_silence_says_what_is_known(clock):
     assert beat_after(29.0) == ""  # the interval counts from the last line
     progress.advance(10)  # the first call dispatched: compiled
     assert beat_after(1.0) == "step   0/500 (0%) running the first steps, 1m00s elapsed"
-    progress.completed(40, 6.1)
-    assert beat_after(30.0) == "step  40/500 (8%) done, 6.10 s/step, 1m30s elapsed, ETA 46m46s"
+    progress.completed(40, 6.1)  # 460 steps of 6.1 s to go: 46m46s, counting down from here
+    assert beat_after(30.0) == "step  40/500 (8%) done, 6.10 s/step, 1m30s elapsed, ETA 46m16s"
     progress.update(50, {"total_loss": 2.5})
     assert beat_after(20.0) == ""  # the summary line was 20 s ago
     progress.noted_output()  # e.g. an eval line
@@ -140,15 +178,20 @@ def test_no_heartbeat_when_silent_or_on_a_terminal(clock):
 
 
 def test_a_terminal_shows_the_steps_done_before_the_first_summary(clock, monkeypatch):
+    """Compiling, then the steps the device has finished with their rate and an ETA; after a
+    summary, the summary's step and numbers (the steps finished since do not move the counter)."""
     monkeypatch.setenv("COLUMNS", "100")
-    stream = FakeTerminal()
-    progress = Progress(total_steps=500, stream=stream)
+    progress = Progress(total_steps=500, stream=FakeTerminal())
+    clock[0] += 12.0
+    assert progress._live.text() == f"step 0/500 {'━' * 30} 0% compiling the train step ... · 12s elapsed"
     progress.advance(20)
     progress.completed(10, 6.1)
-    assert progress._live.bar.tasks[0].fields["stats"] == "step 10 done · 6.10 s/step"
+    assert progress._live.text().endswith(" 2% 6.10 s/step · 12s elapsed · ETA 49m49s")  # 490 steps of 6.1 s
+    assert progress._live.text().startswith("step 10/500 ")
     progress.update(50, {"loss": 2.5})
-    progress.completed(60, 6.1)  # after a summary, the bar keeps the summary's numbers
-    assert progress._live.bar.tasks[0].fields["stats"].startswith("loss 2.5000")
+    progress.completed(60, 6.1)
+    assert progress._live.text().startswith("step 50/500 ")
+    assert " 10% loss 2.5000 · 12s elapsed · ETA " in progress._live.text()
     progress.close()
 
 
