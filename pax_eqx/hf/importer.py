@@ -22,6 +22,7 @@ from pax_eqx.config import ConfigError, MissingFileError
 from pax_eqx.data import DataConfig, InputConfig
 from pax_eqx.data.tokenizers import TokenizerJsonConfig
 from pax_eqx.experiment import ExperimentConfig
+from pax_eqx.extras import require
 from pax_eqx.hf.families import HfConfigError, model_config, model_type
 from pax_eqx.hf.safetensors_files import SafetensorsFiles
 from pax_eqx.hf.streaming import load_params
@@ -135,9 +136,14 @@ def _specials(d: Path, config: dict[str, Any]) -> dict[str, str]:
             else ""
         )
         raise MissingFileError(f"SRC={str(d)!r} has no tokenizer.json{other}; import_hf needs the model's tokenizer.")
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(d / TOKENIZER_FILE))
+    hf_tokenizers = require("tokenizers", "hf", "python -m pax_eqx.import_hf")
+    try:
+        tok = hf_tokenizers.Tokenizer.from_file(str(d / TOKENIZER_FILE))
+    except Exception as e:  # noqa: BLE001 -- the Rust library raises a bare Exception for any unreadable file
+        raise HfConfigError(
+            f"{d / TOKENIZER_FILE} is not a tokenizer the tokenizers library can read ({' '.join(str(e).split())}); "
+            "copy the model's tokenizer.json again (transformers' save_pretrained writes one)."
+        ) from None
     named: dict[str, Any] = {}
     if (d / "tokenizer_config.json").is_file():
         named = json.loads((d / "tokenizer_config.json").read_text())

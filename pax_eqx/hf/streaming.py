@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pax_eqx.hf.safetensors_files import SafetensorsFiles
+from pax_eqx.hf.safetensors_files import HfCheckpointError, SafetensorsFiles
 from pax_eqx.hf.weights import WeightPlan, hf_name_in
 from pax_eqx.learners.variables import path_name
 
@@ -32,9 +32,20 @@ def load_params(abstract: Any, shardings: Any, plan: WeightPlan, files: Safetens
     producer = plan.producer()
     names = set(files.names())
 
-    def read(entry, k: int, layer: int | None) -> np.ndarray:
-        name = entry.hf.format(i=layer) if layer is not None else entry.hf
-        return entry.to_pax(files.read(hf_name_in(names, name, family)))[k]
+    def read(entry, k: int, layer: int | None, want: tuple[int, ...]) -> np.ndarray:
+        name = hf_name_in(names, entry.hf.format(i=layer) if layer is not None else entry.hf, family)
+        tensor = files.read(name)
+        try:
+            part = entry.to_pax(tensor)[k]
+        except ValueError:  # a reshape that cannot be: the tensor is not the size the config says
+            part = None
+        if part is None or tuple(part.shape) != want:
+            raise HfCheckpointError(
+                f"the Hugging Face tensor {name} has shape {tuple(tensor.shape)}, which does not make "
+                f"{entry.pax[k]} of shape {want} that the checkpoint's config.json describes; the weights and "
+                "config.json are of different models: copy both from the same model."
+            )
+        return part
 
     def build(path, leaf, sharding):
         if leaf is None:
@@ -43,13 +54,15 @@ def load_params(abstract: Any, shardings: Any, plan: WeightPlan, files: Safetens
         dtype = np.dtype(leaf.dtype)
         if not entry.per_layer:  # each device's block straight from the memory map
             return jax.make_array_from_callback(
-                tuple(leaf.shape), sharding, lambda index: np.asarray(read(entry, k, None)[index], dtype)
+                tuple(leaf.shape),
+                sharding,
+                lambda index: np.asarray(read(entry, k, None, tuple(leaf.shape))[index], dtype),
             )
         # A stacked [num_layers, ...] leaf: allocated in its sharding, then filled a layer at a time
         # in place (the buffer is donated), so the host holds one layer's tensor, not the stack.
         stacked = _zeros(tuple(leaf.shape), dtype, sharding)
         for i in range(leaf.shape[0]):
-            stacked = _set_row(stacked, np.asarray(read(entry, k, i), dtype), np.int32(i))
+            stacked = _set_row(stacked, np.asarray(read(entry, k, i, tuple(leaf.shape[1:])), dtype), np.int32(i))
         return stacked
 
     return jax.tree_util.tree_map_with_path(build, abstract, shardings, is_leaf=lambda x: x is None)
