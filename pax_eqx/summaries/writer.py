@@ -52,6 +52,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, SupportsFloat
 
+from pax_eqx.config import ConfigError
 from pax_eqx.summaries import trackers as tracking
 from pax_eqx.summaries.scalars import with_loss_alias
 
@@ -320,14 +321,21 @@ def read_metrics(job_dir: str | os.PathLike) -> list[dict[str, Any]]:
 
     A resumed run re-logs the steps between its checkpoint and the point where the previous
     run died; the later record wins. A torn last line (the writer was killed mid-line) is
-    skipped. Non-finite values come back as float nan/inf.
+    skipped. Non-finite values come back as float nan/inf. A line that is not UTF-8 was not
+    written by pax_eqx (its lines are ASCII JSON): ConfigError, naming the line and its bytes.
     """
     path = Path(job_dir) / METRICS_FILE
     latest: dict[tuple[str, int], dict[str, Any]] = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
             try:
-                record = json.loads(line)
+                record = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                shown = repr(raw[:40]) + ("..." if len(raw) > 40 else "")
+                raise ConfigError(
+                    f"{path} line {number} is not UTF-8 text ({shown}): pax_eqx writes ASCII JSON lines, so "
+                    "something else wrote it; delete that line (or restore the file) and rerun."
+                ) from None
             except json.JSONDecodeError:
                 continue
             if not isinstance(record, dict) or "step" not in record or "split" not in record:
