@@ -29,6 +29,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a full disk, a permission lost while writing: the environment
+        print(
+            f"error: writing the shards into --output {args.output!r} failed ({e.strerror or e}: {e.filename}); "
+            "fix that and rerun (the shards of a split are written again whole).",
+            file=sys.stderr,
+        )
+        return 1
     for folder, manifest in written.items():
         print(f"{args.output}/{folder}: {manifest['num_records']} images of {len(manifest['classes'])} classes in "
               f"{len(manifest['shards'])} shards")  # fmt: skip

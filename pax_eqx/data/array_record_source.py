@@ -7,8 +7,12 @@ The prepared directory's manifest.json (prepare/manifest.py) is checked against 
 before anything is read, each mismatch one line naming the field and the fix: the
 sequence length of pre-packed rows, and the tokenizer (its fingerprint: the experiment
 encodes prompts and decodes samples with exactly the vocabulary the corpus was tokenized
-with). With --data.tokenizer sentencepiece and no model_path, the prepared directory's own
-model is the experiment's tokenizer.
+with). Every shard file is checked against the manifest's size and fingerprint of it
+(prepare/integrity.py) each time the directory is opened -- a training start and every resume
+-- so a shard cut short, replaced by another preparation's or swapped with another is refused
+at start, naming it, rather than trained on; so is a corpus with no tokens. With
+--data.tokenizer sentencepiece and no model_path, the prepared directory's own model is the
+experiment's tokenizer.
 
 Reading follows the other sources (host_sharding.py): grain's MapDataset index shuffle over
 all records (a fresh order each epoch), each host taking positions index::count of it, repeat
@@ -47,7 +51,7 @@ from pax_eqx.data.host_sharding import HostShard, batch_host_examples, shard_exa
 from pax_eqx.data.input import Input, read_options
 from pax_eqx.data.input_config import InputConfig, Split
 from pax_eqx.data.mixtures import SampledMix, mixture_probabilities
-from pax_eqx.data.prepare import records
+from pax_eqx.data.prepare import integrity, records
 from pax_eqx.data.prepare.manifest import Manifest, read_manifest
 from pax_eqx.data.tokenizers import (
     ByteTokenizer,
@@ -60,13 +64,20 @@ from pax_eqx.data.tokenizers import (
 )
 
 
-class PreparedCorpusError(ConfigError):
+class PreparedCorpusError(integrity.ShardIntegrityError):
     """A prepared directory whose shards are not what its manifest says (cut short, overwritten,
     replaced): found at start, before anything is written."""
 
 
+_REPREPARE = (
+    "copy the whole prepared directory again, or prepare it again (python -m pax_eqx.prepare_data into a new "
+    "--output-dir)."
+)
+
+
 class PreparedCorpus:
-    """A prepared directory: its manifest and its shard files (checked to exist)."""
+    """A prepared directory: its manifest and its shard files (checked to exist, and to be the
+    files the manifest lists: integrity.py)."""
 
     def __init__(self, directory: str, field: str):
         self.directory = directory
@@ -78,6 +89,16 @@ class PreparedCorpus:
             raise MissingFileError(
                 f"{field}={directory!r}: {len(missing)} shard file(s) its manifest lists are missing (first "
                 f"{missing[0]!r}); copy the whole prepared directory, or prepare it again."
+            )
+        where = f"{field}={directory!r}"
+        try:
+            integrity.verify_shards(directory, self.manifest.shards, where, _REPREPARE)
+        except integrity.ShardIntegrityError as e:
+            raise PreparedCorpusError(str(e)) from None
+        if self.manifest.num_records and not self.manifest.num_tokens:
+            raise ConfigError(
+                f"{where} holds {self.manifest.num_documents} documents but no tokens (every text is empty): a model "
+                "would learn nothing (bits_per_byte NaN); prepare a corpus with text."
             )
 
     def records(self) -> grain.sources.RandomAccessDataSource:

@@ -13,6 +13,13 @@ crops are still taken from the original pixels when training reads them. Files a
 gives the same shards; each shard is written under a temporary name and renamed, and the
 manifest is written last (a directory with images.json is complete). Each file's header is
 opened with Pillow first, so a file that is no image is named here, not in a training worker.
+Each shard's size and fingerprint (prepare/integrity.py) go into images.json, and the reader
+(imagenet_source.read_images_manifest) checks them whenever it opens the directory: a shard cut
+short or replaced is refused at start, naming it.
+
+The output root is created (and checked to be writable) before anything is read; a path under
+a file, or a directory this user cannot write, is one error, and a refused run removes the
+directories it created.
 
 One process, limited by the disk: ImageNet's 1.28 M training files (~140 GB) are one pass of
 reading and writing them.
@@ -22,11 +29,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from pax_eqx.config import ConfigError
 from pax_eqx.data.imagenet_source import FORMAT, MANIFEST, SPLIT_FOLDERS, encode_record
+from pax_eqx.data.prepare import integrity
 
 
 def _check_image(path: Path) -> None:
@@ -62,8 +71,9 @@ def write_split(files: list[Path], labels: list[int], classes: list[str], direct
             writer.close()
             if sys.exc_info()[0] is not None:
                 tmp.unlink(missing_ok=True)  # a refused run leaves no half-written shard
+        size, fingerprint = tmp.stat().st_size, integrity.fingerprint_file(str(tmp))
         os.replace(tmp, directory / name)
-        shards.append({"file": name, "records": hi - lo})
+        shards.append({"file": name, "records": hi - lo, "bytes": size, "fingerprint": fingerprint})
     manifest = {"format": FORMAT, "classes": classes, "num_records": len(files), "shards": shards}
     tmp = directory / f".{MANIFEST}.tmp"
     tmp.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
@@ -78,13 +88,48 @@ def write_image_records(input_root: str, output_root: str, num_shards: int = 102
 
     if num_shards < 1 or val_num_shards < 1:
         raise ConfigError(f"--num-shards {num_shards} / --val-num-shards {val_num_shards}: both must be >= 1.")
+    created = _output_root(output_root)
     written = {}
-    for split, shards in (("train", num_shards), ("eval", val_num_shards)):
-        folder = SPLIT_FOLDERS[split]
-        if split == "eval" and not os.path.isdir(os.path.join(input_root, folder)):
-            continue
-        source, classes = folder_source(input_root, split, "--input")
-        files = [Path(source[i][2]) for i in range(len(source))]
-        labels = [int(source[i][1]) for i in range(len(source))]
-        written[folder] = write_split(files, labels, classes, Path(output_root) / folder, shards)
+    try:
+        for split, shards in (("train", num_shards), ("eval", val_num_shards)):
+            folder = SPLIT_FOLDERS[split]
+            if split == "eval" and not os.path.isdir(os.path.join(input_root, folder)):
+                continue
+            source, classes = folder_source(input_root, split, "--input")
+            files = [Path(source[i][2]) for i in range(len(source))]
+            labels = [int(source[i][1]) for i in range(len(source))]
+            written[folder] = write_split(files, labels, classes, Path(output_root) / folder, shards)
+    except ConfigError:
+        if created is not None:  # a refused run leaves no directory behind
+            shutil.rmtree(created, ignore_errors=True)
+        raise
     return written
+
+
+def _output_root(output_root: str) -> Path | None:
+    """Creates `output_root` (refusing a path under a file, or where this user cannot write) and
+    returns the topmost directory this created (None if it existed)."""
+    root = Path(output_root)
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"--output {output_root!r} is a file, not a directory; choose a directory.")
+    for parent in root.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(
+                    f"--output {output_root!r} cannot be created: {str(parent)!r} is a file, not a directory; "
+                    "choose a path under a directory."
+                )
+            break
+    missing = [p for p in (root, *root.parents) if not p.exists()]
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(
+            f"--output {output_root!r} cannot be created ({e.strerror or e}); choose a directory this user can write."
+        ) from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"--output {output_root!r} is not writable by this user (permission denied); fix its permissions, or "
+            "choose another directory."
+        )
+    return missing[-1] if missing else None

@@ -176,6 +176,14 @@ def read_images_manifest(directory: str, field: str) -> dict[str, Any]:
             f"{field}: {directory!r} lacks {len(missing)} shard file(s) its {MANIFEST} lists (first {missing[0]!r}); "
             "copy the whole directory again, or write it again."
         )
+    from pax_eqx.data.prepare import integrity  # each shard's size and fingerprint against the manifest's
+
+    integrity.verify_shards(
+        directory,
+        manifest["shards"],
+        f"{field}={directory!r}",
+        "copy the whole directory again, or write it again with python -m pax_eqx.prepare_images.",
+    )
     return manifest
 
 
@@ -190,7 +198,13 @@ def records_source(root: str, split: Split, field: str = "data.path") -> tuple[E
             f"{field}={root!r}: val/{MANIFEST} lists other classes than train/{MANIFEST}; write both splits with one "
             "python -m pax_eqx.prepare_images run."
         )
-    source = EncodedImageRecords([os.path.join(directory, s["file"]) for s in manifest["shards"]])
+    try:
+        source = EncodedImageRecords([os.path.join(directory, s["file"]) for s in manifest["shards"]])
+    except (RuntimeError, OSError, ValueError) as e:  # shards written before images.json had their fingerprints
+        raise ConfigError(
+            f"{field}={root!r}: the {SPLIT_FOLDERS[split]}/ shards cannot be read ({e}): a shard was cut short or "
+            "overwritten; copy the directory again, or write it again with python -m pax_eqx.prepare_images."
+        ) from None
     if len(source) != manifest["num_records"]:
         raise ConfigError(
             f"{field}={root!r}: the {SPLIT_FOLDERS[split]}/ shards hold {len(source)} records but its {MANIFEST} "

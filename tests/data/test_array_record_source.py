@@ -204,5 +204,7 @@ def test_a_cut_or_replaced_shard_is_named_in_one_line(prepared, tmp_path):
     first, last = sorted(swapped.glob("shard-*.array_record"))[0], sorted(swapped.glob("shard-*.array_record"))[-1]
     shutil.copyfile(first, last)  # another shard's records in its place
     data = data_config(swapped)
-    with pytest.raises(PreparedCorpusError, match="its shards hold .* records but its manifest"):
+    with pytest.raises(
+        PreparedCorpusError, match=f"shard '{last.name}' is not the shard .* bytes of shard '{first.name}'"
+    ):
         build_input(data, "train", build_tokenizer(data))

@@ -231,7 +231,7 @@ def test_prepare_flags_refused_with_one_line(tmp_path):
     good = tmp_path / "good.jsonl"
     good.write_text('{"text": "a page"}\n')
     pipeline.prepare(PrepareConfig(input=str(good), output_dir=str(tmp_path / "o4"), num_workers=1, num_shards=2))
-    with pytest.raises(ConfigError, match="num_shards differ"):
+    with pytest.raises(ConfigError, match=r"holds 2 complete shard\(s\) .* \(num_shards: 2 -> 3; see its"):
         pipeline.prepare(PrepareConfig(input=str(good), output_dir=str(tmp_path / "o4"), num_workers=1, num_shards=3))
     assert prepare_data.PROG == "python -m pax_eqx.prepare_data"
 

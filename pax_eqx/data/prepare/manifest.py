@@ -4,10 +4,12 @@ means every shard is complete) and checked by the reader against the experiment.
     {"format": "pax_eqx.prepared.v1", "layout": "documents" | "rows", "seq_len": 0 | N,
      "dtype": "int32", "tokenizer": {"kind", "fingerprint", "vocab_size", "file"},
      "num_records", "num_documents", "num_tokens",
-     "shards": [{"file", "records", "documents", "tokens", "sha256"}, ...],
+     "shards": [{"file", "records", "documents", "tokens", "bytes", "fingerprint", "sha256"}, ...],
      "sources": [{"path", "sha256", "documents"}, ...], "config": {...the PrepareConfig...}}
 
 `tokens` counts each document's own tokens (no bos / eos); a "rows" shard's `records` are rows.
+`bytes` and `fingerprint` (integrity.py) are checked every time the directory is opened; the
+full `sha256` is there for whoever wants to check every byte (sha256sum).
 Shard files are named relative to the manifest, so a prepared directory can be moved or copied
 (to local disk from a bucket) whole.
 """

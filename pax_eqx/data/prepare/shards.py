@@ -10,11 +10,15 @@ local files. Here instead:
   "rows" layout, its packing) do not depend on which worker read which file first;
 - the shard is written to a temporary name beside its final one and renamed, with its stats
   file renamed first: a shard whose final name exists is complete, and a rerun skips it.
-  A kill -9 leaves at worst a temporary file, which the next run deletes.
+  A kill -9 leaves at worst a temporary file, which the next run deletes;
+- a shard's stats file lists the input files its documents came from, each with the start of
+  its sha256 (`inputs`): a rerun hashes the inputs again and redoes a complete shard one of
+  whose files changed since (pipeline.py, `stale_shards`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -25,9 +29,19 @@ from typing import Any
 
 import numpy as np
 
-from pax_eqx.data.prepare import records
+from pax_eqx.data.prepare import integrity, records
 
 TMP_PREFIX = ".tmp-"
+DIGEST_CHARS = 16  # of an input file's sha256 kept per shard: enough to see it changed
+
+
+@dataclasses.dataclass(frozen=True)
+class InputDigest:
+    """Sent to a shard beside its documents: input file `index` (sha256 starting `digest`) gave
+    it documents."""
+
+    index: int
+    digest: str
 
 
 def shard_of(file_index: int, record_index: int, num_shards: int) -> int:
@@ -52,6 +66,12 @@ def _fs():
 
 def is_local(path: str) -> bool:
     return "://" not in path
+
+
+def shard_files(output_dir: str) -> list[str]:
+    """Every complete shard file in `output_dir`, of any shard count (an earlier run's too)."""
+    fs = _fs()
+    return [m.path for m in fs.match([fs.join(output_dir, "shard-*-of-*.array_record")])[0].metadata_list]
 
 
 def complete_shards(output_dir: str, num_shards: int) -> set[int]:
@@ -91,9 +111,11 @@ def write_shard(
     seq_len: int,
     bos_id: int,
     eos_id: int,
+    inputs: dict[int, str] | None = None,
 ) -> dict[str, Any]:
     """Writes shard `index` from its documents ((file index, record index, token record), any
-    order) and returns its stats {file, records, documents, tokens, sha256}."""
+    order) and returns its stats {file, records, documents, tokens, bytes, fingerprint, sha256,
+    inputs}; `inputs` maps the index of each input file the documents came from to its digest."""
     from array_record.python.array_record_module import ArrayRecordWriter
 
     docs = sorted(documents, key=lambda d: (d[0], d[1]))
@@ -119,7 +141,10 @@ def write_shard(
             "records": len(out),
             "documents": len(docs),
             "tokens": int(sum(len(t) for t in tokens)),
+            "bytes": len(data),
+            "fingerprint": integrity.fingerprint_bytes(data),
             "sha256": hashlib.sha256(data).hexdigest(),
+            "inputs": {str(i): digest for i, digest in sorted((inputs or {}).items())},
         }
         fs = _fs()
         write_bytes_atomically(fs.join(output_dir, stats_name(index, num_shards)), json.dumps(stats).encode())
@@ -149,3 +174,13 @@ def read_stats(output_dir: str, index: int, num_shards: int) -> dict[str, Any]:
     fs = _fs()
     with fs.open(fs.join(output_dir, stats_name(index, num_shards))) as f:
         return json.loads(f.read())
+
+
+def remove_shard(output_dir: str, index: int, num_shards: int) -> None:
+    """Deletes a complete shard (its file first, so a kill in between leaves it incomplete) and
+    its stats file, so the next pipeline writes it again."""
+    fs = _fs()
+    for name in (shard_name(index, num_shards), stats_name(index, num_shards)):
+        path = fs.join(output_dir, name)
+        if fs.exists(path):
+            fs.delete([path])
