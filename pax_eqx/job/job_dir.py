@@ -303,8 +303,8 @@ def check_config(
     where = "saved"
     if file.exists():
         try:
-            old = json.loads(file.read_text())
-        except json.JSONDecodeError as e:
+            old = json.loads(file.read_text(encoding="utf-8"))
+        except ValueError as e:  # not JSON, or not UTF-8 (UnicodeDecodeError)
             raise JobDirError(f"{file} is not valid JSON ({e}); restore it or use a new --job-log-dir.") from None
     elif saved is not None:
         old, where = saved[1], f"config.json is missing; saved in the step-{saved[0]} checkpoint"
