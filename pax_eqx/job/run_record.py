@@ -3,8 +3,10 @@
     command.txt   one block per start (a resume adds one): the command line, the working
                   directory, the time, the code's git commit (and whether the tree had
                   uncommitted changes) and the versions of the packages that decide the numbers
-    train.log     the trainer's log lines (banner, evals, warnings, the closing block), appended
-                  across resumes, each start headed by a rule with its time
+    train.log     the trainer's log lines (banner, a progress line per summary, evals, warnings,
+                  the sample, the closing block), appended across resumes, each start headed by
+                  a rule with its time; the progress lines are the piped output's, written on
+                  a terminal too (where the bar shows them), and no line is wrapped
 
 Both are written once the run has validated, taken the job dir's lock and restored (or
 started) its state, like config.json: a refused start leaves neither behind. metrics.jsonl's
@@ -45,14 +47,24 @@ def record_command(job_dir: Path, argv: Sequence[str] | None, program: str = "py
 
 def tee_to_log(job_dir: Path, log: Callable[[str], None]) -> Callable[[str], None]:
     """`log`, also appending each line to DIR/train.log (headed by this start's rule)."""
-    path = job_dir / LOG_FILE
-    _append(path, f"===== {_now()} =====\n")
+    _append(job_dir / LOG_FILE, f"===== {_now()} =====\n")
+    to_file = log_file(job_dir)
 
     def both(line: str) -> None:
         log(line)
-        _append(path, f"{line}\n")
+        to_file(line)  # as it is: `log` may wrap it for a terminal, the file never does
 
     return both
+
+
+def log_file(job_dir: Path) -> Callable[[str], None]:
+    """Appends a line to DIR/train.log only (the progress lines, which the terminal shows in its bar)."""
+    path = job_dir / LOG_FILE
+
+    def append(line: str) -> None:
+        _append(path, f"{line}\n")
+
+    return append
 
 
 def _append(path: Path, text: str) -> None:

@@ -4,6 +4,9 @@ The banner answers what a person checks first (is this the run I meant?): the ex
 parameters in total and by top-level group, the devices and mesh, the global batch and what one
 step reads, the steps to go and the job dir. The closing block says where everything went and
 the commands that read it back, written for this job dir so they can be pasted as they are.
+Both are lists of lines, one fact each, written to fit 80 columns (a line is added by adding
+it to the list); a terminal narrower than a line gets it wrapped between words
+(screen_lines.print_fitted).
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from typing import Any
 
 import jax
 import jax.tree_util as jtu
+
+from pax_eqx.programs.train.screen_lines import ShellCommand
+from pax_eqx.summaries.progress import format_duration
 
 
 def banner(exp: Any, params: Any, mesh: Any, job_dir: Path, step: int) -> list[str]:
@@ -48,22 +54,27 @@ def banner(exp: Any, params: Any, mesh: Any, job_dir: Path, step: int) -> list[s
     ]
 
 
-def closing_block(exp: Any, job_dir: Path, throughput: str) -> list[str]:
-    """What the run measured over its length, where its files are, and the commands that read
-    them back (each on a line of its own, to paste as it is)."""
+def closing_block(exp: Any, job_dir: Path, wall_s: float, throughput: str) -> list[str]:
+    """How long the run took and what it measured, where its files are, and the commands that
+    read them back (each on a line of its own, to paste as it is: a `ShellCommand`, which a
+    narrow terminal continues with a backslash rather than breaking). Every line but a command
+    with a long job dir fits 80 columns."""
     d = shlex.quote(str(job_dir))
     lines = [
+        f"  wall time    {format_duration(wall_s)} (the compile, evals and checkpoints included)",
         f"  throughput   {throughput}",
-        "  files        checkpoints/ plots/ metrics.jsonl train.log command.txt (in the job dir)",
-        f"  curves       python -m pax_eqx.plots {d}",
-        f"  evaluate     python -m pax_eqx.eval --job-log-dir {d}",
+        "  job dir      checkpoints/ plots/ metrics.jsonl train.log command.txt",
+        ShellCommand(f"  curves       python -m pax_eqx.plots {d}"),
+        ShellCommand(f"  evaluate     python -m pax_eqx.eval --job-log-dir {d}"),
     ]
     if exp.model.decodes:
         lines.append(
-            f'  decode       python -m pax_eqx.decode --job-log-dir {d} --prompt "{exp.decode.prompt or "..."}"'
+            ShellCommand(
+                f'  decode       python -m pax_eqx.decode --job-log-dir {d} --prompt "{exp.decode.prompt or "..."}"'
+            )
         )
     lines += [
-        f"  TensorBoard  tensorboard --logdir {shlex.quote(str(job_dir / 'summaries'))}",
+        ShellCommand(f"  TensorBoard  tensorboard --logdir {shlex.quote(str(job_dir / 'summaries'))}"),
         "  resume       the same train command again",
     ]
     return lines

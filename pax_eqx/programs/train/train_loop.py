@@ -50,7 +50,7 @@ from pax_eqx.checkpoint.start_point import start_point_manifest
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.job.errors import DataPipelineError, NonFiniteLossError, RunError, raised_at
 from pax_eqx.job.job_dir import write_config
-from pax_eqx.job.run_record import record_command, tee_to_log
+from pax_eqx.job.run_record import log_file, record_command, tee_to_log
 from pax_eqx.learners import skipped_steps
 from pax_eqx.models.decoding import check_prompt
 from pax_eqx.programs import lora_base
@@ -69,6 +69,7 @@ from pax_eqx.programs.train.in_flight import InFlight
 from pax_eqx.programs.train.opening import check_config_everywhere, lock_everywhere, open_state
 from pax_eqx.programs.train.pgle import enable_auto_pgle
 from pax_eqx.programs.train.run_report import banner, closing_block
+from pax_eqx.programs.train.screen_lines import print_fitted
 from pax_eqx.programs.train.stop_flag import StopFlag
 from pax_eqx.summaries import Progress, SummaryWriter, step_scalars, write_plots
 from pax_eqx.summaries.progress import heartbeat_seconds
@@ -86,9 +87,10 @@ class TrainResult:
     stopped_early: str = ""  # why the run stopped early (train.early_stopping), "" if it did not
 
 
-def train(exp: ExperimentConfig, job_dir: Path, log=print, argv: list[str] | None = None) -> TrainResult:
+def train(exp: ExperimentConfig, job_dir: Path, log=print_fitted, argv: list[str] | None = None) -> TrainResult:
     """Trains `exp` in `job_dir` (resuming its newest checkpoint); `argv` (the command's flags,
-    default sys.argv's) is recorded in DIR/command.txt."""
+    default sys.argv's) is recorded in DIR/command.txt. `log` prints a line (by default wrapped
+    between words on a terminal narrower than it: screen_lines)."""
     with contextlib.ExitStack() as stack:
         lock_everywhere(stack, job_dir)
         log(f"Building {exp.name or 'the experiment'}'s inputs and model, then compiling its train step ...")
@@ -236,7 +238,13 @@ class _Run:
                 log(line)
         self.writer = _log_writes(ckpt, SummaryWriter, self.job_dir, enabled=self.primary, start_step=self.step)
         if self.primary and self.step < exp.train.num_steps:
-            self.progress = Progress(exp.train.num_steps, self.step, heartbeat_s=self.heartbeat_s)
+            self.progress = Progress(
+                exp.train.num_steps,
+                self.step,
+                heartbeat_s=self.heartbeat_s,
+                events=_scheduled_events(exp),
+                record=log_file(self.job_dir),
+            )
             self.log = _noting_output(self.log, self.progress)
             self.progress.start_heartbeat()
         self.in_flight = InFlight(self.step, on_finish=self.progress.completed if self.progress else None)
@@ -286,10 +294,26 @@ class _Run:
         _check_finite(self.exp, self.step, metrics, self.ckpt)
         self.skipped_so_far = _report_skipped(self.step, metrics, self.skipped_so_far, self.log)
 
+    @contextlib.contextmanager
+    def aside(self, doing: str):
+        """Time that is no step's (an eval, a checkpoint, ...): told to the progress (its
+        heartbeat says it, its ETA times it apart) and left out of the throughput's window. The
+        steps in flight are waited for first, so their time stays theirs."""
+        self.in_flight.drain()
+        began = time.time()
+        if self.progress:
+            self.progress.doing(doing)
+        try:
+            yield
+        finally:
+            if self.progress:
+                self.progress.doing(None)
+            self.window_start += time.time() - began
+
     def evaluate(self) -> None:
         """An eval run, its metrics logged, and early stopping's verdict on them."""
-        self.in_flight.drain()  # the eval waits for the state anyway: that time is no step's
-        self.evaluate_and_log()
+        with self.aside("evaluating"):
+            self.evaluate_and_log()
         self.stop_reason = self.early.update(self.step, self.eval_metrics)
         self.plots_due = True  # curves while it runs: drawn after this step's checkpoint (run)
 
@@ -297,7 +321,8 @@ class _Run:
         """The curves so far. A courtesy while training: a failure (a full disk) is one warning and
         training goes on; `finish` draws them again, and there a failure stops the run."""
         try:
-            self.draw_plots()
+            with self.aside("drawing the plots"):
+                self.draw_plots()
         except RunError as e:
             if not self.plots_warned:
                 self.log(f"warning: {e.args[0].split('; ')[0]}; training goes on (they are drawn again at the end).")
@@ -309,19 +334,21 @@ class _Run:
             _log_writes(self.ckpt, write_plots, self.job_dir, what=f"drawing the plots in {self.job_dir / 'plots'}")
 
     def decode(self) -> None:
-        self.in_flight.drain()
-        _decode_during_training(self.rt, self.state, self.step, self.ckpt, self.writer, self.log)
+        with self.aside("decoding"):
+            _decode_during_training(self.rt, self.state, self.step, self.ckpt, self.writer, self.log)
 
     def save(self) -> None:
         """A checkpoint of this step (asynchronous), after checking the loss is finite."""
         self.in_flight.drain()
         finite = {k: float(self.outputs.metrics[k].value) for k in ("total_loss", "grad_norm")}
         _check_finite(self.exp, self.step, finite, self.ckpt)
-        data = input_states(self.rt, self.exp, self.early.riders())
-        state = lora_base.adapters_only(self.state) if self.exp.lora.enabled else self.state  # the base is referenced
-        self.ckpt.save(self.step, state, data, force=True, config=self.exp.to_dict())
+        with self.aside("saving a checkpoint"):
+            data = input_states(self.rt, self.exp, self.early.riders())
+            lora = self.exp.lora.enabled  # then the base is referenced, not saved
+            state = lora_base.adapters_only(self.state) if lora else self.state
+            self.ckpt.save(self.step, state, data, force=True, config=self.exp.to_dict())
 
-    # -- closing: the last eval, plots, the summary line and a sample ---------------------------
+    # -- closing: the last eval, plots, a sample, the summary line and what next ---------------
     def finish(self) -> TrainResult:
         exp, log = self.exp, self.log
         if self.progress:
@@ -336,12 +363,12 @@ class _Run:
         self.draw_plots()
         wall = time.time() - self.started
         if not self.preempted and self.primary:
-            scores = declared_scores(self.eval_metrics or {}, self.exp.data.eval.metrics)
-            log(_summary_line(self.step, self.train_metrics, self.eval_metrics, wall, scores))
-            for line in closing_block(exp, self.job_dir, self.throughput()):
-                log(line)
-            if exp.train.sample_at_end:
+            if exp.train.sample_at_end:  # before the closing block, whose commands end the screen
                 print_samples(self.rt, self.state, exp.decode, log=log)
+            scores = declared_scores(self.eval_metrics or {}, self.exp.data.eval.metrics)
+            log(_summary_line(self.step, self.train_metrics, self.eval_metrics, scores))
+            for line in closing_block(exp, self.job_dir, wall, self.throughput()):
+                log(line)
         return TrainResult(
             self.step, self.train_metrics, self.eval_metrics, self.preempted, self.tokens_per_s, wall, self.stop_reason
         )
@@ -360,12 +387,19 @@ class _Run:
     def evaluate_and_log(self) -> None:
         """An eval run and its metrics logged (at the end, when the last step was no eval step:
         early stopping has had its say)."""
-        if self.progress:
-            self.progress.doing("evaluating")
         self.eval_metrics = _evaluate(self.rt, self.state, self.step, self.ckpt, self.log)
-        if self.progress:
-            self.progress.doing(None)
         _log_writes(self.ckpt, self.writer.write, self.step, "eval", self.eval_metrics)
+
+
+def _scheduled_events(exp: ExperimentConfig) -> dict[str, int]:
+    """What the loop does between steps on a schedule (`_Run.aside`'s names) -> every how many
+    steps: the ETA adds their measured time once for each still to come."""
+    return {
+        "evaluating": exp.train.eval_interval_steps,
+        "drawing the plots": exp.train.eval_interval_steps,
+        "decoding": exp.train.decode_interval_steps,
+        "saving a checkpoint": exp.checkpoint.every_n_steps,
+    }
 
 
 def _noting_output(log: Callable[[str], None], progress: Progress) -> Callable[[str], None]:
@@ -523,14 +557,14 @@ def _report_skipped(step: int, metrics: dict, before: int, log) -> int:
     return now
 
 
-def _summary_line(step, train_m, eval_m, wall, scores: str = "") -> str:
+def _summary_line(step, train_m, eval_m, scores: str = "") -> str:
+    """The run's result in one line (the wall time is the closing block's first line)."""
+
     def fmt(m, k):
         return f"{m[k]:.4f}" if k in m else "n/a"
 
-    return (
-        f"Finished at step {step}: train loss {fmt(train_m, 'total_loss')}, eval loss {fmt(eval_m, 'total_loss')}"
-        f"{scores}, {wall:.1f} s wall."
-    )
+    losses = f"train loss {fmt(train_m, 'total_loss')}, eval loss {fmt(eval_m, 'total_loss')}"
+    return f"Finished at step {step}: {losses}{scores}"
 
 
 def _maybe_profile(exp: ExperimentConfig, job_dir: Path, step: int) -> None:
