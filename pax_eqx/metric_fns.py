@@ -15,24 +15,26 @@ Each metric runs on one of two things:
   function. Needs a model that decodes its inputs (a sequence-to-sequence model).
 
 Names are checked when the experiment is (`check_metric_names`): a misspelt one is refused
-naming the available ones, before anything runs. A metric the model or the data cannot feed
-(`unfeedable`: bits per byte of a user's model without per-example targets, or of token ids
-without text) is refused when the user names it (`--data.eval.metrics`, an inert flag), and
-otherwise -- an experiment's own list meeting another model or `--data.synthetic` -- skipped,
-with a line at the start of the run saying so.
+naming the available ones, before anything runs, and so is one whose package is not installed
+(BLEU, chrF and ROUGE come with the `metrics` extra), with the `pip install` that brings it. A
+metric the model or the data cannot feed (`unfeedable`: bits per byte of a user's model without
+per-example targets, or of token ids without text) is refused when the user names it
+(`--data.eval.metrics`, an inert flag), and otherwise -- an experiment's own list meeting another
+model or `--data.synthetic` -- skipped, with a line at the start of the run saying so.
 """
 
 from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
 from pax_eqx.config import ConfigError
+from pax_eqx.extras import check, require
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class MetricFn:
     help: str = ""
     reports: tuple[str, ...] = ()  # the scalar names it adds to the eval's results
     needs_text: bool = False  # counts something of the text (token ids without text cannot feed it)
+    package: str = ""  # the package of an optional extra it imports (EXTRA), "" for none
 
     def function(self) -> Callable:
         module, _, name = self.target.partition(":")
@@ -80,11 +83,15 @@ REGISTRY: dict[str, MetricFn] = {
     "exact_match": MetricFn(
         "decoded", "pax_eqx.metric_fns:exact_match", (), "the share of outputs equal to the target", ("exact_match",)
     ),
-    "bleu": MetricFn("decoded", "pax_eqx.metric_fns:bleu", (), "sacrebleu's corpus BLEU (0-100)", ("bleu",)),
-    "chrf": MetricFn("decoded", "pax_eqx.metric_fns:chrf", (), "sacrebleu's corpus chrF (0-100)", ("chrf",)),
+    "bleu": MetricFn(
+        "decoded", "pax_eqx.metric_fns:bleu", (), "sacrebleu's corpus BLEU (0-100)", ("bleu",), package="sacrebleu"
+    ),
+    "chrf": MetricFn(
+        "decoded", "pax_eqx.metric_fns:chrf", (), "sacrebleu's corpus chrF (0-100)", ("chrf",), package="sacrebleu"
+    ),
     "rouge": MetricFn(
         "decoded", "pax_eqx.metric_fns:rouge", (), "rouge-score's mean rouge1/rouge2/rougeL F (0-100)",
-        ("rouge1", "rouge2", "rougeL"),
+        ("rouge1", "rouge2", "rougeL"), package="rouge_score",
     ),
 }  # fmt: skip
 
@@ -111,10 +118,22 @@ def resolve(name: str) -> MetricFn:
     )
 
 
-def check_metric_names(names: Sequence[str]) -> None:
-    """ConfigError for a metric that does not exist (naming the available ones)."""
+EXTRA = "metrics"
+"""The pyproject extra that brings the packages of BLEU, chrF and ROUGE."""
+
+
+def check_metric_names(names: Sequence[str], skipped: Collection[str] = ()) -> None:
+    """ConfigError for a metric that does not exist (naming the available ones); MissingExtraError
+    for one whose package is not installed, unless it is `skipped` (a metric this model or data
+    cannot feed: `unfeedable`), so the run stops before it starts instead of at its first eval."""
     for name in names:
-        resolve(name)
+        metric = resolve(name)
+        if metric.package and name not in skipped:
+            check(metric.package, EXTRA, _needed_for(name))
+
+
+def _needed_for(name: str) -> str:
+    return f"the eval metric {name!r} (data.eval.metrics)"
 
 
 def unfeedable(
@@ -162,23 +181,20 @@ def exact_match(targets: Sequence[str], predictions: Sequence[str]) -> dict[str,
 
 def bleu(targets: Sequence[str], predictions: Sequence[str]) -> dict[str, float]:
     """sacrebleu's corpus BLEU (13a tokenisation, exp smoothing), one reference per example."""
-    import sacrebleu
-
+    sacrebleu = require("sacrebleu", EXTRA, _needed_for("bleu"))
     return {"bleu": float(sacrebleu.corpus_bleu(list(predictions), [list(targets)]).score)}
 
 
 def chrf(targets: Sequence[str], predictions: Sequence[str]) -> dict[str, float]:
     """sacrebleu's corpus chrF (character 6-grams, beta 2)."""
-    import sacrebleu
-
+    sacrebleu = require("sacrebleu", EXTRA, _needed_for("chrf"))
     return {"chrf": float(sacrebleu.corpus_chrf(list(predictions), [list(targets)]).score)}
 
 
 def rouge(targets: Sequence[str], predictions: Sequence[str]) -> dict[str, float]:
     """rouge-score's rouge1, rouge2 and rougeL F-measures, averaged over the examples, x 100
     (as SeqIO's t5.evaluation.metrics.rouge reports them)."""
-    from rouge_score import rouge_scorer
-
+    rouge_scorer = require("rouge_score.rouge_scorer", EXTRA, _needed_for("rouge"))
     kinds = ("rouge1", "rouge2", "rougeL")
     scorer = rouge_scorer.RougeScorer(list(kinds), use_stemmer=True)
     scores = [scorer.score(t, p) for t, p in zip(targets, predictions, strict=True)]

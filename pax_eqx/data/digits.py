@@ -9,27 +9,26 @@ A small real dataset that needs no download, for models that are not language mo
 
 from __future__ import annotations
 
-import importlib.util
-
 import grain
 import numpy as np
 
-from pax_eqx.config import ConfigError
 from pax_eqx.data.file_readers import array_examples
+from pax_eqx.extras import check
 
 NUM_FEATURES = 64
 NUM_CLASSES = 10
 _SPLIT_SEED = 0
 
 
+EXTRA = "images"
+"""The pyproject extra that brings scikit-learn."""
+
+
 def check_available() -> None:
-    """ConfigError when scikit-learn is absent. Found, not imported: importing it takes seconds,
-    and a run that only validates (a dry run, a refused flag) never reads the digits."""
-    if importlib.util.find_spec("sklearn") is None:
-        raise ConfigError(
-            "data.source='digits' reads scikit-learn's bundled digits, but scikit-learn is not installed; "
-            "pip install scikit-learn."
-        )
+    """MissingExtraError (the pip install of the `images` extra) when scikit-learn is absent.
+    Found, not imported: importing it takes seconds, and a run that only validates (a dry run, a
+    refused flag) never reads the digits."""
+    check("sklearn", EXTRA, "data.source='digits' (scikit-learn's bundled digits)")
 
 
 NUM_EXAMPLES = 1797

@@ -35,6 +35,7 @@ import numpy as np
 from jaxtyping import ArrayLike, Int
 
 from pax_eqx.config import ConfigError, MissingFileError, Variant, check_range, config
+from pax_eqx.extras import require
 
 # Special ids shared by both tokenizers. pad = 0 so that an all-zero row is a padding row.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -183,8 +184,7 @@ class SentencePieceTokenizer:
     """A SentencePiece model; pad/unk/bos/eos are ids 0..3 (fixed at training time)."""
 
     def __init__(self, model_proto: bytes, path: str = ""):
-        import sentencepiece as spm
-
+        spm = require("sentencepiece", "sentencepiece", "data.tokenizer sentencepiece")
         self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
         self.path = path
         self.vocab_size = int(self._sp.get_piece_size())
@@ -265,9 +265,8 @@ class TokenizerJsonTokenizer:
     """A Hugging Face `tokenizer.json` (the `tokenizers` library): see the module doc."""
 
     def __init__(self, data: bytes, cfg: TokenizerJsonConfig, path: str = ""):
-        from tokenizers import Tokenizer as HfTokenizer
-
-        self._tok = HfTokenizer.from_str(data.decode("utf-8"))
+        hf_tokenizers = require("tokenizers", "hf", "data.tokenizer tokenizer_json (a Hugging Face tokenizer.json)")
+        self._tok = hf_tokenizers.Tokenizer.from_str(data.decode("utf-8"))
         self._spec = json.loads(data)
         self.path = path
         self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
@@ -363,8 +362,7 @@ def train_sentencepiece(lines: Iterable[str], cfg: SentencePieceConfig) -> bytes
     """Trains a SentencePiece model on `lines` (one sentence each, no newlines); returns the proto."""
     import io
 
-    import sentencepiece as spm
-
+    spm = require("sentencepiece", "sentencepiece", "data.tokenizer sentencepiece")
     sentences = training_sentences(lines, cfg.max_training_chars)
     if not sentences:
         raise ConfigError("cannot train a SentencePiece tokenizer: the training text is empty.")

@@ -19,11 +19,13 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
-from safetensors.numpy import save_file
 
+from pax_eqx.extras import require
 from pax_eqx.hf.families import model_config
 from pax_eqx.hf.safetensors_files import INDEX_FILE, SINGLE_FILE
 from pax_eqx.hf.weights import Dims, weight_plan
+
+save_file = require("safetensors.numpy", "hf", "python -m pax_eqx.export_hf").save_file
 
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 CONFIG_DTYPE = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}

@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from safetensors.numpy import save_file
 
 from pax_eqx.config import ConfigError
-from pax_eqx.hf.exporter import DTYPES
+from pax_eqx.hf.exporter import DTYPES, save_file
 from pax_eqx.hf.weights import Dims, Entry, weight_plan
 from pax_eqx.tasks.lora_adapters import Target
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pax_eqx.config import ConfigError
+from pax_eqx.extras import require
 from pax_eqx.serving.requests import RequestError
 
 TEMPLATE_FILE = "chat_template.jinja"
@@ -115,10 +116,10 @@ def _raise(message: str) -> None:
 
 
 def _compile(source: str) -> Any:
-    from jinja2.ext import loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    needed_for = "the model's chat template (tokenizer_config.json)"
+    loopcontrols = require("jinja2.ext", "serve", needed_for).loopcontrols
+    sandbox = require("jinja2.sandbox", "serve", needed_for)
+    env = sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     env.filters["tojson"] = lambda x, indent=None, ensure_ascii=False, separators=None, sort_keys=False: json.dumps(
         x, indent=indent, ensure_ascii=ensure_ascii, separators=separators, sort_keys=sort_keys
     )

@@ -45,9 +45,14 @@ import numpy as np
 
 from pax_eqx.config import ConfigError
 from pax_eqx.data.tokenizers import ByteTokenizer
+from pax_eqx.extras import require
 from pax_eqx.learners.variables import path_name
 from pax_eqx.serving.row_sampling import RowSampling
 from pax_eqx.serving.slot_programs import SlotPrograms
+
+# jax.export writes (Exported.serialize) and reads its artifacts with flatbuffers, which jax does
+# not install; checked here, when the export command imports this module, before any work.
+require("flatbuffers", "export", "python -m pax_eqx.export")
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # what jax.export lowers for
 PROGRAMS = ("prefill", "generate")
