@@ -1,0 +1,56 @@
+"""The plan's reports at the terminal's width: prose broken at spaces, commands continued with `\\`.
+
+`--dry-run` and `--recommend` print to stdout, laid out for `shutil.get_terminal_size()` (80
+columns when stdout is no terminal). A line is broken at spaces only, never inside a flag, a path
+or a number; a command keeps each flag with its values on one line and continues with ` \\`, so
+it still pastes into a shell. The command line's own `width.py` does the same for the parser's
+text; this room may not import that one (the rooms of one floor import each other not at all).
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import textwrap
+
+
+def terminal_width() -> int:
+    """The terminal's columns; 80 when stdout is not a terminal."""
+    return shutil.get_terminal_size((80, 24)).columns or 80
+
+
+UNBROKEN = "\u00a0"  # a space no line is broken at (textwrap breaks at ASCII whitespace only)
+
+
+def unbroken(text: str) -> str:
+    """`text` (a mesh `1 4 2 x 32 4 1`, a size `6.98 s`) kept on one line by `wrap`."""
+    return text.replace(" ", UNBROKEN)
+
+
+def wrap(text: str, width: int, indent: str = "") -> list[str]:
+    """`text` in lines of at most `width`, broken at spaces (not inside an `unbroken` part); lines
+    after the first start with `indent`."""
+    lines = [text] if len(text) <= width else textwrap.wrap(
+        text, max(width, len(indent) + 8), subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+    ) or [text]  # fmt: skip
+    return [line.replace(UNBROKEN, " ") for line in lines]
+
+
+def command_lines(label: str, words: list[str], width: int, indent: str = "    ") -> list[str]:
+    """`label` (with its space) and the shell command `words`, in lines of at most `width`: a flag
+    and its values stay together, every line but the last ends with ` \\`."""
+    groups: list[str] = []
+    for word in map(shlex.quote, words):
+        if groups and not word.startswith("-"):
+            groups[-1] += " " + word
+        else:
+            groups.append(word)
+    line = label + groups[0] if groups else label
+    lines = []
+    for group in groups[1:]:
+        if len(line) + 1 + len(group) + 2 > width and line.strip():
+            lines.append(line + " \\")
+            line = indent + group
+        else:
+            line = f"{line} {group}"
+    return [*lines, line]
