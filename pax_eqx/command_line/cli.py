@@ -8,8 +8,9 @@ schedule, a norm) switches with `--learner.optimizer sgd` and takes its fields a
 `--learner.optimizer.momentum 0.0` (`choices.py`). `--exp` is read
 first with argparse; the rest is parsed by tyro with the chosen experiment as the default, so
 a typo fails at once with tyro's "did you mean" and a wrong type names the field.
-`--help` lists the program's own flags and the experiments, then every field of `--exp` with its
-help, cut from its config class's docstring (`help_spec`).
+`--help` lists the program's own flags, the experiments, the sections of `--exp` and the most used
+flags; `--help SECTION` every flag of one section; `--help-all` every field of `--exp` with its help,
+cut from its config class's docstring (`help_spec`), as tyro prints it (short_help.py).
 
 A config field may hold a subclass of its annotation (`model: ModelConfig` holding a
 `LanguageModelConfig`, or a user's own model config). tyro parses by annotation, so it would
@@ -29,7 +30,6 @@ import io
 import json
 import re
 import shlex
-import shutil
 import sys
 import types
 import typing
@@ -42,8 +42,9 @@ import tyro
 from pax_eqx.command_line import entry, registry, short_help
 from pax_eqx.command_line.choices import ChoiceError, apply_switches, spell_flattened
 from pax_eqx.command_line.data_files import follow_data_files
-from pax_eqx.command_line.flag_hints import with_nearest_flags
+from pax_eqx.command_line.flag_hints import with_nearest_flags, with_section_help
 from pax_eqx.command_line.inert_flags import InertFlagError, refuse_inert_flags
+from pax_eqx.command_line.width import columns, fill, print_message
 from pax_eqx.config import Config, ConfigError, field_hints
 from pax_eqx.experiment import ExperimentConfig
 
@@ -56,7 +57,8 @@ class CliError(SystemExit):
 
 
 def fail(message: str, code: int = 2) -> CliError:
-    print(f"error: {message}", file=sys.stderr)
+    """Prints `error: MESSAGE` (broken at spaces to a terminal's width) and returns the CliError to raise."""
+    print_message("error: ", message)
     return CliError(code)
 
 
@@ -127,7 +129,16 @@ def parse(
         action="store_true",
         help="print an error's Python traceback before its one line (or set PAX_EQX_VERBOSE=1)",
     )
-    pre.add_argument("-h", "--help", action="store_true", help="this help: the experiments, then each field in a line")
+    pre.add_argument(
+        "-h",
+        "--help",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="SECTION",
+        help="this overview; with a SECTION of the experiment (learner, data.train, model.block): every flag of it "
+        "with its whole help",
+    )
     pre.add_argument(
         "--help-all",
         action="store_true",
@@ -137,26 +148,17 @@ def parse(
     if ns.verbose:
         entry.set_verbose()
     saved = saved_config(ns.job_log_dir) if saved_experiment else None
+    recovered = None
+    if saved_experiment and saved is None and ns.exp is None and ns.job_log_dir:
+        recovered = experiment_in_checkpoints(ns.job_log_dir)
     if ns.exp is None:
-        ns.exp = str(saved) if saved else DEFAULT_EXPERIMENT
+        ns.exp = str(saved) if saved else recovered.name if recovered else DEFAULT_EXPERIMENT
     # A bad --exp (unknown, or its code raises) is a ConfigError: entry.run prints its one line.
-    default = registry.load_experiment(ns.exp)
+    default = recovered or registry.load_experiment(ns.exp)
     if saved and Path(ns.exp) != saved:
         _refuse_other_experiment(default, saved, prog, ns.job_log_dir, rest)
-    if ns.help and not ns.help_all:
-        width = shutil.get_terminal_size().columns
-        for action in detailed:
-            action.help = argparse.SUPPRESS
-        print(pre.format_help().rstrip("\n"))
-        if detailed:
-            print(f"  {', '.join(a.option_strings[0] for a in detailed)}: see --help-all\n")
-        else:
-            print()
-        print(f"experiments (--exp NAME; --help-all describes each):\n{short_help.experiments_line(width)}\n")
-        print(short_help.short_help(apply_switches(default, rest)[0] if rest else default, width, sections))
-        if python_only_fields(default):
-            print("\n" + _python_only_line(default))
-        raise SystemExit(0)
+    if ns.help is not None and not ns.help_all:
+        _print_help(pre, ns.help, apply_switches(default, rest)[0] if rest else default, detailed, sections)
     if ns.help_all:
         print(pre.format_help())
         print(
@@ -184,6 +186,35 @@ def parse(
     return exp, ns.job_log_dir, ns
 
 
+def _print_help(
+    pre: argparse.ArgumentParser,
+    section: str,
+    exp: ExperimentConfig,
+    detailed: list[argparse.Action],
+    sections: tuple[str, ...] | None,
+) -> None:
+    """`--help`: the program's flags, the experiments, the sections and the most used flags
+    (`short_help.short_help`); `--help SECTION`: every flag of that section (exit 0), or one error
+    line naming the sections (exit 2)."""
+    width = columns()
+    if section:
+        text = short_help.section_help(exp, section, width)
+        if text is None:
+            raise fail(short_help.unknown_section(exp, section))
+        print(text)
+        raise SystemExit(0)
+    for action in detailed:
+        action.help = argparse.SUPPRESS
+    print(pre.format_help().rstrip("\n"))
+    if detailed:
+        print(fill(f"{', '.join(a.option_strings[0] for a in detailed)}: see --help-all", width, "  ", first="  "))
+    print(f"\nexperiments (--exp NAME; --help-all describes each):\n{short_help.experiments_line(width)}\n")
+    print(short_help.short_help(exp, width, sections))
+    if python_only_fields(exp):
+        print("\n" + fill(_python_only_line(exp), width))
+    raise SystemExit(0)
+
+
 def saved_config(job_dir: str | None) -> Path | None:
     """DIR/config.json when DIR holds one (a run started there), else None (also for a path the
     file system cannot hold: `job_dir.prepare` names that problem)."""
@@ -192,6 +223,29 @@ def saved_config(job_dir: str | None) -> Path | None:
         return file if file is not None and file.is_file() else None
     except OSError:  # ENAMETOOLONG and the like
         return None
+
+
+def experiment_in_checkpoints(job_dir: str) -> ExperimentConfig | None:
+    """The experiment the newest intact checkpoint of DIR saved in its manifest, when DIR/config.json
+    is gone (deleted by hand) but checkpoints are there: eval and decode then read the model that
+    was trained, not the default experiment's (a warning says so); None without checkpoints."""
+    folder = Path(job_dir) / "checkpoints"
+    try:
+        if not folder.is_dir() or not any(p.name.isdigit() for p in folder.iterdir()):
+            return None
+    except OSError:
+        return None
+    from pax_eqx.checkpoint import Checkpointer
+
+    found = Checkpointer(folder, read_only=True).saved_config()
+    if found is None:
+        return None
+    step, config = found
+    print_message(
+        "warning: ",
+        f"{Path(job_dir) / 'config.json'} is missing; using the experiment saved with the step-{step} checkpoint.",
+    )
+    return ExperimentConfig.from_json(json.dumps(config))
 
 
 def _refuse_other_experiment(named: ExperimentConfig, saved: Path, prog: str, job_dir: str, rest: list[str]) -> None:
@@ -400,7 +454,7 @@ def parse_fields(default: C, args: Sequence[str], prog: str) -> C:
     except SystemExit as e:
         if e.code not in (0, None):
             message = one_line(captured.getvalue()) or f"cannot parse the arguments {list(args)}"
-            raise FlagError(as_typed(with_nearest_flags(message, default))) from None
+            raise FlagError(as_typed(with_section_help(with_nearest_flags(message, default), default))) from None
         sys.stderr.write(captured.getvalue())
         raise
     sys.stderr.write(captured.getvalue())  # warnings, if any

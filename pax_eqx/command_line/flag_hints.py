@@ -1,8 +1,9 @@
-"""The nearest field flags of a misspelt one, where tyro suggests none.
+"""The nearest field flags of a misspelt one, where tyro suggests none; the section help to read.
 
 tyro's "Perhaps you meant" compares whole flags, so `--lr` and decode's `--max-tokens` got no
 suggestion. Here a flag is matched by its whole path, by its last part (`--max-tokens` ~
-`--decode.max-new-tokens`) and by the initials of its last part (`--lr` = learning-rate).
+`--decode.max-new-tokens`) and by the initials of its last part (`--lr` = learning-rate). tyro's
+"For full helptext, run PROG --help" becomes `PROG --help SECTION`, the section of the flag.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 _UNRECOGNIZED = re.compile(r"Unrecognized options?: ([^-]*(?:--[^ ,]+[^-]*)+?)(?: -- |$)")
+_FULL_HELPTEXT = re.compile(r"For full helptext, (?:run|see) (.+?) --help\b")
 
 
 def with_nearest_flags(message: str, default: Any) -> str:
@@ -28,6 +30,17 @@ def with_nearest_flags(message: str, default: Any) -> str:
     if not hints:
         return message
     return message.replace(" -- For full helptext", " -- " + "; ".join(hints) + " -- For full helptext", 1)
+
+
+def with_section_help(message: str, default: Any) -> str:
+    """tyro's closing "For full helptext, run PROG --help" pointed at the section of the flag the
+    line is about (`every train flag: PROG --help train`), whose help is a page, not 900 lines."""
+    sections = {f.name for f in dataclasses.fields(default) if dataclasses.is_dataclass(getattr(default, f.name))}
+    named = [s for s in re.findall(r"--([a-z][\w-]*)\.", message) if s.replace("-", "_") in sections]
+    if not named:
+        return message
+    section = named[0].replace("-", "_")
+    return _FULL_HELPTEXT.sub(lambda m: f"every {section} flag: {m.group(1)} --help {section}", message, count=1)
 
 
 def field_paths(value: Any, prefix: str = "") -> list[str]:

@@ -192,8 +192,8 @@ def load_experiment(name: str) -> ExperimentConfig:
             "or pass a dotted path package.module.name to your own experiment."
         )
     raise UnknownExperimentError(
-        f"--exp {name!r} is not a registered experiment.{_did_you_mean(name)} Registered: "
-        f"{', '.join(sorted(_REGISTRY))}; or pass a dotted path package.module.name to your own experiment."
+        f"--exp {name!r} is not a registered experiment.{_did_you_mean(name, n=5)} --help lists the experiments, "
+        f"--help-all each of the {len(_REGISTRY)}; or pass a dotted path package.module.name to your own experiment."
     )
 
 
@@ -201,7 +201,12 @@ def _load_json(path: str) -> ExperimentConfig:
     """An experiment from a config.json a run wrote (DIR/config.json) or the tuner's best config:
     the resolved experiment, every field as it was."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ExperimentLoadError(
+            f"--exp {path!r}: not an experiment's config.json: byte {e.start} is not UTF-8 (a damaged or foreign "
+            "file); restore it from a copy, or delete it to let train recover the experiment from the checkpoint."
+        ) from None
     except OSError as e:
         raise UnknownExperimentError(
             f"--exp {path!r}: cannot read it ({e.strerror or e}); pass a config.json a run or the tuner wrote, or a "
@@ -213,9 +218,17 @@ def _load_json(path: str) -> ExperimentConfig:
         raise ExperimentLoadError(f"--exp {path!r}: not an experiment's config.json: {_one_line(e)}") from None
 
 
-def _did_you_mean(name: str) -> str:
-    close = difflib.get_close_matches(name, sorted(_REGISTRY) + sorted(_ALIASES), n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
+def _did_you_mean(name: str, n: int = 1) -> str:
+    """` Did you mean 'a', 'b' or 'c'?`: the `n` experiments nearest `name`, each by its nearest
+    registered name or alias, the nearest first (Pax's dotted aliases only for a dotted `name`)."""
+    known = sorted(_REGISTRY) + sorted(a for a in _ALIASES if "." in name or "." not in a)
+    targets: dict[str, str] = {}  # experiment -> the nearest of its spellings
+    for match in difflib.get_close_matches(name, known, n=4 * n):
+        targets.setdefault(_ALIASES.get(match, match), match)
+    close = [repr(c) for c in list(targets.values())[:n]]
+    if not close:
+        return ""
+    return f" Did you mean {close[0]}?" if len(close) == 1 else f" Did you mean {', '.join(close[:-1])} or {close[-1]}?"
 
 
 def _load_dotted(path: str) -> ExperimentConfig:

@@ -169,22 +169,60 @@ def test_a_mesh_rule_must_name_a_logical_axis_of_the_model(tmp_path):
 
 
 # --help ---------------------------------------------------------------------------------------------
-def test_help_is_a_screenful_per_section_and_help_all_has_the_rest():
-    run = lambda flag: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "pax_eqx.train", flag], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "COLUMNS": "100"},
-    )  # fmt: skip
-    short, full = run("--help"), run("--help-all")
-    assert short.returncode == 0 and full.returncode == 0
-    lines = short.stdout.splitlines()
-    assert len(lines) <= 150, len(lines)
-    # A choice: the chosen variant, then the others.
-    assert any(re.match(r"--learner.optimizer adamw +or adam, sgd, lion, adafactor$", line.strip()) for line in lines)
-    helps = {line.split()[0]: line for line in lines if line.strip().startswith("--model.")}
-    sentences = [helps[f].split(None, 2)[-1] for f in ("--model.num-layers", "--model.model-dims", "--model.num-heads")]
-    assert len(set(sentences)) == 3, sentences  # each field its own sentence
-    assert "loss" in next(line for line in lines if line.strip().startswith("--task.losses"))
-    assert len(full.stdout.splitlines()) > 300
+def test_help_is_an_overview_and_help_section_has_every_flag(capsys, monkeypatch):
+    """`--help`: the sections with their fields' names and the most used flags, each with its first
+    sentence whole; `--help learner`: every learner flag, with its whole help and the chosen
+    optimizer's and schedule's fields; `--help-all`: tyro's listing of everything."""
+    from pax_eqx import train
+    from pax_eqx.command_line.cli import _field_helps
+
+    monkeypatch.setenv("COLUMNS", "100")
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as info:
+            train.main(list(argv))
+        out = capsys.readouterr()
+        return info.value.code, out.out, out.err
+
+    code, short, _ = run("--help")
+    lines = short.splitlines()
+    assert code in (0, None) and len(lines) <= 150, len(lines)
+    assert all(len(line) <= 100 and not line.endswith(("...", "…")) for line in lines), short
+    assert any(re.match(r"  learner \(LearnerConfig\): optimizer, learning-rate, schedule,", line) for line in lines)
+    chosen = r"  --learner.optimizer adamw +the optimizer and its own hyperparameters"
+    assert any(re.match(chosen, line) for line in lines)
+    flat = " ".join(short.split())
+    exp = registry.load_experiment("shakespeare_char")
+    for field in ("num_layers", "model_dims", "num_heads"):
+        sentence = registry_first_sentence(_field_helps(type(exp.model))[1][field])
+        assert f"--model.{field.replace('_', '-')} {getattr(exp.model, field)} {sentence}" in flat  # whole
+
+    code, learner, _ = run("--help", "learner")
+    assert code in (0, None)
+    flat = " ".join(learner.split())
+    helps = _field_helps(type(exp.learner))[1]
+    for name in ("learning_rate", "l2_regularization", "clip_update_rms", "frozen"):
+        assert f"--learner.{name.replace('_', '-')} " in flat and helps[name] in flat  # every flag, its whole help
+    assert "--learner.skip-nonfinite, --learner.no-skip-nonfinite" in flat
+    assert "--learner.optimizer.b1 FLOAT" in flat and "--learner.schedule.warmup-steps INT" in flat
+    assert all(len(line) <= 100 for line in learner.splitlines())
+
+    code, sgd, _ = run("--learner.optimizer", "sgd", "--help", "learner.optimizer")
+    assert code in (0, None) and "--learner.optimizer.momentum FLOAT" in sgd and ".b1 " not in sgd
+
+    code, _, err = run("--help", "lerner")
+    assert code == 2 and err.count("\n") == 1  # one line when stderr is no terminal
+    assert err.startswith("error: --help lerner: --exp shakespeare_char has no section 'lerner'. Did you mean learner?")
+    assert "Its sections: model, learner, task, data, train, checkpoint, mesh, decode, profile, lora;" in err
+
+    code, full, _ = run("--help-all")
+    assert code in (0, None) and len(full.splitlines()) > 300
+
+
+def registry_first_sentence(text: str) -> str:
+    from pax_eqx.command_line.registry import first_sentence
+
+    return first_sentence(text)
 
 
 # A job dir written before the choices ------------------------------------------------------------------

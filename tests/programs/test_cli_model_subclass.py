@@ -67,7 +67,12 @@ def test_help_shows_the_concrete_models_fields(scaled_lm, capsys):
         cli.parse(["--exp", scaled_lm, "--help"], "prog", "description", job_dir_required=False)
     assert info.value.code == 0
     out = capsys.readouterr().out
-    assert "--model.logit-scale" in out and "--model.num-layers" in out
+    assert "logit-scale" in out and "--model.num-layers" in out  # the section's names; a most used flag
+    with pytest.raises(SystemExit) as info:
+        cli.parse(["--exp", scaled_lm, "--help", "model"], "prog", "description", job_dir_required=False)
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--model.logit-scale FLOAT" in out and "--model.num-layers INT" in out
 
 
 def test_a_misspelt_subclass_field_is_one_error_line(scaled_lm, capsys):
