@@ -323,8 +323,10 @@ class ExperimentConfig(Config):
 
     def resolved_learner(self) -> LearnerConfig:
         """The learner this run trains with: `learner` with what it leaves to the run filled in
-        (a decaying schedule's decay_end 0 becomes train.num_steps). `learner` itself keeps the 0,
-        so `--train.num-steps` moves the decay's end and config.json stores what was chosen."""
+        (a decaying schedule's decay_end 0 becomes train.num_steps, or the step after the decay
+        starts when the run ends before that: `ScheduleConfig.note_for_run` says so). `learner`
+        itself keeps the 0, so `--train.num-steps` moves the decay's end and config.json stores
+        what was chosen."""
         return self.learner.resolve(self.train.num_steps)
 
     def _check_pipeline_mesh(self) -> None:
