@@ -226,9 +226,8 @@ class MlflowTracker:
             self._client = client = MlflowClient(tracking_uri=s.mlflow_tracking_uri or None)
             uri = client.tracking_uri
             stored = _stored(self.job_dir, self.name)
-            if stored.get("run_id") and stored.get("tracking_uri") == uri:
+            if stored.get("tracking_uri") == uri and self._reopen(stored.get("run_id")):
                 self._run_id = stored["run_id"]
-                client.update_run(self._run_id, status="RUNNING")
             else:
                 experiment = s.project or os.environ.get("MLFLOW_EXPERIMENT_NAME") or config.get("name") or "pax_eqx"
                 run = client.create_run(
@@ -245,6 +244,19 @@ class MlflowTracker:
                 f"--train.trackers mlflow: the MLflow run could not start at tracking URI {where} ({_reason(e)}); "
                 "check the URI (--train.mlflow-tracking-uri or MLFLOW_TRACKING_URI), the server and its credentials"
             ) from e
+
+    def _reopen(self, run_id: str | None) -> bool:
+        """Sets the stored run RUNNING again; False when there is none to continue (never
+        started, deleted, or not in this tracking store), and a new run is made."""
+        if not run_id:
+            return False
+        try:
+            if self._client.get_run(run_id).info.lifecycle_stage != "active":
+                return False
+        except Exception:  # noqa: BLE001 -- MLflow's "not found" differs by store and version
+            return False
+        self._client.update_run(run_id, status="RUNNING")
+        return True
 
     def _experiment_id(self, name: str) -> str:
         experiment = self._client.get_experiment_by_name(name)

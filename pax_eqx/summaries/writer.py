@@ -134,10 +134,11 @@ class SummaryWriter:
             self._start_trackers(trackers, metrics_file == METRICS_FILE)
 
     def _start_trackers(self, trackers: Sequence[tracking.Tracker] | None, trainer: bool) -> None:
+        if trackers is None and not trainer:
+            return
         config, command = tracking.run_record(self.job_dir)
         if trackers is None:
-            settings = tracking.TrackerSettings.of(config) if trainer else tracking.TrackerSettings()
-            trackers = tracking.make_trackers(self.job_dir, settings)
+            trackers = tracking.make_trackers(self.job_dir, tracking.TrackerSettings.of(config))
         for tracker in trackers:
             try:
                 tracker.start(config, command)
