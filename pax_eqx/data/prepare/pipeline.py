@@ -501,10 +501,16 @@ def run_pipeline(
             while thread.is_alive():
                 thread.join(0.1)
         except KeyboardInterrupt:
+            if beam_log is not None:  # Beam's threads report their killed workers; quiet, that is not news
+                threading.excepthook = _ignore_thread_error
             stop_workers()
             raise
     if failed:
         raise pipeline_error(failed[0]) from None
+
+
+def _ignore_thread_error(args: threading.ExceptHookArgs) -> None:
+    """threading.excepthook after Ctrl-C: the runner's threads die with their workers, silently."""
 
 
 @contextlib.contextmanager
