@@ -200,6 +200,25 @@ def test_a_missing_tracker_package_is_one_line_before_anything_is_written(tmp_pa
     assert "Traceback" not in done.stderr and not job.exists()
 
 
+def test_a_tracker_that_cannot_start_stops_the_run_before_its_first_step(tmp_path):
+    """W&B online without a login (no key, no ~/.netrc, no terminal): one error line with the
+    library's reason and the fix, exit 1 (the environment), no step taken."""
+    pytest.importorskip("wandb", reason="the [wandb] extra")
+    job = tmp_path / "job"
+    env = {**_env(tmp_path), "HOME": str(tmp_path)}
+    del env["WANDB_MODE"]
+    cmd = [sys.executable, "-m", "pax_eqx.train", "--exp", "shakespeare_char", "--job-log-dir", str(job), *TINY,
+           *mesh_args(1), "--train.trackers", "wandb"]  # fmt: skip
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith("error: --train.trackers wandb: wandb.init failed (UsageError: ")
+    assert "log in (`wandb login`, or set WANDB_API_KEY), or set WANDB_MODE=offline" in line
+    assert not (job / "checkpoints").exists() or not any((job / "checkpoints").iterdir())
+    assert (job / "metrics.jsonl").read_text() == ""
+
+
 # The writer's side, with trackers that record what they are told -----------------------------
 class _Recorder:
     def __init__(self, name="recorder", fail_start=False, fail_log=False):
