@@ -52,7 +52,11 @@ def _terminated(signum, frame) -> None:
 
 
 def _parse(args: list[str]) -> PrepareConfig:
-    from pax_eqx.command_line import cli
+    from pax_eqx.command_line import cli, entry
+
+    if "--verbose" in args:  # every program's flag: Beam's log and the tracebacks on the terminal
+        entry.set_verbose()
+        args = [a for a in args if a != "--verbose"]
 
     if "-h" in args or "--help" in args:  # each flag with its sentence of PrepareConfig's docstring
         import tyro

@@ -120,8 +120,13 @@ def test_a_bad_corpus_is_one_line_naming_file_and_line(tmp_path, case):
     if existing:
         out.mkdir()
     workers = "2" if case == "binary" else "1"  # worker processes once (their start costs ~10 s)
-    done = prepare("--input", str(source), "--output-dir", str(out), "--num-workers", workers, *flags)
-    line = error_line(done)
+    verbose = ["--verbose"] if case == "latin1" else []
+    done = prepare("--input", str(source), "--output-dir", str(out), "--num-workers", workers, *flags, *verbose)
+    if verbose:  # the traceback and Beam's log come first; the line and the status are the same
+        assert done.returncode == 2 and "Traceback (most recent call last)" in done.stderr, done.stderr
+        line = done.stderr.strip().splitlines()[-1]
+    else:
+        line = error_line(done)
     assert re.search(BAD[case], line), line
     assert line.startswith(f"error: --input{':' if case != 'empty_texts' else ''} "), line
     assert (list(out.iterdir()) == []) if existing else not out.exists()
