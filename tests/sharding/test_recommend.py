@@ -99,7 +99,7 @@ def test_a_pipelined_model_keeps_its_stages_and_searches_its_microbatches(capsys
     assert found.best.layout.shape["stage"] == exp.model.pipeline.num_stages
     code, plan_out, err = run_main(capsys, *command_after("Its dry run:", found.text))
     assert code == 0 and "Verdict: fits" in plan_out, err
-    assert f"{found.best.pipeline_microbatches} microbatches of" in plan_out
+    assert f"{found.best.pipeline_microbatches} microbatches of" in flat(plan_out)
 
 
 def test_a_collective_costs_what_the_docstring_says():

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -64,6 +65,7 @@ from jax.sharding import PartitionSpec
 from pax_eqx.config import ConfigError
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.models.model import StepShape
+from pax_eqx.programs.plan.text_width import UNBROKEN, unbroken, wrap
 from pax_eqx.programs.runtime import build_task
 from pax_eqx.sharding.device_kinds import DEVICE_KINDS, DeviceKind
 from pax_eqx.sharding.logical import LogicalAxes, logical_axes
@@ -81,15 +83,54 @@ def _shard_bytes(shape: tuple[int, ...], dtype, spec, mesh_shape: dict[str, int]
 
 
 class Plan(NamedTuple):
-    """The printed plan, the per-device total in bytes, and whether it fits the memory asked
-    about (None when no --dry-run-device-memory-gb was given)."""
+    """The plan's text (each line whole), the per-device total in bytes, and whether it fits the
+    memory asked about (None when no --dry-run-device-memory-gb was given); `lines` holds its
+    lines, a parameter group as the tuple of its columns, for `laid_out`."""
 
     text: str
     total_bytes: int
     fits: bool | None
+    lines: tuple[str | tuple[str, ...], ...] = ()
 
     def __str__(self) -> str:
         return self.text
+
+    def laid_out(self, width: int) -> str:
+        """The text in `width` columns (`layout`): what `--dry-run` prints."""
+        return layout(self.lines, width) if self.lines else self.text
+
+
+def layout(lines: Sequence[str | tuple[str, ...]], width: int | None) -> str:
+    """The plan's lines in `width` columns (None: each line whole): a longer line broken at spaces,
+    continued 4 spaces further in; the parameter groups (name, shape, logical axes, spec) in
+    columns as wide as their widest cell, or, where those do not fit, each group in two lines:
+    its name and shape, then its axes and spec."""
+    out: list[str] = []
+    rows = [line for line in lines if isinstance(line, tuple)]
+    if width is None:
+        sizes = (40, 28, 38)
+    else:
+        sizes = tuple(max(len(row[i]) for row in rows) if rows else 0 for i in range(3))
+    one_line = width is None or all(len(_group_line(row, sizes)) <= width for row in rows)
+    for line in lines:
+        if isinstance(line, tuple):
+            if one_line:
+                out.append(_group_line(line, sizes))
+            else:
+                name, shape, axes, spec, more = line
+                out += wrap(f"  {name} {unbroken(shape)}{more}", width, "      ")
+                out += wrap(f"      {axes} -> {spec}", width, "        ")
+        elif width is None:
+            out.append(line.replace(UNBROKEN, " "))
+        else:
+            indent = " " * (len(line) - len(line.lstrip()) + 4)
+            out += wrap(line, width, indent)
+    return "\n".join(out)
+
+
+def _group_line(row: tuple[str, ...], sizes: tuple[int, ...]) -> str:
+    name, shape, axes, spec, more = row
+    return f"  {name:{sizes[0]}s} {shape:{sizes[1]}s} {axes:{sizes[2]}s} -> {spec}{more}"
 
 
 class Memory(NamedTuple):
@@ -226,9 +267,10 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None, model: Me
     table = parse_rules(exp.mesh.rules)
     check_rule_names(exp.mesh.rules, model.axes_tree)
     written_for = f" of {kind.name} (mesh.device_kind)" if kind is not None else ""
-    lines = [
+    ici, dcn = unbroken(str(exp.mesh.ici_mesh_shape)), unbroken(str(exp.mesh.dcn_mesh_shape))
+    lines: list[str | tuple[str, ...]] = [
         f"Dry run of {exp.name or 'experiment'}: mesh {_mesh_text(exp)} "
-        f"(ICI {exp.mesh.ici_mesh_shape} x DCN {exp.mesh.dcn_mesh_shape}), {exp.mesh.num_devices} devices{written_for}",
+        f"({unbroken('ICI ' + ici)} x {unbroken('DCN ' + dcn)}), {exp.mesh.num_devices} devices{written_for}",
     ]
     memory = model.bytes_for(exp)
     specs = jtu.tree_leaves(
@@ -245,7 +287,7 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None, model: Me
     for name, items in groups.items():
         leaf, spec, ax = items[0]
         more = f"  (x{len(items)})" if len(items) > 1 else ""
-        lines.append(f"  {name:40s} {str(tuple(leaf.shape)):28s} {str(tuple(ax)):38s} -> {spec}{more}")
+        lines.append((name, str(tuple(leaf.shape)), str(tuple(ax)), str(spec), more))
     gib = 1024**3
     lines += [
         "Per-device memory:",
@@ -280,7 +322,7 @@ def plan(exp: ExperimentConfig, device_memory_gb: float | None = None, model: Me
     fits = None if device_memory_gb is None else total <= device_memory_gb * gib
     if fits is not None:
         lines.append(f"Verdict: {'fits' if fits else 'does NOT fit'} in {device_memory_gb:g} GiB per device.")
-    return Plan("\n".join(lines), total, fits)
+    return Plan(layout(lines, None), total, fits, tuple(lines))
 
 
 def _expert_lines(specs, axes, leaves, param_count: int, table: dict) -> list[str]:
@@ -305,7 +347,9 @@ def _expert_lines(specs, axes, leaves, param_count: int, table: dict) -> list[st
 def _mesh_text(exp: ExperimentConfig) -> str:
     """The mesh's axes and sizes; the stage axis only where there is one."""
     shape = exp.mesh.shape
-    return f"(stage, data, fsdp, tensor) = {shape}" if shape[0] > 1 else f"(data, fsdp, tensor) = {shape[1:]}"
+    if shape[0] > 1:
+        return f"{unbroken('(stage, data, fsdp, tensor)')} = {unbroken(str(shape))}"
+    return f"{unbroken('(data, fsdp, tensor)')} = {unbroken(str(shape[1:]))}"
 
 
 def _short_count(n: int) -> str:

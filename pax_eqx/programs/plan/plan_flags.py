@@ -126,21 +126,24 @@ class PlanRequest:
         """Prints the plan (or the search) of `exp`; the exit status: 1 when nothing fits the
         memory given (--dry-run-device-memory-gb, or the search's), so a script can gate a
         launch on the verdict. `argv`: the command line the search's
-        suggested commands start from."""
+        suggested commands start from. Both are laid out for the terminal's width (80 columns
+        when stdout is not a terminal: text_width.py)."""
+        from pax_eqx.programs.plan.text_width import terminal_width
+
         if self.recommend:
             from pax_eqx.programs.plan.recommend import recommend
 
             kind = self.dry_run_device_kind or DEFAULT_DEVICE_KIND
             found = recommend(
                 exp, self.dry_run_devices, self.dry_run_device_memory_gb, kind, self.dry_run_devices_per_host,
-                self.dry_run_ici_size, base_argv=list(argv),
+                self.dry_run_ici_size, base_argv=list(argv), width=terminal_width(),
             )  # fmt: skip
             print(found.text)
             return 0 if found.best is not None else 1
         from pax_eqx.programs.plan.dry_run import plan
 
         result = plan(exp, device_memory_gb=self.dry_run_device_memory_gb)
-        print(result)
+        print(result.laid_out(terminal_width()))
         # Only a memory asked for gates the exit: the verdict against mesh.device_kind's memory
         # (an experiment written for a TPU, planned from anywhere) is information, not a failure.
         return 1 if result.fits is False and self.dry_run_device_memory_gb is not None else 0

@@ -54,7 +54,7 @@ from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.models.lm_plan import flash_attention
 from pax_eqx.programs.plan.dry_run import MemoryModel, _group_name, as_run_on
-from pax_eqx.programs.plan.text_width import command_lines, terminal_width, unbroken, wrap
+from pax_eqx.programs.plan.text_width import command_lines, unbroken, wrap
 from pax_eqx.sharding.device_kinds import DEVICE_KINDS, DeviceKind
 from pax_eqx.sharding.mesh import AXES
 from pax_eqx.sharding.rules import parse_rules
@@ -167,8 +167,7 @@ def recommend(
 ) -> Recommendation:
     """The ranked table (text), the winner and the flags that select it. width: the columns the
     text fits (`_table` abbreviates and drops columns to fit, prose and commands are broken at
-    spaces), the terminal's by default."""
-    width = terminal_width() if width is None else width
+    spaces; the program passes the terminal's); None: every line whole."""
     kind = DEVICE_KINDS[kind_name]
     memory_gb = kind.memory_gib if device_memory_gb is None else device_memory_gb
     other_kind = exp.mesh.device_kind != kind_name  # the commands printed say what the layouts are for
@@ -425,14 +424,14 @@ _COST_SHORT = {
 _SHORTENINGS = ("remat", "cost", "mesh", "gap", "no cost")
 
 
-def _table(rows: list[Candidate], stages: int, searched: int, width: int) -> list[str]:
-    """The ranked rows, with their header and the lines that explain them, in `width` columns:
-    each shortening of `_SHORTENINGS` in turn until the table fits."""
+def _table(rows: list[Candidate], stages: int, searched: int, width: int | None) -> list[str]:
+    """The ranked rows, with their header and the lines that explain them, in `width` columns
+    (None: unshortened): each shortening of `_SHORTENINGS` in turn until the table fits."""
     axes = ("stage " if stages > 1 else "") + "data fsdp tensor"
     for n in range(len(_SHORTENINGS) + 1):
         short = set(_SHORTENINGS[:n])
         table = _table_lines(rows, stages, axes, short)
-        if max(map(len, table)) <= width:
+        if width is None or max(map(len, table)) <= width:
             break
     mesh = f"mesh: {axes} sizes" if "mesh" in short else "mesh sizes"
     notes = [f"  ({mesh} inside an ICI domain x across the DCN; {_count(searched, 'layout')} searched)"]

@@ -27,18 +27,18 @@ def unbroken(text: str) -> str:
     return text.replace(" ", UNBROKEN)
 
 
-def wrap(text: str, width: int, indent: str = "") -> list[str]:
-    """`text` in lines of at most `width`, broken at spaces (not inside an `unbroken` part); lines
-    after the first start with `indent`."""
-    lines = [text] if len(text) <= width else textwrap.wrap(
+def wrap(text: str, width: int | None, indent: str = "") -> list[str]:
+    """`text` in lines of at most `width` (None: one line), broken at spaces (not inside an
+    `unbroken` part); lines after the first start with `indent`."""
+    lines = [text] if width is None or len(text) <= width else textwrap.wrap(
         text, max(width, len(indent) + 8), subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
     ) or [text]  # fmt: skip
     return [line.replace(UNBROKEN, " ") for line in lines]
 
 
-def command_lines(label: str, words: list[str], width: int, indent: str = "    ") -> list[str]:
-    """`label` (with its space) and the shell command `words`, in lines of at most `width`: a flag
-    and its values stay together, every line but the last ends with ` \\`."""
+def command_lines(label: str, words: list[str], width: int | None, indent: str = "    ") -> list[str]:
+    """`label` (with its space) and the shell command `words`, in lines of at most `width` (None:
+    one line): a flag and its values stay together, every line but the last ends with ` \\`."""
     groups: list[str] = []
     for word in map(shlex.quote, words):
         if groups and not word.startswith("-"):
@@ -46,6 +46,8 @@ def command_lines(label: str, words: list[str], width: int, indent: str = "    "
         else:
             groups.append(word)
     line = label + groups[0] if groups else label
+    if width is None:
+        return [" ".join([line, *groups[1:]])]
     lines = []
     for group in groups[1:]:
         if len(line) + 1 + len(group) + 2 > width and line.strip():
