@@ -118,7 +118,9 @@ def _interrupted(cfg: PrepareConfig | None, signal_name: str) -> int:
     process alive, waiting for workers that are gone) end with the process."""
     code = _EXIT_FOR.get(signal_name, 130)
     kept = "before it started; nothing was written"
-    if cfg is not None and os.path.isdir(cfg.output_dir):
+    if cfg is not None and "://" in cfg.output_dir:
+        kept = f"the complete shards in {cfg.output_dir} are kept"
+    elif cfg is not None and os.path.isdir(cfg.output_dir):
         done = len([name for name in os.listdir(cfg.output_dir) if name.endswith(".array_record")])
         kept = (
             f"{done} of {cfg.num_shards} shards are complete in {cfg.output_dir} and kept"
