@@ -20,6 +20,9 @@ import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# A run with --train.trackers wandb (the flag walk's tiny runs) keeps its W&B run on disk: no test
+# reaches W&B's servers, and none needs a login.
+os.environ.setdefault("WANDB_MODE", "offline")
 
 
 import jax  # noqa: E402
