@@ -310,7 +310,8 @@ def check_config(
         old, where = saved[1], f"config.json is missing; saved in the step-{saved[0]} checkpoint"
     else:
         return []
-    changed = config_diff(_as_today(old), config)
+    old, config = _decay_ends_resolved(_as_today(old), config)
+    changed = config_diff(old, config)
     blocking = [c for c in changed if not c.startswith(_RESUMABLE)]
     if start_point:
         blocking = [c for c in blocking if not c.startswith(_FINE_TUNABLE) or c.startswith(_FIXED_FOR_FINE_TUNING)]
@@ -328,6 +329,30 @@ def check_config(
             + "--checkpoint.allow-config-change to go ahead anyway."
         )
     return changed
+
+
+def _decay_ends_resolved(old: Any, new: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """`learner.schedule.decay_end` 0 means "at train.num_steps". Where one side says 0 and the
+    other a step, the 0 is compared as its run's num_steps: a job dir started when the default
+    recipe's decay ended at 2000 (its num_steps) resumes under today's recipe, whose decay follows
+    the run, because the two schedules are the same; a run whose schedule would change is still
+    refused, naming the step. Both 0 stays 0 == 0 (a longer run may stretch its decay)."""
+
+    def end(config: Any) -> Any:
+        schedule = config.get("learner", {}).get("schedule") if isinstance(config, dict) else None
+        return schedule.get("decay_end") if isinstance(schedule, dict) else None
+
+    def resolved(config: dict[str, Any]) -> dict[str, Any]:
+        steps = config.get("train", {}).get("num_steps")
+        learner = {**config["learner"], "schedule": {**config["learner"]["schedule"], "decay_end": steps}}
+        return {**config, "learner": learner}
+
+    old_end, new_end = end(old), end(new)
+    if old_end == 0 and isinstance(new_end, int) and new_end > 0:
+        return resolved(old), new
+    if new_end == 0 and isinstance(old_end, int) and old_end > 0:
+        return old, resolved(new)
+    return old, new
 
 
 def _as_today(saved: dict[str, Any]) -> dict[str, Any]:
