@@ -3,7 +3,7 @@ broken at a space (never inside a flag such as `--train.num-steps`), no help cut
 
 Each command runs in a pseudo-terminal of 80 columns (`terminal.run_in_a_terminal`), and its raw
 output is read line by line. That every break falls at a space is checked against the same
-command with its lines whole (stderr piped: an error stays one line; COLUMNS=1000 for a report):
+command with its lines whole (piped, an error and a report stay whole; --help at COLUMNS=1000):
 the words, read in order, are the same; a break inside a word would leave its two halves.
 """
 
@@ -26,8 +26,8 @@ def _lines(raw: str) -> list[str]:
 
 
 def _run(args: list[str], tmp_path, columns: int | None = None) -> subprocess.CompletedProcess:
-    """`python ARGS` with stdout and stderr piped (no terminal): errors stay one line; reports are
-    laid out for `columns` (COLUMNS) or 80."""
+    """`python ARGS` with stdout and stderr piped (no terminal): errors and reports stay whole;
+    --help is laid out for `columns` (COLUMNS), or 80."""
     env = {name: value for name, value in os.environ.items() if name not in ("COLUMNS", "LINES")}
     if columns:
         env["COLUMNS"] = str(columns)

@@ -95,9 +95,9 @@ class Plan(NamedTuple):
     def __str__(self) -> str:
         return self.text
 
-    def laid_out(self, width: int) -> str:
-        """The text in `width` columns (`layout`): what `--dry-run` prints."""
-        return layout(self.lines, width) if self.lines else self.text
+    def laid_out(self, width: int | None) -> str:
+        """The text in `width` columns (`layout`; None: `text`): what `--dry-run` prints."""
+        return layout(self.lines, width) if self.lines and width is not None else self.text
 
 
 def layout(lines: Sequence[str | tuple[str, ...]], width: int | None) -> str:

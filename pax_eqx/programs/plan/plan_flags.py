@@ -126,8 +126,8 @@ class PlanRequest:
         """Prints the plan (or the search) of `exp`; the exit status: 1 when nothing fits the
         memory given (--dry-run-device-memory-gb, or the search's), so a script can gate a
         launch on the verdict. `argv`: the command line the search's
-        suggested commands start from. Both are laid out for the terminal's width (80 columns
-        when stdout is not a terminal: text_width.py)."""
+        suggested commands start from. On a terminal both are laid out for its width; piped,
+        each line is whole (text_width.py)."""
         from pax_eqx.programs.plan.text_width import terminal_width
 
         if self.recommend:

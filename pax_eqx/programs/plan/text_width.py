@@ -1,21 +1,30 @@
 """The plan's reports at the terminal's width: prose broken at spaces, commands continued with `\\`.
 
-`--dry-run` and `--recommend` print to stdout, laid out for `shutil.get_terminal_size()` (80
-columns when stdout is no terminal). A line is broken at spaces only, never inside a flag, a path
-or a number; a command keeps each flag with its values on one line and continues with ` \\`, so
-it still pastes into a shell. The command line's own `width.py` does the same for the parser's
-text; this room may not import that one (the rooms of one floor import each other not at all).
+`--dry-run` and `--recommend` print to stdout. On a terminal they are laid out for its width
+(`shutil.get_terminal_size()`, 80 columns when it does not say): a line is broken at spaces
+only, never inside a flag, a mesh or a size; a command keeps each flag with its values on one
+line and continues with ` \\`, so it still pastes into a shell. Piped, every line is whole, for
+the script or `grep` that reads it (as the train run's own lines: docs/design.md, "What a person
+sees"). The command line's `width.py` does the same for the parser's text; this room may not
+import that one (the rooms of one floor import each other not at all).
 """
 
 from __future__ import annotations
 
 import shlex
 import shutil
+import sys
 import textwrap
 
 
-def terminal_width() -> int:
-    """The terminal's columns; 80 when stdout is not a terminal."""
+def terminal_width() -> int | None:
+    """The columns of the terminal stdout is (80 when it does not say); None when stdout is not a
+    terminal: the lines are printed whole."""
+    try:
+        if not sys.stdout.isatty():
+            return None
+    except (AttributeError, ValueError):  # no stdout, or a closed one
+        return None
     return shutil.get_terminal_size((80, 24)).columns or 80
 
 
