@@ -63,7 +63,7 @@ DRY_RUN = {
 
 INSTEAD = {
     # command as written -> (what runs instead, why)
-    "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && "
+    "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && "
     "python -m pax_eqx.train --job-log-dir runs/shakespeare": (
         "python -m pax_eqx.train --job-log-dir runs/shakespeare",
         "making a venv and installing need the network; the tests already run in the installed venv",
@@ -116,7 +116,8 @@ _EXPORT = (
     "trained job dir with this CLI (cpu and cuda) and runs the script without pax_eqx importable"
 )
 NOT_RUN = {
-    "python -m pytest -n 2": "the test suite itself",
+    "pip install -e '.[test]' && python -m pytest -n 2": "the test suite itself (its install would change the venv "
+        "the tests run in; tests/test_lean_install.py runs the default run without the extras' packages)",
     "python -m pax_eqx.prepare_images --input /data/imagenet --output /data/imagenet_ar --num-shards 1024 "
     "--val-num-shards 64": "ImageNet is not here; tests/data/test_imagenet_source.py writes shards of tiny JPEGs",
     # docs/fine_tune.md: an open model downloaded beforehand
