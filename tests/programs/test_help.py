@@ -1,6 +1,6 @@
-"""`--help` is readable: the program's flags, the experiment names, then each field in a line
-with its own sentence; `--help-all` adds each experiment's description and every nested field
-with its whole help.
+"""`--help-all` is readable: the program's flags, each experiment with its description, and every
+nested field with its whole help. (`--help`, the overview, and `--help SECTION`:
+test_choices_and_inert_flags.py and test_terminal_width.py.)
 
 The field help is cut out of each config class's docstring (`cli.help_spec`): one field's
 sentence under its flag, the rest of the docstring as the group's description, each paragraph
