@@ -300,7 +300,7 @@ class ExperimentConfig(Config):
         self.model.check_data(self.data)
         from pax_eqx.metric_fns import check_metric_names
 
-        check_metric_names(self.data.eval.metrics)
+        check_metric_names(self.data.eval.metrics, skipped=self.unfed_metrics())  # a skipped one needs no extra
         if self.train.sample_at_end and not self.model.decodes:
             raise ConfigError(
                 f"train.sample_at_end=True, but the model ({type(self.model).__name__}) does not decode; "

@@ -31,6 +31,7 @@ from typing import Any
 from pax_eqx import programs
 from pax_eqx.command_line import cli, entry
 from pax_eqx.config import ConfigError
+from pax_eqx.extras import require
 
 DESCRIPTION = (
     "Serve the newest checkpoint of a job dir over HTTP with the OpenAI API: POST /v1/completions and "
@@ -59,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra=FLAGS,
     )  # fmt: skip
     _check_flags(ns)
+    for module in ("uvicorn", "starlette"):  # before the restore: a missing extra is said in a second
+        require(module, "serve", "python -m pax_eqx.serve")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     sock = _listen(ns.host, ns.port)  # before the restore: a port in use fails in a second, not a minute
     from pax_eqx.programs.restore import restore_for_inference
@@ -141,8 +144,7 @@ def _warm_up(backend: Any) -> None:
 
 
 def _serve(backend: Any, name: str, sock: socket.socket, ns: Any, what: str) -> int:
-    uvicorn = _require("uvicorn")
-    _require("starlette")
+    uvicorn = require("uvicorn", "serve", "python -m pax_eqx.serve")
     from pax_eqx.serving.http_app import make_app
 
     app = make_app(backend, name, timeout_s=ns.timeout_s)
@@ -156,15 +158,6 @@ def _serve(backend: Any, name: str, sock: socket.socket, ns: Any, what: str) -> 
     if server.drain_error is not None:
         raise server.drain_error
     return 0
-
-
-def _require(module: str) -> Any:
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise ConfigError(f"serve needs {module}: pip install -e '.[serve]'.") from None
 
 
 def _draining_server(uvicorn: Any, config: Any, app: Any, backend: Any, drain_timeout_s: float) -> Any:

@@ -286,6 +286,15 @@ def test_export_hf_export_and_chat_templates_without_their_extras(absent):
     assert ChatTemplate().render([{"role": "user", "content": "Hi!"}])  # the fallback needs no Jinja
 
 
+def test_serve_without_its_extra_says_so_before_reading_the_job_dir(absent, tmp_path, capsys):
+    from pax_eqx import serve
+
+    absent("uvicorn", "starlette")
+    line = f"python -m pax_eqx.serve needs uvicorn, which is not installed: {_pip_line('serve')}"
+    with pytest.raises(MissingExtraError, match=re.escape(line)):  # the job dir is not even looked at
+        serve.main(["--job-log-dir", str(tmp_path / "none"), "--port", "0"])
+
+
 def _extra_calls() -> list[tuple[str, str, str]]:
     """(file, module, extra) of every `require(MODULE, EXTRA, ...)` / `check(...)` in pax_eqx whose
     first two arguments are string constants or module-level names bound to them."""
