@@ -17,9 +17,10 @@ the default run: 1,039 s shown at step 50 for 306 s left). Here
   is paused out of the steps' time, measured on its own (the mean of its last three), and
   added once for each of its occurrences still to come before the last step. An event not
   yet seen adds nothing: the estimate is low by one eval until the first eval;
-- until two steps are known, the caller's own seconds-per-step (the device's time of the
-  calls seen finished: pax_eqx.programs.train.in_flight) stands in, so a slow model has an
-  ETA after its first call.
+- until the steps known span `min_span_s` (5 s: a call's end is seen when the host looks, a
+  second or so late, which a shorter span would magnify), the caller's own seconds-per-step
+  (the device's time of the calls seen finished: pax_eqx.programs.train.in_flight) stands in,
+  so a slow model has an ETA after its first call.
 
 Between updates the estimate counts down with the clock (`seconds_left(now)`), so a bar
 redrawn four times a second does not freeze between summaries. The clock is passed in (times
@@ -33,17 +34,26 @@ from collections import deque
 from collections.abc import Mapping
 
 WINDOW_S = 60.0  # the seconds of recent steps the rate is averaged over
+MIN_SPAN_S = 5.0  # the fewest seconds of steps a rate is measured over (the hint stands in before)
 _KEPT_DURATIONS = 3  # an event's duration: the mean of its last few
 
 
 class Eta:
     """Seconds left to `total_steps`; see the module doc."""
 
-    def __init__(self, total_steps: int, events: Mapping[str, int] | None = None, *, window_s: float = WINDOW_S):
+    def __init__(
+        self,
+        total_steps: int,
+        events: Mapping[str, int] | None = None,
+        *,
+        window_s: float = WINDOW_S,
+        min_span_s: float = MIN_SPAN_S,
+    ):
         """`events`: what the run does between steps on a schedule (a `Progress.doing` status)
         -> every how many steps (0: not on a step schedule, its time counts as the steps')."""
         self.total_steps = total_steps
         self.window_s = window_s
+        self.min_span_s = min_span_s
         self.events = {name: every for name, every in (events or {}).items() if every > 0}
         self._samples: deque[tuple[int, float]] = deque()  # (step, steps' time) after the first call
         self._paused_s = 0.0  # event time so far, left out of the steps' time
@@ -89,8 +99,8 @@ class Eta:
 
     def seconds_per_step(self) -> float | None:
         """The steps' recent rate (event time left out): over the window's samples, or the
-        caller's hint while fewer than two steps are known."""
-        if len(self._samples) < 2:
+        caller's hint while they span less than `min_span_s`."""
+        if len(self._samples) < 2 or self._samples[-1][1] - self._samples[0][1] < self.min_span_s:
             return self._hint
         (first, began), (last, ended) = self._samples[0], self._samples[-1]
         return (ended - began) / (last - first)

@@ -11,7 +11,7 @@ On a terminal, rich draws one line at the bottom and redraws it in place four ti
 fitted to the terminal's width (the bar shrinks to 6 cells, then the elapsed time, the
 throughput and the ETA go, in that order, before the line would wrap):
 
-    ⠋ step 1200/2000 ━━━━━━━━ loss 1.9301 · 6,752 tok/s · 2m01s elapsed · ETA 1m23s
+    ⠋ step 1200/2000 ━━━━━━━ loss 1.9301 · 6,752 tok/s · 2m01s elapsed · ETA 1m23s
 
 The step, the loss and the throughput are the last summary's, together: the counter does not
 run ahead with the steps dispatched since (it did, so the loss shown was a summary interval
@@ -303,6 +303,7 @@ class _Heartbeat:
 
 
 _MIN_BAR, _MAX_BAR = 6, 30
+_TYPICAL = len("loss 0.0000 · 00,000 tok/s · 0m00s elapsed · ETA 0m00s")  # the room the bar leaves them
 _GIVE_WAY = ("elapsed", "tok/s", "ETA")  # what goes first, then next, on a narrow terminal
 
 
@@ -339,11 +340,12 @@ class _LiveBar:
 
     def layout(self) -> _Layout:
         """The line now: the pieces that fit beside the counter and a bar of at least 6 cells
-        (dropping the elapsed time, then the throughput, then the ETA), the bar taking the rest
-        up to 30."""
+        (dropping the elapsed time, then the throughput, then the ETA). The bar's width is set
+        by the terminal's (what a summary's pieces usually leave, 6 to 30 cells), so it does
+        not jump as they change; it shrinks only for pieces longer than usual."""
         step, parts = self.progress.live_line()
         total = self.progress.total_steps
-        counter = f"step {step}/{total}"
+        counter = f"step {step:>{len(str(total))}}/{total}"  # as wide at step 0 as at the end
         percent = f"{min(step / total, 1.0):.0%}" if self.width >= 100 else ""
         room = self.width - 3 - len(counter) - 1 - (len(percent) + 1 if percent else 0) - 1  # spinner, spare
         for name in _GIVE_WAY:
@@ -353,7 +355,8 @@ class _LiveBar:
         while parts and len(" · ".join(parts)) > room - _MIN_BAR:
             parts = parts[:-1]
         stats = " · ".join(parts)
-        return _Layout(step, counter, min(_MAX_BAR, room - len(stats)), percent, stats)
+        bar = min(max(_MIN_BAR, min(_MAX_BAR, room - _TYPICAL)), room - len(stats))
+        return _Layout(step, counter, bar, percent, stats)
 
     def text(self) -> str:
         """The line as plain text, the bar drawn as '━' (what tests read)."""

@@ -77,26 +77,33 @@ def test_a_slower_machine_is_followed_within_the_window():
 def test_the_estimate_counts_down_between_updates_and_stops_at_zero():
     eta = Eta(100)
     eta.reached(10, 10.0)
-    eta.reached(20, 12.0)  # 0.2 s a step: 80 steps, 16 s
-    assert eta.seconds_left(12.0) == pytest.approx(16.0)
+    eta.reached(40, 16.0)  # 0.2 s a step: 60 steps, 12 s
+    assert eta.seconds_left(16.0) == pytest.approx(12.0)
     assert eta.seconds_left(20.0) == pytest.approx(8.0)
     assert eta.seconds_left(40.0) == 0.0
 
 
-def test_a_hint_stands_in_until_two_steps_are_known():
+def test_a_hint_stands_in_until_the_steps_span_five_seconds():
+    """A call's end is seen when the host looks: over a short span that lag is the rate."""
     eta = Eta(500)
     eta.reached(40, 100.0, seconds_per_step=6.1)
     assert eta.seconds_left(100.0) == pytest.approx(460 * 6.1)
     eta.reached(50, 150.0, seconds_per_step=6.1)  # its own rate now: 5 s a step
     assert eta.seconds_left(150.0) == pytest.approx(450 * 5.0)
+    fast = Eta(2000)
+    fast.reached(10, 50.0, seconds_per_step=0.2)
+    fast.reached(20, 51.0, seconds_per_step=0.2)  # 0.1 s a step seen, over 1 s: the hint still
+    assert fast.seconds_per_step() == 0.2
+    fast.reached(40, 55.0)
+    assert fast.seconds_per_step() == pytest.approx(0.1667, abs=1e-4)
 
 
 def test_a_step_already_known_adds_nothing():
     """A summary after the drain that reported its step: the host's time is not a step's."""
     eta = Eta(100)
     eta.reached(10, 10.0)
-    eta.reached(20, 12.0)
-    eta.reached(20, 13.0)
+    eta.reached(40, 16.0)
+    eta.reached(40, 17.0)
     assert eta.seconds_per_step() == pytest.approx(0.2)
 
 
@@ -106,17 +113,17 @@ def test_a_step_already_known_adds_nothing():
 )
 def test_the_events_still_to_come_before_the_last_step(step, done_here, to_come):
     """An eval every 500 of 2000 steps runs at 500, 1000 and 1500 (the one at 2000 is after the
-    bar ends); a step of 1 s, an eval of 3 s once one has been timed (at 499 when not here)."""
+    bar ends); a step of 1 s, an eval of 3 s (timed ten steps before)."""
     eta = Eta(2000, {"evaluating": 500, "unscheduled": 0})
     assert set(eta.events) == {"evaluating"}  # no schedule: its time counts as the steps'
-    eta.reached(step - 1, 0.0)
+    eta.reached(step - 10, 0.0)
     eta.pause("evaluating", 0.0)
     eta.resume(3.0)
-    eta.reached(step, 4.0)
+    eta.reached(step, 13.0)
     if done_here:
-        eta.pause("evaluating", 4.0)
-        eta.resume(7.0)
-    now = 7.0 if done_here else 4.0
+        eta.pause("evaluating", 13.0)
+        eta.resume(16.0)
+    now = 16.0 if done_here else 13.0
     assert eta.seconds_left(now) == pytest.approx((2000 - step) * 1.0 + to_come * 3.0)
 
 
@@ -125,5 +132,5 @@ def test_an_event_without_a_schedule_is_not_paused():
     eta.reached(10, 0.0)
     eta.pause("saving a checkpoint", 1.0)
     eta.resume(3.0)
-    eta.reached(20, 4.0)
-    assert eta.seconds_per_step() == pytest.approx(0.4)  # the 2 s are the steps'
+    eta.reached(20, 6.0)
+    assert eta.seconds_per_step() == pytest.approx(0.6)  # the 2 s are the steps'

@@ -110,9 +110,9 @@ def test_a_terminal_shows_one_line_redrawn_in_place_within_its_width(clock, colu
     [
         (80, "step 1200/2000 ━━━━━━ loss 1.9301 · 41,000 tok/s · 1h00m20s elapsed · ETA 16s"),
         (61, "step 1200/2000 ━━━━━━ loss 1.9301 · 41,000 tok/s · ETA 16s"),
-        (60, "step 1200/2000 ━━━━━━━━━━━━━━━━━━━━ loss 1.9301 · ETA 16s"),
-        (50, "step 1200/2000 ━━━━━━━━━━ loss 1.9301 · ETA 16s"),
-        (30, "step 1200/2000 ━━━━━━━━━━━"),
+        (60, "step 1200/2000 ━━━━━━ loss 1.9301 · ETA 16s"),
+        (50, "step 1200/2000 ━━━━━━ loss 1.9301 · ETA 16s"),
+        (30, "step 1200/2000 ━━━━━━"),
     ],
 )
 def test_a_narrow_terminal_drops_the_elapsed_time_then_the_throughput(clock, monkeypatch, columns, shown):
@@ -183,14 +183,14 @@ def test_a_terminal_shows_the_steps_done_before_the_first_summary(clock, monkeyp
     monkeypatch.setenv("COLUMNS", "100")
     progress = Progress(total_steps=500, stream=FakeTerminal())
     clock[0] += 12.0
-    assert progress._live.text() == f"step 0/500 {'━' * 30} 0% compiling the train step ... · 12s elapsed"
+    assert progress._live.text() == f"step   0/500 {'━' * 26} 0% compiling the train step ... · 12s elapsed"
     progress.advance(20)
     progress.completed(10, 6.1)
     assert progress._live.text().endswith(" 2% 6.10 s/step · 12s elapsed · ETA 49m49s")  # 490 steps of 6.1 s
-    assert progress._live.text().startswith("step 10/500 ")
+    assert progress._live.text().startswith("step  10/500 ")
     progress.update(50, {"loss": 2.5})
     progress.completed(60, 6.1)
-    assert progress._live.text().startswith("step 50/500 ")
+    assert progress._live.text().startswith("step  50/500 ")
     assert " 10% loss 2.5000 · 12s elapsed · ETA " in progress._live.text()
     progress.close()
 
@@ -225,3 +225,18 @@ def test_the_heartbeat_setting(monkeypatch):
     assert heartbeat_seconds() == 30.0
     monkeypatch.setenv(HEARTBEAT_ENV, "0")
     assert heartbeat_seconds() == 0.0  # off
+
+
+def test_the_bar_keeps_its_width_as_the_pieces_change(clock, monkeypatch):
+    """Compiling, then a step's rate, then a summary's four pieces: the bar does not jump."""
+    monkeypatch.setenv("COLUMNS", "80")
+    progress = Progress(total_steps=2000, stream=FakeTerminal())
+    widths = [progress._live.layout().bar]
+    progress.completed(10, 0.14)
+    clock[0] += 8.0
+    progress.completed(60, 0.14)
+    widths.append(progress._live.layout().bar)
+    progress.update(100, {"loss": 1.9301, "tokens_per_s": 6752.0})
+    widths.append(progress._live.layout().bar)
+    assert widths == [7, 7, 7], widths
+    progress.close()

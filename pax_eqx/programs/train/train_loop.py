@@ -152,7 +152,7 @@ class _Run:
     in_flight: InFlight | None = None
     train_metrics: dict[str, float] = field(default_factory=dict)
     eval_metrics: dict[str, float] = field(default_factory=dict)
-    window_start: float = 0.0
+    window_start: float = 0.0  # when the throughput's window began (0: at the first call's return, its compile done)
     window_steps: int = 0
     examples_per_step: int = 0  # global
     tokens_per_example: int = 1  # the model's throughput unit: tokens when > 1, else examples
@@ -252,7 +252,6 @@ class _Run:
         # Throughput in the model's unit: tokens (Pax's and nanoGPT's; a sequence-to-sequence
         # model's input + target tokens) where an example carries several, else examples.
         self.tokens_per_example = exp.model.tokens_per_example(exp.data)
-        self.window_start = time.time()
         self.skipped_so_far = int(jax.device_get(skipped_steps(self.state.opt_state)))
         return None
 
@@ -269,6 +268,7 @@ class _Run:
             self.state, self.outputs = rt.programs.train_steps(self.state, rt.programs.global_batches(batches))
         self.step += n
         self.window_steps += n
+        self.window_start = self.window_start or time.time()  # the first call: compiled, now running
         self.in_flight.dispatched(self.step, n, self.outputs.metrics["total_loss"].value)
         if self.progress:
             self.progress.advance(self.step)
