@@ -240,15 +240,22 @@ def section_help(default: Any, path: str, width: int | None = None) -> str | Non
     if choices:  # the choice's own flag first: which variant, and the others
         note = f"its fields below; another's: --{_dashed(path)} NAME --help {path}"
         lines += ["", *_flag_lines(path, list(choices), value.kind, help_text, width, note=note)]
-    lines += ["", *_config_lines(path, value, help_text, choices, width)]
+    flattened = path.rsplit(".", 1)[-1] in getattr(type(owner), "flattened", ())
+    lines += ["", *_config_lines(path, value, help_text, choices, width, flattened)]
     return "\n".join(lines)
 
 
-def _config_lines(path: str, value: Any, help_text: str, choices: dict[str, type], width: int) -> list[str]:
+def _config_lines(
+    path: str, value: Any, help_text: str, choices: dict[str, type], width: int, flattened: bool = False
+) -> list[str]:
     """A config's header (with `help_text`, its help in the config that holds it, unless a choice's
-    flag line there has said it), its prose, its own flags, then each config nested in it."""
+    flag line there has said it), its prose, its own flags, then each config nested in it.
+    flattened: a choice its holder flattens (`--data.path` is `--data.source.path`)."""
     cls = type(value)
-    title = f"{path} ({cls.__name__}" + (f", the choice {value.kind}" if choices else "") + ")"
+    title = f"{path} ({cls.__name__}" + (f", the choice {value.kind}" if choices else "")
+    if flattened:
+        title += f"; its flags also spelt --{_dashed(path.rsplit('.', 1)[0])}.FIELD"
+    title += ")"
     if getattr(value, "enabled", True) is False:
         title += ": off as the experiment stands; its fields do nothing until it is turned on"
     if help_text and not choices:
@@ -280,7 +287,8 @@ def _config_lines(path: str, value: Any, help_text: str, choices: dict[str, type
             width, "      ", first="  ",
         )  # fmt: skip
     for name, child, child_choices in nested:
-        lines += ["", *_config_lines(f"{path}.{name}", child, helps.get(name, ""), child_choices, width)]
+        flat = name in getattr(cls, "flattened", ())
+        lines += ["", *_config_lines(f"{path}.{name}", child, helps.get(name, ""), child_choices, width, flat)]
     return lines
 
 

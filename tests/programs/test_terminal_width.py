@@ -127,3 +127,25 @@ def test_help_fits_80_columns_and_nothing_is_cut(tmp_path, args):
     whole = _run(argv, tmp_path, columns=1000)
     assert whole.returncode == 0
     assert _words(raw) == _words(whole.stdout)  # the same words in the same order: every break at a space
+
+
+@pytest.mark.parametrize("name", ["shakespeare_char", "digits_vit", "t5_1_1_small", "shakespeare_pipelined"])
+def test_every_flag_is_in_its_sections_help_at_80_columns(name):
+    """`--help SECTION` of each section lists every flag of it (the chosen variants' too), in lines
+    of at most 80 columns, and the overview stays within 150 lines with the program's own flags."""
+    from pax_eqx.command_line import registry, short_help
+    from pax_eqx.command_line.cli import python_only_fields
+    from pax_eqx.command_line.flag_hints import field_paths
+
+    exp = registry.load_experiment(name)
+    python_only = set(python_only_fields(exp))
+    for section, _ in short_help._sections(exp):
+        text = short_help.section_help(exp, section, COLUMNS)
+        assert all(len(line) <= COLUMNS for line in text.splitlines()), section
+        flags = set(" ".join(text.split()).replace(",", " ").split())
+        for path in field_paths(getattr(exp, section), section + "."):
+            if path not in python_only:
+                assert "--" + path.replace("_", "-") in flags, (section, path)
+    overview = short_help.short_help(exp, COLUMNS).splitlines()
+    assert all(len(line) <= COLUMNS for line in overview) and len(overview) <= 100
+    assert short_help.section_help(exp, "no_such_section", COLUMNS) is None
