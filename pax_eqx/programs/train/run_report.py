@@ -42,6 +42,8 @@ def banner(exp: Any, params: Any, mesh: Any, job_dir: Path, step: int) -> list[s
         used = [m for m in exp.data.eval.metrics if m not in unfed]
         skipped = f"; skipped {', '.join(unfed)} (this model or data cannot feed it)" if unfed else ""
         metrics = [f"  metrics  {', '.join(used) or 'none'} at each eval{skipped}"]
+    note = exp.learner.schedule.note_for_run(exp.train.num_steps)  # a run that ends before its schedule does
+    schedule = [f"  schedule {note}"] if note else []
     return [
         f"Experiment {exp.name or '(unnamed)'} ({type(exp.model).__name__})",
         f"  params   {_count(total)}: {by_group}",
@@ -50,6 +52,7 @@ def banner(exp: Any, params: Any, mesh: Any, job_dir: Path, step: int) -> list[s
         f"  steps    {step:,} -> {exp.train.num_steps:,} ({todo:,} to go), eval every "
         f"{exp.train.eval_interval_steps or 'run end'}, checkpoint every {exp.checkpoint.every_n_steps or '-'}",
         *metrics,
+        *schedule,
         f"  job dir  {job_dir}",
     ]
 
