@@ -73,6 +73,7 @@ from pax_eqx.programs.train.screen_lines import print_fitted
 from pax_eqx.programs.train.stop_flag import StopFlag
 from pax_eqx.summaries import Progress, SummaryWriter, step_scalars, write_plots
 from pax_eqx.summaries.progress import heartbeat_seconds
+from pax_eqx.summaries.trackers import TrackerError
 from pax_eqx.summaries.writer import SummaryWriteError
 
 
@@ -504,9 +505,9 @@ def _log_writes(ckpt: Checkpointer, write: Any, *args: Any, what: str = "writing
         return write(*args, **kwargs)
     except (SummaryWriteError, OSError) as e:
         cause = str(e) if isinstance(e, SummaryWriteError) else f"{what} failed ({e.strerror or e})"
-        raise RunError(
-            f"{cause}; {_kept(ckpt)}. Free space (or fix the permissions) and rerun the same command to resume."
-        ) from e
+        # A tracker that cannot start names its own fix (a login, an offline mode); a file's is disk space.
+        fix = "Fix that" if isinstance(e.__cause__, TrackerError) else "Free space (or fix the permissions)"
+        raise RunError(f"{cause}; {_kept(ckpt)}. {fix} and rerun the same command to resume.") from e
 
 
 def _evaluate(rt: Runtime, state: Any, step: int, ckpt: Checkpointer, log) -> dict[str, float]:
