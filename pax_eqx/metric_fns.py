@@ -202,8 +202,47 @@ def rouge(targets: Sequence[str], predictions: Sequence[str]) -> dict[str, float
 
 
 def run_decoded(name: str, targets: Sequence[str], predictions: Sequence[str]) -> dict[str, float]:
-    """A decoded-output metric's scores as {name: float} (a bare float under the metric's last name)."""
-    out = resolve(name).function()(list(targets), list(predictions))
+    """A decoded-output metric's scores as {name: float} (a bare float under the metric's last name);
+    MetricReturnError saying what it returned when that is neither (`scores_of`)."""
+    return scores_of(name, resolve(name).function()(list(targets), list(predictions)))
+
+
+class MetricReturnError(TypeError):
+    """A metric returned something that is not {name: float} or a float (its message says what)."""
+
+
+def scores_of(name: str, out: Any) -> dict[str, float]:
+    """`out`, what the metric `name` returned, as {name: float}: a dict of numbers, or one number
+    (reported under the metric's last name). MetricReturnError naming what it is otherwise (text, None, a
+    dict holding either): `float("0.5")` would pass a string one run and fail the next."""
     if isinstance(out, dict):
-        return {str(k): float(v) for k, v in out.items()}
-    return {name.rsplit(".", 1)[-1]: float(out)}
+        return {str(k): _number(v, f"{{{k!r}: ...}}") for k, v in out.items()}
+    return {name.rsplit(".", 1)[-1]: _number(out, "")}
+
+
+def _number(value: Any, inside: str) -> float:
+    where = f" in {inside}" if inside else ""
+    if isinstance(value, (str, bytes, bool)) or value is None:
+        raise MetricReturnError(f"returned {_shown(value)}{where}, not a number")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise MetricReturnError(f"returned {_shown(value)}{where}, not a number") from None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    return "None" if value is None else f"{type(value).__name__} {text}"
+
+
+PROBE_TARGETS = ("the cat sat on the mat",)
+PROBE_PREDICTIONS = ("the cat sat on a mat",)
+"""One made-up target and prediction: what a user's metric is called on before a run starts
+(programs/preflight.py), so a metric that raises, returns text or takes no arguments is refused
+before anything is written, not at the first eval."""
+
+
+def is_user_metric(name: str) -> bool:
+    """Whether `name` is a user's function (a dotted path), not a registered metric."""
+    return name not in REGISTRY

@@ -49,11 +49,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _train(exp, job_dir: str, argv: list[str]) -> int:
-    """Validates `exp` against the devices, then trains in `job_dir` (made if new; a run that
-    fails before writing anything leaves no trace of it)."""
+    """Validates `exp` against the devices and runs the checks before compile (what the data,
+    the tokenizer, the user's metrics and a LoRA base would fail mid-run), then trains in
+    `job_dir` (made if new; a run that fails before writing anything leaves no trace of it)."""
+    from pathlib import Path
+
     import jax
 
     from pax_eqx.job.job_dir import prepare
+    from pax_eqx.programs import preflight
     from pax_eqx.programs.train.train_loop import train
     from pax_eqx.sharding.distributed import initialize
     from pax_eqx.summaries.trackers import require_trackers
@@ -61,6 +65,7 @@ def _train(exp, job_dir: str, argv: list[str]) -> int:
     initialize()
     exp.validate(num_devices=jax.device_count(), num_hosts=jax.process_count())  # the one validation
     require_trackers(exp.train.trackers)  # a missing extra stops the run before it writes anything
+    preflight.check(exp, Path(job_dir))  # reads files and runs the user's metrics; writes nothing
     created = not os.path.exists(job_dir)
     path = prepare(job_dir)
     try:
@@ -73,10 +78,15 @@ def _train(exp, job_dir: str, argv: list[str]) -> int:
 
 
 def _remove_if_empty(path) -> None:
-    try:
-        os.rmdir(path)
-    except OSError:  # not empty: something was written, keep it
-        pass
+    """Removes `path` if no file was written under it (empty folders such as checkpoints/, made
+    before a failure, are no trace worth leaving); anything else stays as it is."""
+    if any(files for _, _, files in os.walk(path)):
+        return  # something was written: keep it
+    for folder, _, _ in sorted(os.walk(path), key=lambda entry: -len(entry[0])):  # deepest first
+        try:
+            os.rmdir(folder)
+        except OSError:  # something appeared meanwhile: keep it
+            return
 
 
 if __name__ == "__main__":

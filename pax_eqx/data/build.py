@@ -16,7 +16,7 @@ from pax_eqx.data.data_config import DataConfig
 from pax_eqx.data.host_sharding import resolve_host_shard
 from pax_eqx.data.input import Input
 from pax_eqx.data.input_config import Split
-from pax_eqx.data.tokenizers import Tokenizer
+from pax_eqx.data.tokenizers import Tokenizer, largest_id, token_name
 
 
 def build_tokenizer(data: DataConfig, job_dir: str | os.PathLike | None = None) -> Tokenizer:
@@ -24,6 +24,28 @@ def build_tokenizer(data: DataConfig, job_dir: str | os.PathLike | None = None) 
     trained into JOB_DIR/tokenizer/spm.model; with no job dir it is trained in memory and not
     kept), as the source has it (a prepared corpus's own)."""
     return data.source.build_tokenizer(data, job_dir)
+
+
+def check_token_ids(data: DataConfig, tokenizer: Tokenizer, vocab: int) -> None:
+    """ConfigError when an id the batches of `data` can hold -- the tokenizer's, its specials,
+    and the ids the source adds (span corruption's sentinels) -- is not below the model's `vocab`
+    (model.vocab_size): such an id has no embedding row and no logit, and its loss is NaN."""
+    added = data.source.added_token_ids(data.seq_len)
+    if tokenizer.vocab_size + added > vocab:
+        extra = f" plus {added} span-corruption sentinels" if added else ""
+        raise ConfigError(
+            f"the tokenizer has {tokenizer.vocab_size} tokens{extra} but model.vocab_size={vocab}; set "
+            f"model.vocab_size >= {tokenizer.vocab_size + added}."
+        )
+    top = largest_id(tokenizer)
+    if top >= vocab:
+        path = getattr(tokenizer, "path", "")
+        raise ConfigError(
+            f"the tokenizer{f' {path!r}' if path else ''} gives token ids up to {top}{token_name(tokenizer, top)}, "
+            f"but model.vocab_size={vocab}: ids >= {vocab} have no embedding row, and their loss is NaN; set "
+            f"model.vocab_size >= {top + 1} "
+            "(--model.vocab-size), or use the tokenizer the model was trained with."
+        )
 
 
 def build_input(

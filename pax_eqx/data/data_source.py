@@ -79,6 +79,13 @@ class DataSource(OpenChoice):
         `files` what reads the disk (paths exist, a prepared corpus's manifest). Run once, when
         the experiment is checked; files=False for a --dry-run, which plans without data."""
 
+    def check_decodable(self, data: DataConfig, split: Split) -> None:
+        """ConfigError for a stored example of `split` that cannot be read, where examples are
+        decoded one by one as batches are made (encoded images), so that a bad file stops a run
+        before it starts, not at the first eval (programs/preflight.py; which files are read and
+        how many: the source's own rule). Nothing by default: the other sources read or check
+        their files when their input is built."""
+
     def check_tokenizer(self, tokenizer: Any) -> None:
         """ConfigError for a tokenizer this source cannot give (a SentencePiece model to train, on
         a source with no text to train it on), before anything is built."""
@@ -343,6 +350,13 @@ class TokenIdRows(GeneratedExamples):
     synthetic` on a C4 experiment, a benchmark run)."""
 
     has_text: ClassVar[bool] = False
+
+    def check_decodable(self, data: DataConfig, split: Split) -> None:
+        """ConfigError for a stored example of `split` that cannot be read, where examples are
+        decoded one by one as batches are made (encoded images), so that a bad file stops a run
+        before it starts, not at the first eval (programs/preflight.py; which files are read and
+        how many: the source's own rule). Nothing by default: the other sources read or check
+        their files when their input is built."""
 
     def check_tokenizer(self, tokenizer: Any) -> None:
         """Any: a SentencePiece model without a file prints samples as bytes (build_tokenizer)."""

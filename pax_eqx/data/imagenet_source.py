@@ -94,6 +94,10 @@ class EncodedImageFiles(grain.sources.RandomAccessDataSource):
     def __getitem__(self, index: int) -> tuple[int, np.int32, str]:
         return int(index), self._labels[index], self._files[index]
 
+    def empty_files(self) -> list[str]:
+        """The files of 0 bytes (one stat each, nothing read)."""
+        return [f for f in self._files if os.stat(f).st_size == 0]
+
     def __repr__(self) -> str:
         return f"EncodedImageFiles({len(self)} files)"
 
@@ -226,6 +230,45 @@ def decode(encoded: str | bytes, channels: int, index: int):
     except (OSError, UnidentifiedImageError) as e:
         where = repr(encoded) if isinstance(encoded, str) else f"record {index}"
         raise ConfigError(f"data.path: {where} is not a readable image ({e}); remove or replace it.") from None
+
+
+DECODE_ALL_UP_TO = 500
+"""`check_decodable` decodes every image of a split this small, and a sample of this many spread
+evenly over a larger one (module doc of programs/preflight.py: the measured cost)."""
+
+
+def check_decodable(
+    source: EncodedImageFiles | EncodedImageRecords, channels: int, root: str, split: Split,
+    limit: int = DECODE_ALL_UP_TO,
+) -> None:  # fmt: skip
+    """ConfigError naming an image of `source` (`split`'s records of `root`) that cannot be decoded,
+    before a run starts rather than when a batch holding it is read: every file's size (a stat
+    each; records are read, so only sampled), then every image decoded when there are at most
+    `limit`, else `limit` of them spread evenly (first and last included), in threads (Pillow
+    decodes without the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    where = f"data.path={root!r}: the {split} image"
+    if isinstance(source, EncodedImageFiles):
+        empty = source.empty_files()
+        if empty:
+            more = f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""
+            raise ConfigError(f"{where} {empty[0]!r} is empty (0 bytes){more}; remove or replace it.")
+    count = len(source)
+    picked = range(count) if count <= limit else sorted({int(i) for i in np.linspace(0, count - 1, limit).round()})
+
+    def read(index: int) -> None:
+        _, _, encoded = source[index]
+        try:
+            decode(encoded, channels, index)
+        except ConfigError as e:
+            named = repr(encoded) if isinstance(encoded, str) else f"record {index}"
+            reason = str(e).split(" is not a readable image ", 1)[-1]
+            raise ConfigError(f"{where} {named} is not a readable image {reason}") from None
+
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        for _ in pool.map(read, picked):  # the first failure, in order
+            pass
 
 
 def _example(pixels: np.ndarray, label, mean: np.ndarray | None, std: np.ndarray | None) -> dict[str, Any]:

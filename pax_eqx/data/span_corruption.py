@@ -49,7 +49,7 @@ import numpy as np
 from jaxtyping import ArrayLike, Bool, Int
 
 from pax_eqx.config import Config, ConfigError, config
-from pax_eqx.data.tokenizers import Tokenizer
+from pax_eqx.data.tokenizers import Tokenizer, largest_id
 
 _SENTINEL = re.compile(r"<extra_id_(\d+)>")
 
@@ -123,8 +123,10 @@ def num_sentinels(cfg: SpanCorruptionConfig, seq_len: int) -> int:
 
 def required_vocab_size(data_cfg: Any, tokenizer: Tokenizer) -> int:
     """The smallest model vocabulary for `data_cfg`'s batches: the tokenizer's, plus the ids its
-    source adds (span corruption's sentinels; `DataSource.added_token_ids`)."""
-    return tokenizer.vocab_size + data_cfg.source.added_token_ids(data_cfg.seq_len)
+    source adds (span corruption's sentinels; `DataSource.added_token_ids`), and at least its
+    largest id + 1 (a tokenizer.json whose vocabulary skips ids)."""
+    added = data_cfg.source.added_token_ids(data_cfg.seq_len)
+    return max(tokenizer.vocab_size + added, largest_id(tokenizer) + 1)
 
 
 def _random_segmentation(num_items: int, num_segments: int, rng: np.random.Generator) -> np.ndarray:

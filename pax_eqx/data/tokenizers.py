@@ -277,6 +277,8 @@ class TokenizerJsonTokenizer:
         unk = (self._spec.get("model") or {}).get("unk_token")
         self.unk_id = self._tok.token_to_id(unk) if unk else None
         self._special = {t["id"] for t in self._spec.get("added_tokens", []) if t.get("special")}
+        # A vocabulary may skip ids (a BPE vocab.json with a gap), so its largest id can pass its size.
+        self.largest_id = max([*self._tok.get_vocab(with_added_tokens=True).values(), self.vocab_size - 1])
 
     @classmethod
     def load(cls, cfg: TokenizerJsonConfig) -> TokenizerJsonTokenizer:
@@ -303,6 +305,10 @@ class TokenizerJsonTokenizer:
                 f"its special tokens ({', '.join(repr(t['content']) for t in self._spec.get('added_tokens', [])[:8])})."
             )
         return int(i)
+
+    def token_text(self, i: int) -> str | None:
+        """The vocabulary's text of id `i` (None: no token has it)."""
+        return self._tok.id_to_token(int(i))
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text).ids)
@@ -428,6 +434,23 @@ def load_or_train_sentencepiece(
         f.write(proto)
     os.replace(tmp, path)
     return SentencePieceTokenizer(proto, str(path))
+
+
+def largest_id(tokenizer: Tokenizer) -> int:
+    """The largest id `tokenizer` gives, its specials (pad, bos, eos) included: vocab_size - 1,
+    unless its vocabulary skips ids (a tokenizer.json's `largest_id`)."""
+    specials = [i for i in (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id) if i is not None]
+    return int(max(getattr(tokenizer, "largest_id", tokenizer.vocab_size - 1), *specials))
+
+
+def token_name(tokenizer: Tokenizer, i: int) -> str:
+    """How an error names id `i`: its token's text where the tokenizer says it ('' otherwise)."""
+    named = {tokenizer.pad_id: "pad", tokenizer.bos_id: "bos", tokenizer.eos_id: "eos"}
+    if i in named:
+        return f" (the {named[i]} token)"
+    to_token = getattr(tokenizer, "token_text", None)
+    token = to_token(i) if to_token else None
+    return f" ({token!r})" if token is not None else ""
 
 
 def check_same_tokenizer(tokenizers: dict[str, Tokenizer]) -> None:

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from pax_eqx.config import ConfigError, check_range, config, require_positive
+from pax_eqx.config import ConfigError, check_range, config
 from pax_eqx.layers.base import Context, Mode, call
 from pax_eqx.layers.cnns import CNNConfig
 from pax_eqx.layers.embedding_softmax import FullSoftmax, SoftmaxConfig
@@ -61,7 +61,11 @@ class ClassificationModelConfig(ModelConfig):
     head_init: WeightInit = WeightInit()
 
     def validate(self) -> None:
-        require_positive(self, ("num_classes",), "model")
+        check_range(
+            self, "num_classes", ge=2, prefix="model",
+            note="a softmax over one class gives every example probability 1: its loss is 0 or NaN, nothing is learnt",
+            fix="Set it to the data's number of classes.",
+        )  # fmt: skip
         if not self.input_shape or any(not d > 0 for d in self.input_shape):
             raise ConfigError(
                 f"model.input_shape must be one example's positive sizes, e.g. (64,) or (8, 8, 1); "
@@ -75,23 +79,26 @@ class ClassificationModelConfig(ModelConfig):
 
     def check_data(self, data: Any) -> None:
         """The examples must be `input_shape` and their labels fit `num_classes`, where the data
-        config says what they are (the digits). Otherwise a ResNet trains on 8x8 images declared
-        16x16, or labels 5-9 meet a 5-class softmax and train towards nothing (or NaN)."""
+        config says what they are (the digits), or the data's files say how many classes there
+        are (ImageNet's class folders or its prepared manifest: `classes_in_files`, a directory
+        listing). Otherwise a ResNet trains on 8x8 images declared 16x16, or labels 5-9 meet a
+        5-class softmax and train towards nothing (or NaN)."""
         from pax_eqx.data.data_config import example_spec
 
         spec = example_spec(data)
-        if spec is None:
-            return
-        if tuple(self.input_shape) != spec.input_shape:
+        if spec is not None and tuple(self.input_shape) != spec.input_shape:
             raise ConfigError(
                 f"model.input_shape={tuple(self.input_shape)} but data.source={data.source.kind!r} gives examples of "
                 f"shape {spec.input_shape}; set --model.input-shape {' '.join(map(str, spec.input_shape))}."
             )
-        if spec.num_classes is not None and self.num_classes < spec.num_classes:
+        classes, said = (spec.num_classes, "") if spec is not None else (None, "")
+        if classes is None:
+            classes, said = data.source.classes_in_files(), ", from its files"
+        if classes is not None and self.num_classes < classes:
             raise ConfigError(
-                f"model.num_classes={self.num_classes} but data.source={data.source.kind!r} has {spec.num_classes} "
-                f"classes (labels 0..{spec.num_classes - 1}): labels >= {self.num_classes} would have no logit; "
-                f"set --model.num-classes {spec.num_classes}."
+                f"model.num_classes={self.num_classes} but data.source={data.source.kind!r} has {classes} classes "
+                f"(labels 0..{classes - 1}{said}): labels >= {self.num_classes} would have no logit; set "
+                f"--model.num-classes {classes}."
             )
 
     def example_from_file(self, path: str, data: Any) -> dict[str, Any]:

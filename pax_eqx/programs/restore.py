@@ -24,6 +24,7 @@ from pax_eqx.config import MissingFileError
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.job.job_dir import check_config, prepare
 from pax_eqx.models.decoding import check_prompt
+from pax_eqx.programs import preflight
 from pax_eqx.programs.input_positions import replay_eval_window
 from pax_eqx.programs.lora_base import restore_state
 from pax_eqx.programs.runtime import Runtime
@@ -42,6 +43,7 @@ def restore_for_inference(
     path: Path = prepare(job_dir, create=False)
     check_config(path, exp.to_dict(), exp.checkpoint.allow_config_change, program=program)
     exp.validate(num_devices=jax.device_count(), num_hosts=jax.process_count())
+    preflight.check(exp, path, evaluates=program == "evaluate")  # before the compile, as train's
     rt = Runtime.create(exp, path)
     if prompt is not None:
         check_prompt(rt.tokenizer, prompt)

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pax_eqx.config import ConfigError
-from pax_eqx.data import build_input, build_tokenizer, required_vocab_size
+from pax_eqx.data import build_input, build_tokenizer
+from pax_eqx.data.build import check_token_ids
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.layers.base import DEFAULT_SUMMARY_VERBOSITY, LAYER_STATISTICS_VERBOSITY
 from pax_eqx.programs.compiled import Programs
@@ -52,15 +52,9 @@ class Runtime:
     def create(cls, exp: ExperimentConfig, job_dir: Path, log: Callable = print) -> Runtime:
         mesh = build_mesh(exp.mesh)
         tokenizer = build_tokenizer(exp.data, job_dir)
-        needed = required_vocab_size(exp.data, tokenizer)  # the tokenizer's, plus any sentinels
         vocab = exp.model.token_vocab_size()
-        if vocab is not None and needed > vocab:
-            sentinels = needed - tokenizer.vocab_size
-            extra = f" plus {sentinels} span-corruption sentinels" if sentinels else ""
-            raise ConfigError(
-                f"the tokenizer has {tokenizer.vocab_size} tokens{extra} but model.vocab_size={vocab}; "
-                f"set model.vocab_size >= {needed}."
-            )
+        if vocab is not None:  # the tokenizer's ids, its specials and any sentinels: each must have a row
+            check_token_ids(exp.data, tokenizer, vocab)
         return cls(exp, job_dir, Programs(build_task(exp), mesh, exp.mesh.rules), tokenizer)
 
     def input(self, split: str) -> Any:

@@ -54,6 +54,10 @@ class ImagenetSource(ImageSource):
         if files:
             self.records("train")
 
+    def check_decodable(self, data, split) -> None:
+        channels = imagenet_source.check_image_shape(self.image_shape, self.kind)[2]
+        imagenet_source.check_decodable(self.records(split)[0], channels, self.path, split)
+
     def build_input(self, data, split, tokenizer, shard):
         import grain
 

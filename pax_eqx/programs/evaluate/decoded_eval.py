@@ -7,12 +7,17 @@ are decoded in one call (one compiled program per eval) with the experiment's de
 targets' length of new tokens. Each example's input, target and output go to DIR/decode/eval_step_<step>.jsonl for
 inspection, then every metric scores the outputs against the targets. Each host scores the
 examples it read; process 0's are the ones reported and written.
+
+A metric that raises, or returns something other than numbers, on this eval's outputs is one
+warning line, and its scores are NaN in this eval: the run goes on and saves this step's
+checkpoint. (A user's metric was called once on a made-up pair before the run started,
+programs/preflight.py, so what fails here depends on the outputs: an empty prediction, say.)
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +25,8 @@ import numpy as np
 
 from pax_eqx.data import target_length
 from pax_eqx.data.span_corruption import decode_with_sentinels
-from pax_eqx.metric_fns import run_decoded
+from pax_eqx.job.errors import raised_at
+from pax_eqx.metric_fns import MetricReturnError, resolve, run_decoded
 from pax_eqx.programs.decode.seq2seq_decoding import example_pairs
 
 
@@ -44,10 +50,16 @@ def _until_eos(ids: np.ndarray, eos: int) -> list[int]:
 
 
 def decoded_scores(
-    rt: Any, state: Any, batches: Sequence[dict[str, np.ndarray]], names: Sequence[str], step: int, files_dir: Any
+    rt: Any,
+    state: Any,
+    batches: Sequence[dict[str, np.ndarray]],
+    names: Sequence[str],
+    step: int,
+    files_dir: Any,
+    log: Callable[[str], None] = print,
 ) -> dict[str, float]:
     """The named metrics of the decoded real rows of `batches`; the texts written under
-    `files_dir` (None: not this process)."""
+    `files_dir` (None: not this process). A metric that fails is `log`ged and NaN (module doc)."""
     pairs = [pair for batch in batches for pair in example_pairs(batch)]
     if not pairs:
         return {}
@@ -61,5 +73,20 @@ def decoded_scores(
         out.write_text("".join(r + "\n" for r in rows))
     scores: dict[str, float] = {}
     for name in names:
-        scores.update(run_decoded(name, targets, outputs))
+        try:
+            scores.update(run_decoded(name, targets, outputs))
+        except Exception as e:  # noqa: BLE001 -- a metric's failure must not cost the run (module doc)
+            log(_failed(name, step, e))
+            scores.update({reported: float("nan") for reported in resolve(name).reports})
     return scores
+
+
+def _failed(name: str, step: int, error: Exception) -> str:
+    what = f"it {error}" if isinstance(error, MetricReturnError) else (
+        f"it raised {type(error).__name__}: {' '.join(str(error).split())}{raised_at(error)}"
+    )  # fmt: skip
+    return (
+        f"warning: the eval metric {name!r} (data.eval.metrics) failed on the outputs of the eval at step {step}: "
+        f"{what}; its scores are NaN in this eval, and the run goes on. Fix the function: it must return "
+        "{name: float} or a float for any targets and predictions."
+    )

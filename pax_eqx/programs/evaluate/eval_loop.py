@@ -97,7 +97,7 @@ def evaluate(rt: Any, state: Any, log: Callable = print, *, files_dir: Any = Non
         rows = eval_metrics.real_rows(per_example)
         result.update(eval_metrics.score(score_names, rows, merged, EvalContext(rt.tokenizer, job_dir, step)))
     if decoded_names:
-        result.update(decoded_scores(rt, state, read, decoded_names, step, job_dir))
+        result.update(decoded_scores(rt, state, read, decoded_names, step, job_dir, log))
     if "log_pplx" in result:  # Pax reports a language model's perplexity beside its log
         result["pplx"] = float(np.exp(min(result["log_pplx"], 50.0)))
     shown = "".join(f", {k} {result[k]:.4f}" for k in ("accuracy",) if k in result)
