@@ -1,5 +1,5 @@
-"""`python -m pax_eqx.prepare_data` and `python -m pax_eqx.prepare_images` through their command
-lines, as an adversarial user met them (issue 51, "Reliability IV"):
+"""`python -m pax_eqx.prepare_data` and `python -m pax_eqx.prepare_images`, as an adversarial user
+met them (issue 51, "Reliability IV"):
 
 - a bad corpus (binary, not UTF-8, --format parquet on JSON lines, a text that is null, a number
   or a list, a corpus of empty texts) printed ~170 lines of Beam worker tracebacks, or prepared
@@ -11,7 +11,12 @@ lines, as an adversarial user met them (issue 51, "Reliability IV"):
   the input directory was read as input by the rerun;
 - prepare_images into a path under a file, or where the user cannot write, was a traceback.
 
-Tiny corpora and the DirectRunner; every run is a subprocess of the real command line.
+Tiny corpora and the DirectRunner. Each bad corpus goes through `pipeline.prepare` in this
+process (the reader's error as the Beam pipeline hands it back, and what is left behind); two of
+them go through the real command line too (the one line, exit 2, no Beam output: one with worker
+processes, one with --verbose), as do Ctrl-C, the failed run and one prepare_images path. What
+is decided inside `pipeline.prepare` alone (a rerun's settings, the output dir inside the input)
+is checked in this process.
 """
 
 from __future__ import annotations
@@ -109,27 +114,56 @@ BAD = {
 }
 
 
+def _prepare_in_process(**fields):
+    from pax_eqx.data.prepare import pipeline
+    from pax_eqx.data.prepare.config import PrepareConfig
+
+    return pipeline.prepare(PrepareConfig(num_workers=1, **fields))
+
+
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_a_bad_corpus_is_one_line_naming_file_and_line(tmp_path, case):
-    """The refused run leaves no output directory, or, for one that existed, nothing in it."""
+def test_a_bad_corpus_is_one_error_naming_file_and_line(tmp_path, case):
+    """Through the pipeline (Beam's in-process runner): the error the command line prints after
+    `error: `; the refused run leaves no output directory, or, for one that existed, nothing in it."""
     import re
+
+    from pax_eqx.config import ConfigError
 
     source, flags = bad_corpus(tmp_path, case)
     out = tmp_path / "out"
     existing = case in ("null", "empty_texts")
     if existing:
         out.mkdir()
-    workers = "2" if case == "binary" else "1"  # worker processes once (their start costs ~10 s)
+    fields = {"format": flags[1]} if flags else {}
+    with pytest.raises(ConfigError) as refused:
+        _prepare_in_process(input=str(source), output_dir=str(out), num_shards=2, **fields)
+    message = str(refused.value)
+    assert len(message.splitlines()) == 1, message
+    assert re.search(BAD[case], message), message
+    assert message.startswith(f"--input{':' if case != 'empty_texts' else ''} "), message
+    assert (list(out.iterdir()) == []) if existing else not out.exists()
+
+
+@pytest.mark.parametrize("case", ["binary", "latin1"])
+def test_a_bad_corpus_through_the_command_line_is_one_line_and_exit_2(tmp_path, case):
+    """The command line's wiring of the error above: the binary file read by worker processes
+    (their start-up lines and tracebacks silenced: the ~170 lines), nothing left; with --verbose
+    (one worker), the traceback and Beam's log first, then the same line and status."""
+    import re
+
+    source, _ = bad_corpus(tmp_path, case)
+    out = tmp_path / "out"
+    workers = "2" if case == "binary" else "1"  # worker processes once (their start costs ~7 s)
     verbose = ["--verbose"] if case == "latin1" else []
-    done = prepare("--input", str(source), "--output-dir", str(out), "--num-workers", workers, *flags, *verbose)
-    if verbose:  # the traceback and Beam's log come first; the line and the status are the same
+    done = prepare("--input", str(source), "--output-dir", str(out), "--num-workers", workers, *verbose)
+    if verbose:
         assert done.returncode == 2 and "Traceback (most recent call last)" in done.stderr, done.stderr
         line = done.stderr.strip().splitlines()[-1]
     else:
         line = error_line(done)
     assert re.search(BAD[case], line), line
-    assert line.startswith(f"error: --input{':' if case != 'empty_texts' else ''} "), line
-    assert (list(out.iterdir()) == []) if existing else not out.exists()
+    assert line.startswith("error: --input: "), line
+    assert not out.exists()
 
 
 def _shards(out: Path) -> list[Path]:
@@ -172,7 +206,8 @@ def _interrupted(proc: subprocess.Popen, out: Path, num_shards: int) -> tuple[in
 
 def test_ctrl_c_stops_the_workers_keeps_complete_shards_and_the_rerun_finishes(tmp_path):
     """Ctrl-C to the driver alone (it hung before, its workers gone) and to the whole process
-    group (a terminal's), each mid-run with 2 worker processes; then the rerun completes."""
+    group (a terminal's), each mid-run with 2 worker processes; then the rerun completes (in
+    this process's runner: the workers are not the point of it, and --num-workers may change)."""
     source = corpus(tmp_path / "in")
     out = tmp_path / "out"
     flags = ["--input", str(source), "--output-dir", str(out), "--num-shards", "8", "--num-workers", "2"]
@@ -180,7 +215,7 @@ def test_ctrl_c_stops_the_workers_keeps_complete_shards_and_the_rerun_finishes(t
 
     def start() -> subprocess.Popen:
         return subprocess.Popen(
-            cmd, cwd=REPO, env=environment(shard_delay_s=4), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cmd, cwd=REPO, env=environment(shard_delay_s=2), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, start_new_session=True,
         )  # fmt: skip
 
@@ -196,7 +231,7 @@ def test_ctrl_c_stops_the_workers_keeps_complete_shards_and_the_rerun_finishes(t
     second, _ = _interrupted(proc, out, 8)
     assert first < second
 
-    done = prepare(*flags)
+    done = prepare(*flags[:-1], "1")
     assert done.returncode == 0, done.stderr
     assert f"{second} complete from an earlier run (skipped)" in done.stderr
     assert all(line.startswith("prepare_data: ") for line in done.stderr.strip().splitlines()), done.stderr
@@ -205,10 +240,13 @@ def test_ctrl_c_stops_the_workers_keeps_complete_shards_and_the_rerun_finishes(t
     assert not list(out.glob(".tmp-*"))
 
 
-def test_leftovers_of_a_failed_run_do_not_pin_the_corrected_command(tmp_path):
+def test_leftovers_of_a_failed_run_do_not_pin_the_corrected_command(tmp_path, capsys):
     """A run that fails writing its shards (a file-size limit: EFBIG, as a full disk's ENOSPC)
     exits 1 and leaves prepare_config.json; a command with other settings then runs. Once a
-    directory holds complete shards, other settings are refused, naming each one."""
+    directory holds complete shards, other settings are refused, naming each one (both decided
+    in pipeline.prepare: in this process)."""
+    from pax_eqx.config import ConfigError
+
     source = corpus(tmp_path / "in")
     out = tmp_path / "out"
     launcher = (
@@ -225,32 +263,39 @@ def test_leftovers_of_a_failed_run_do_not_pin_the_corrected_command(tmp_path):
     assert line.endswith("Rerun the same command to finish (its complete shards are kept)."), line
     assert (out / "prepare_config.json").exists() and not _shards(out)
 
-    corrected = prepare("--input", str(source), "--output-dir", str(out), "--num-shards", "2", "--num-workers", "1")
-    assert corrected.returncode == 0, corrected.stderr
-    assert "an earlier run with other settings completed no shard; starting afresh" in corrected.stderr
+    capsys.readouterr()
+    _prepare_in_process(input=str(source), output_dir=str(out), num_shards=2)
+    assert "an earlier run with other settings completed no shard; starting afresh" in capsys.readouterr().err
     assert json.loads((out / "manifest.json").read_text())["num_documents"] == 120
 
-    other = prepare("--input", str(source), "--output-dir", str(out), "--num-shards", "3", "--text-key", "body")
-    line = error_line(other)
+    with pytest.raises(ConfigError) as other:
+        _prepare_in_process(input=str(source), output_dir=str(out), num_shards=3, text_key="body")
+    line = str(other.value)
     assert "holds 2 complete shard(s) of a preparation started with other settings (num_shards: 2 -> 3; " in line
     assert "text_key: 'text' -> 'body'" in line and line.endswith("or use a new --output-dir."), line
+    assert len(_shards(out)) == 2  # the complete shards of the first settings are kept
 
 
-def test_an_output_dir_inside_the_input_dir_is_not_input(tmp_path):
-    """The rerun was refused as 'input files differ': it listed the first run's shards as input."""
+def test_an_output_dir_inside_the_input_dir_is_not_input(tmp_path, capsys):
+    """The rerun was refused as 'input files differ': it listed the first run's shards as input
+    (readers.list_inputs, in pipeline.prepare: in this process)."""
     source = corpus(tmp_path / "in", files=2, docs=10)
     out = source / "prepared"
-    first = prepare("--input", str(source), "--output-dir", str(out), "--num-shards", "2", "--num-workers", "1")
-    assert first.returncode == 0, first.stderr
+    _prepare_in_process(input=str(source), output_dir=str(out), num_shards=2)
     manifest = json.loads((out / "manifest.json").read_text())
     assert [Path(s["path"]).name for s in manifest["sources"]] == ["a.jsonl", "b.jsonl"]
-    again = prepare("--input", str(source), "--output-dir", str(out), "--num-shards", "2", "--num-workers", "1")
-    assert again.returncode == 0, again.stderr
-    assert "is already prepared (manifest.json; its 2 input file(s) unchanged); nothing to do." in again.stderr
+    capsys.readouterr()
+    _prepare_in_process(input=str(source), output_dir=str(out), num_shards=2)
+    again = capsys.readouterr().err
+    assert "is already prepared (manifest.json; its 2 input file(s) unchanged); nothing to do." in again, again
 
 
-def test_prepare_images_into_a_path_it_cannot_create_is_one_line(tmp_path):
+def test_prepare_images_into_a_path_it_cannot_create_is_one_line(tmp_path, capsys):
+    """A path under a file through the command line; one this user cannot create through its
+    main() in this process (the same printing and status)."""
     from PIL import Image
+
+    from pax_eqx import prepare_images
 
     images = tmp_path / "images"
     for folder in ("n01", "n02"):
@@ -272,8 +317,9 @@ def test_prepare_images_into_a_path_it_cannot_create_is_one_line(tmp_path):
         locked.mkdir()
         locked.chmod(0o555)
         target, created = locked / "out", locked / "out"
-    done = prepare("--input", str(images), "--output", str(target), program="pax_eqx.prepare_images")
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().startswith(f"error: --output '{target}' cannot be created ("), done.stderr
-    assert done.stderr.strip().endswith("); choose a directory this user can write."), done.stderr
-    assert "Traceback" not in done.stderr and not created.exists()
+    capsys.readouterr()
+    assert prepare_images.main(["--input", str(images), "--output", str(target)]) == 2
+    stderr = capsys.readouterr().err
+    assert stderr.strip().startswith(f"error: --output '{target}' cannot be created ("), stderr
+    assert stderr.strip().endswith("); choose a directory this user can write."), stderr
+    assert len(stderr.strip().splitlines()) == 1 and not created.exists()
