@@ -73,7 +73,10 @@ def check_base(exp: ExperimentConfig, job_dir: Path) -> None:
 
     base_dir = base_dir_of(exp)
     checkpoints = Path(job_dir) / "checkpoints"
-    new_run = not (checkpoints.is_dir() and Checkpointer(checkpoints, read_only=True).committed_steps())
+    try:  # a job dir path the OS refuses (a name too long) is refused by name when it is made
+        new_run = not (checkpoints.is_dir() and Checkpointer(checkpoints, read_only=True).committed_steps())
+    except OSError:
+        new_run = True
     steps = _committed(base_dir, allow_none=not new_run)  # a resumed run names its base step in lora_base.json
     if new_run:
         _chosen_step(exp, base_dir, steps)
@@ -156,9 +159,13 @@ def _reference(job_dir: Path) -> dict[str, Any]:
 
 
 def _committed(base_dir: Path, allow_none: bool = False) -> list[int]:
-    if not base_dir.is_dir():
+    try:
+        found, other = base_dir.is_dir(), base_dir.exists()
+    except OSError:  # a name too long
+        found, other = False, False
+    if not found:
         raise ConfigError(
-            f"lora.base_job_dir={str(base_dir)!r} {'is a file' if base_dir.exists() else 'does not exist'}; name the "
+            f"lora.base_job_dir={str(base_dir)!r} {'is not a directory' if other else 'does not exist'}; name the "
             "job dir of the model to adapt (one import_hf or train wrote; a relative path is read against the working "
             "directory)."
         )

@@ -78,7 +78,7 @@ def check_token_ids_before_compile(exp: ExperimentConfig, job_dir: Path) -> None
         return
     tok = exp.data.tokenizer
     trained = tok.kind == "sentencepiece" and not tok.model_path and exp.data.source.trains_tokenizer
-    if trained and not (job_dir / SPM_DIRNAME / SPM_FILENAME).is_file():
+    if trained and not _found(job_dir / SPM_DIRNAME / SPM_FILENAME):
         added = exp.data.source.added_token_ids(exp.data.seq_len)
         if tok.model_type != "char" and tok.vocab_size + added > vocab:  # a char model may come out smaller
             extra = f" plus {added} span-corruption sentinels" if added else ""
@@ -88,7 +88,16 @@ def check_token_ids_before_compile(exp: ExperimentConfig, job_dir: Path) -> None
                 f"{tok.vocab_size + added} or a smaller data.tokenizer.vocab_size."
             )
         return
-    check_token_ids(exp.data, build_tokenizer(exp.data, job_dir if job_dir.is_dir() else None), vocab)
+    check_token_ids(exp.data, build_tokenizer(exp.data, job_dir if _found(job_dir) else None), vocab)
+
+
+def _found(path: Path) -> bool:
+    """Whether `path` exists; False for one the OS refuses to look up (a name too long), which the
+    job dir's own checks name when the program makes or opens it (job/job_dir.py)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def check_user_metrics(exp: ExperimentConfig) -> None:
