@@ -348,3 +348,16 @@ def test_a_lora_base_that_cannot_be_adapted_is_refused_before_the_job_dir_is_mad
     assert err.startswith("error: " + said.format(base=base, empty=empty, bare=bare)), err
     assert "Traceback" not in err
     assert not job.exists()
+
+
+def test_a_start_that_fails_after_making_empty_folders_leaves_no_job_dir(tmp_path):
+    """A failure the checks cannot see (a base checkpoint unreadable when read) came after the
+    run had made DIR/checkpoints/: the new job dir was left, empty but for that folder."""
+    job = tmp_path / "job"
+    (job / "checkpoints").mkdir(parents=True)
+    train._remove_if_empty(job)
+    assert not job.exists()
+    (job / "checkpoints").mkdir(parents=True)
+    (job / "train.log").write_text("a line\n")
+    train._remove_if_empty(job)  # something was written: all of it stays
+    assert (job / "checkpoints").is_dir() and (job / "train.log").is_file()
