@@ -1,6 +1,11 @@
 """Experiment trackers (`--train.trackers wandb mlflow`): a tiny real run, read back from W&B's
 offline run files and MLflow's file store, sends the numbers metrics.jsonl holds, the config and
-the command; a second start continues the same tracker runs; a missing package is one line."""
+the command; a second start continues the same tracker runs; a missing package is one line; a
+tracker that cannot start stops the run.
+
+The two train processes (the tracked run, the one whose tracker cannot start) share a JAX
+compilation cache: the second compiles nothing (its train step is the first's). The missing
+package is checked through train.main in this process (it stops before anything is built)."""
 
 import glob
 import json
@@ -26,10 +31,24 @@ ONE_DEVICE = {"XLA_FLAGS": "--xla_force_host_platform_device_count=1", "JAX_PLAT
 _CLOCKS = {"time", "elapsed_s"}  # metrics.jsonl's wall times: not metrics, not sent
 
 
-def _env(tmp: Path) -> dict[str, str]:
-    """W&B offline under tmp, MLflow's file store allowed (MLflow 3 asks for that), nothing remote."""
+def _env(tmp: Path, jax_cache: Path | None = None) -> dict[str, str]:
+    """W&B offline under tmp, MLflow's file store allowed (MLflow 3 asks for that), nothing remote;
+    with `jax_cache`, compiled programs kept there and read back."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))}
-    return {**env, **ONE_DEVICE, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp), "MLFLOW_ALLOW_FILE_STORE": "true"}
+    env = {**env, **ONE_DEVICE, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp), "MLFLOW_ALLOW_FILE_STORE": "true"}
+    if jax_cache is not None:
+        env.update(
+            JAX_COMPILATION_CACHE_DIR=str(jax_cache),
+            JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+            JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+        )
+    return env
+
+
+@pytest.fixture(scope="module")
+def jax_cache(tmp_path_factory) -> Path:
+    """The train processes' compilation cache (the tracked run's train step, read by the next)."""
+    return tmp_path_factory.mktemp("jax_cache")
 
 
 # W&B's offline run file (run-<id>.wandb): LevelDB's log format of protobuf Records, 32 KiB
@@ -87,7 +106,7 @@ def _logged(job: Path) -> dict[tuple[str, int, str], float]:
 
 
 @pytest.fixture(scope="module")
-def tracked(tmp_path_factory):
+def tracked(tmp_path_factory, jax_cache):
     """One tiny `python -m pax_eqx.train` run with both trackers."""
     pytest.importorskip("wandb", reason="the [wandb] extra")
     pytest.importorskip("mlflow", reason="the [mlflow] extra")
@@ -97,7 +116,7 @@ def tracked(tmp_path_factory):
            *mesh_args(1), "--train.no-sample-at-end", "--train.trackers", "wandb", "mlflow",
            "--train.tracker-project", "tiny_project", "--train.tracker-run-name", "tiny_run",
            "--train.mlflow-tracking-uri", f"file:{store}"]  # fmt: skip
-    done = subprocess.run(cmd, env=_env(tmp), capture_output=True, text=True, timeout=600, cwd=tmp)
+    done = subprocess.run(cmd, env=_env(tmp, jax_cache), capture_output=True, text=True, timeout=600, cwd=tmp)
     assert done.returncode == 0, done.stderr[-3000:]
     return tmp, job, f"file:{store}"
 
@@ -178,34 +197,33 @@ def test_a_second_start_continues_the_same_tracker_runs(tracked, monkeypatch):
     assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "train/loss")][-1] == (7, 0.5)
 
 
-def test_a_missing_tracker_package_is_one_line_before_anything_is_written(tmp_path):
-    """wandb blocked from importing: exit 1 (the environment), the pip line, no job dir made."""
+def test_a_missing_tracker_package_is_one_line_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    """wandb blocked from importing: exit 1 (the environment), the pip line, no job dir made
+    (the train command's main and its error handling, in this process)."""
+    from tiny import tiny_args
+
+    from pax_eqx import train
+    from pax_eqx.command_line import entry
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError, as when it is not installed
     job = tmp_path / "job"
-    script = textwrap.dedent("""
-        import sys
-        sys.modules["wandb"] = None  # `import wandb` now raises ImportError, as when it is not installed
-        from pax_eqx.command_line import entry
-        from pax_eqx.train import main
-        sys.argv = ["python -m pax_eqx.train", *sys.argv[1:]]
-        entry.run(main)
-    """)
-    args = ["--exp", "shakespeare_char", "--job-log-dir", str(job), *TINY, *mesh_args(1), "--train.trackers", "wandb"]
-    done = subprocess.run([sys.executable, "-c", script, *args], env=_env(tmp_path), capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
-    assert done.returncode == 1, done.stderr[-3000:]
-    assert done.stderr.strip().splitlines()[-1] == (
+    with pytest.raises(SystemExit) as done:
+        entry.run(lambda: train.main(tiny_args(job, "--train.trackers", "wandb")))
+    err = capsys.readouterr().err
+    assert done.value.code == 1, err
+    assert err.strip().splitlines()[-1] == (
         "error: --train.trackers wandb needs wandb, which is not installed: pip install -e '.[wandb]' "
         "(or pip install 'pax_eqx[wandb]')"
     )
-    assert "Traceback" not in done.stderr and not job.exists()
+    assert "Traceback" not in err and not job.exists()
 
 
-def test_a_tracker_that_cannot_start_stops_the_run_before_its_first_step(tmp_path):
+def test_a_tracker_that_cannot_start_stops_the_run_before_its_first_step(tmp_path, jax_cache):
     """W&B online without a login (no key, no ~/.netrc, no terminal): one error line with the
     library's reason and the fix, exit 1 (the environment), no step taken."""
     pytest.importorskip("wandb", reason="the [wandb] extra")
     job = tmp_path / "job"
-    env = {**_env(tmp_path), "HOME": str(tmp_path)}
+    env = {**_env(tmp_path, jax_cache), "HOME": str(tmp_path)}
     del env["WANDB_MODE"]
     cmd = [sys.executable, "-m", "pax_eqx.train", "--exp", "shakespeare_char", "--job-log-dir", str(job), *TINY,
            *mesh_args(1), "--train.trackers", "wandb"]  # fmt: skip
