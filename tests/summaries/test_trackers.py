@@ -1,7 +1,8 @@
 """Experiment trackers (`--train.trackers wandb mlflow`): a tiny real run, read back from W&B's
 offline run files and MLflow's file store, sends the numbers metrics.jsonl holds, the config and
 the command; a second start continues the same tracker runs; a missing package is one line; a
-tracker that cannot start stops the run.
+tracker that cannot start stops the run. W&B's files go where docs/trackers.md's command puts
+them (WANDB_DIR unset: DIR/wandb/), so that command is not trained again by tests/test_docs_commands.py.
 
 The two train processes (the tracked run, the one whose tracker cannot start) share a JAX
 compilation cache: the second compiles nothing (its train step is the first's). The missing
@@ -32,10 +33,11 @@ _CLOCKS = {"time", "elapsed_s"}  # metrics.jsonl's wall times: not metrics, not 
 
 
 def _env(tmp: Path, jax_cache: Path | None = None) -> dict[str, str]:
-    """W&B offline under tmp, MLflow's file store allowed (MLflow 3 asks for that), nothing remote;
-    with `jax_cache`, compiled programs kept there and read back."""
+    """W&B offline (its run in DIR/wandb/, as unset WANDB_DIR leaves it), MLflow's file store allowed
+    (MLflow 3 asks for that), nothing remote; with `jax_cache`, compiled programs kept there and
+    read back."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))}
-    env = {**env, **ONE_DEVICE, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp), "MLFLOW_ALLOW_FILE_STORE": "true"}
+    env = {**env, **ONE_DEVICE, "WANDB_MODE": "offline", "MLFLOW_ALLOW_FILE_STORE": "true"}
     if jax_cache is not None:
         env.update(
             JAX_COMPILATION_CACHE_DIR=str(jax_cache),
@@ -78,10 +80,11 @@ def _wandb_records(path: str):
             yield record
 
 
-def _wandb_runs(wandb_dir: Path) -> list[dict]:
-    """Each offline run directory's run id, project, name, config and history {step: {key: value}}."""
+def _wandb_runs(job: Path) -> list[dict]:
+    """Each offline run directory's run id, project, name, config and history {step: {key: value}},
+    from DIR/wandb/ (where docs/trackers.md says `wandb sync` finds them)."""
     runs = []
-    for path in sorted(glob.glob(str(wandb_dir / "wandb" / "offline-run-*" / "run-*.wandb"))):
+    for path in sorted(glob.glob(str(job / "wandb" / "offline-run-*" / "run-*.wandb"))):
         run = {"history": {}}
         for record in _wandb_records(path):
             kind = record.WhichOneof("record_type")
@@ -126,8 +129,8 @@ def _command(job: Path) -> str:
 
 
 def test_wandb_gets_the_scalars_of_metrics_jsonl_the_config_and_the_command(tracked):
-    tmp, job, _ = tracked
-    [run] = _wandb_runs(tmp)
+    _, job, _ = tracked
+    [run] = _wandb_runs(job)
     run_id = json.loads((job / "trackers.json").read_text())["wandb"]["run_id"]
     assert (run["id"], run["project"], run["name"]) == (run_id, "tiny_project", "tiny_run")
     logged = _logged(job)
@@ -187,7 +190,7 @@ def test_a_second_start_continues_the_same_tracker_runs(tracked, monkeypatch):
                           timeout=300, cwd=tmp)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((job / "trackers.json").read_text()) == stored
-    first, second = _wandb_runs(tmp)
+    first, second = _wandb_runs(job)
     assert first["id"] == second["id"] == stored["wandb"]["run_id"]
     assert second["history"] == {7: {**second["history"][7], "train/loss": 0.5, "train/total_loss": 0.5}}
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
