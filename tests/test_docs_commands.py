@@ -80,6 +80,14 @@ INSTEAD = {
         "LmCloudSpmdTest's 1024-token rows make even 2 steps about a minute of CPU (compiling and running); 64-token "
         "rows train the same module by its dotted path",
     ),
+    "WANDB_MODE=offline python -m pax_eqx.train --exp shakespeare_char --job-log-dir runs/tracked --train.trackers "
+    "wandb": (
+        "python -c \"from pax_eqx.summaries.writer import SummaryWriter; w = SummaryWriter('runs/tracked'); "
+        "[w.write(s, 'train', {'total_loss': 4.0 / s}) for s in range(1, 21)]; w.close()\"",
+        "tests/summaries/test_trackers.py trains with --train.trackers wandb under WANDB_MODE=offline through this "
+        "command line (the tiny model) and reads back the run it writes into DIR/wandb/; a job dir's metrics.jsonl, "
+        "written by pax_eqx's SummaryWriter, stands in for runs/tracked so the plots command after it runs as written",
+    ),
     "pip install -e .": (
         "SIMULATE_INSTALL",
         "installing would change the venv the tests run in: the README's pyproject.toml is installed as pip "
