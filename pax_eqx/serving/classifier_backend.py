@@ -82,7 +82,7 @@ class ClassifierBackend:
         with self._count_lock:
             if not self._accepting:
                 raise ShuttingDown("the server is shutting down; send the request to another replica.")
-            if self._pending >= self.max_waiting:
+            if self._pending >= self.max_waiting + 1:  # the one running and the queue beyond it
                 raise QueueFull(retry_after_s=max(1.0, self._mean_latency() * self._pending))
             self._pending += 1
         start = time.perf_counter()

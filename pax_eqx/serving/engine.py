@@ -63,9 +63,10 @@ class Engine:
 
     model: a LanguageModel (its inference parameters); tokenizer: encode/decode, eos_id.
     slots: requests decoded at once; chunk: prompt tokens prefilled per call; max_waiting: the
-    queue beyond the slots (full -> QueueFull, HTTP 429). admit: "continuous" fills a slot as
-    soon as it frees; "static" only when every slot is free (a batch runs until its longest
-    request ends: the baseline continuous batching is measured against, same programs).
+    queue beyond the slots (full -> QueueFull, HTTP 429; 0: a request is taken only into a free
+    slot). admit: "continuous" fills a slot as soon as it frees; "static" only when every slot is
+    free (a batch runs until its longest request ends: the baseline continuous batching is
+    measured against, same programs).
     """
 
     def __init__(
@@ -98,6 +99,12 @@ class Engine:
     def max_seq_len(self) -> int:
         return self.programs.max_seq_len
 
+    @property
+    def capacity(self) -> int:
+        """The most requests held at once (every slot and the queue beyond them): a request of
+        more choices can never be taken, whatever the wait."""
+        return len(self.slots) + self.max_waiting
+
     # Clients ----------------------------------------------------------------------------------
     def submit(self, request: Request, notify: Any = None) -> Completion:
         """Queues `request`; RequestError (a field out of range), QueueFull or ShuttingDown."""
@@ -106,7 +113,8 @@ class Engine:
         with self._lock:
             if not self._accepting:
                 raise ShuttingDown("the server is shutting down; send the request to another replica.")
-            if len(self.waiting) >= self.max_waiting:
+            free = sum(s is None for s in self.slots)  # the next step admits this many of the waiting
+            if len(self.waiting) >= self.max_waiting + free:
                 raise QueueFull(retry_after_s=max(1.0, self._expected_wait_s()))
             self.waiting.append(completion)
             self._lock.notify_all()

@@ -87,7 +87,7 @@ def make_app(
     def check_model(body: Any) -> None:
         name = body.get("model") if isinstance(body, dict) else None
         if name is not None and name != model_name:
-            raise _Refusal(404, f"model={name!r} is not served here; this server serves {model_name!r} "
+            raise _Refusal(404, f"model={openai_api.shown(name)} is not served here; this server serves {model_name!r} "
                            "(GET /v1/models).", param="model", kind="not_found_error")  # fmt: skip
 
     def served(endpoint: str) -> None:
@@ -141,6 +141,13 @@ def make_app(
 
     async def answer(request: Request, ask: openai_api.Ask) -> Response:
         refuse_if_draining()
+        capacity = getattr(backend, "capacity", None)
+        if capacity is not None and len(ask.requests) > capacity:  # a 429 would be retried forever
+            prompts = len(ask.requests) // ask.n
+            field = "n" if ask.n > 1 else "prompt"  # a chat has one prompt: only n can ask too much
+            raise RequestError(field, f"{prompts} prompt(s) x n={ask.n} = {len(ask.requests)} choices, but this "
+                               f"server holds {capacity} requests at most (pax_eqx.serve --slots + --max-waiting); "
+                               "ask for fewer choices, or split the request.")  # fmt: skip
         loop = asyncio.get_running_loop()
         wake = asyncio.Event()
 
@@ -256,10 +263,47 @@ async def _json_body(request: Request, limit: int) -> Any:
         raise ValueError(f"{name} is not a JSON number")
 
     try:
-        return json.loads(raw, parse_constant=no_constants)
+        body = json.loads(raw, parse_constant=no_constants)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         detail = str(e) if not isinstance(e, RecursionError) else "nested too deeply"
         raise RequestError("body", f"the body is not JSON ({detail[:200]}); send a JSON object.") from None
+    _refuse_lone_surrogates(body)
+    return body
+
+
+def _refuse_lone_surrogates(body: Any) -> None:
+    """RequestError naming the first string (a value or a field's name) holding a lone UTF-16
+    surrogate: JSON lets a string escape half a pair ("\\ud800"), which is no character, and
+    encoding it as UTF-8 (a tokenizer, the answer) would fail."""
+    stack: collections.deque[tuple[str, Any]] = collections.deque([("", body)])
+    while stack:
+        path, value = stack.popleft()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                at = _surrogate_at(key)
+                if at >= 0:
+                    where = path or "body"
+                    raise RequestError(where, f"a field name in {where} holds a lone UTF-16 surrogate ({key[at]!r}), "
+                                       f"which is no character; {_SURROGATE_FIX}")  # fmt: skip
+                stack.append((f"{path}.{key}" if path else key, item))
+        elif isinstance(value, list):
+            stack.extend((f"{path or 'body'}[{i}]", item) for i, item in enumerate(value))
+        elif isinstance(value, str) and _surrogate_at(value) >= 0:
+            at = _surrogate_at(value)
+            raise RequestError(path or "body", f"{path or 'body'} holds a lone UTF-16 surrogate ({value[at]!r} at "
+                               f"character {at}), which is no character; {_SURROGATE_FIX}")  # fmt: skip
+
+
+_SURROGATE_FIX = "send valid Unicode (a character beyond U+FFFF is escaped as a pair, e.g. \\ud83d\\ude00)."
+
+
+def _surrogate_at(text: str) -> int:
+    """The index of the first lone surrogate in `text`, or -1."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.start
+    return -1
 
 
 async def _results(request: Request, submitted: list[Completion], wake: asyncio.Event) -> list[Finished] | None:

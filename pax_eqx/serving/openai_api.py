@@ -164,22 +164,22 @@ def _refuse_unknown(body: dict, known: frozenset[str], route: str) -> None:
         if name in _BEAM_FIELDS:
             raise RequestError(name, f"{name}: {_BEAM_FIX}")
         if name not in known:
-            raise RequestError(
-                name, f"{route} has no field {name!r}; its fields are {', '.join(sorted(known))} (docs/serve.md)."
-            )
+            fields = ", ".join(sorted(known))
+            message = f"{route} has no field {shown(name)}; its fields are {fields} (docs/serve.md)."
+            raise RequestError(name[:80], message)
 
 
 def _refuse_beams_and_unsupported(body: dict, neutral: dict[str, tuple[Any, ...]]) -> None:
     if body.get("use_beam_search") not in (None, False):
-        raise RequestError("use_beam_search", f"use_beam_search={body['use_beam_search']!r}: {_BEAM_FIX}")
+        raise RequestError("use_beam_search", f"use_beam_search={shown(body['use_beam_search'])}: {_BEAM_FIX}")
     best_of = body.get("best_of")
     if best_of is not None and not (type(best_of) is int and best_of == 1):
-        raise RequestError("best_of", f"best_of={best_of!r} asks for the best of several (a search): {_BEAM_FIX}")
+        raise RequestError("best_of", f"best_of={shown(best_of)} asks for the best of several (a search): {_BEAM_FIX}")
     for name, values in neutral.items():
         if name in body and not any(_same(body[name], v) for v in values):
-            shown = " or ".join("null" if v is None else repr(v) for v in values)
+            accepted = " or ".join("null" if v is None else repr(v) for v in values)
             raise RequestError(
-                name, f"{name}={body[name]!r} is not supported by this server; leave it out or send {shown}."
+                name, f"{name}={shown(body[name])} is not supported by this server; leave it out or send {accepted}."
             )
 
 
@@ -187,6 +187,12 @@ def _same(a: Any, b: Any) -> bool:
     """a == b as JSON sees it: 0 and 0.0 are the same, false and 0 are not."""
     number = lambda x: type(x) in (int, float)
     return (type(a) is type(b) or number(a) and number(b)) and a == b
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """`repr(value)`, cut to `limit` characters: an error echoes what was sent, not megabytes of it."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _kind(value: Any) -> str:
@@ -202,7 +208,7 @@ def _int(body: dict, name: str, default: int | None, *, lo: int, hi: int) -> Any
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if type(value) is not int:
-        raise RequestError(name, f"{name} is {_kind(value)} ({value!r}); send a whole number from {lo} to {hi}.")
+        raise RequestError(name, f"{name} is {_kind(value)} ({shown(value)}); send a whole number from {lo} to {hi}.")
     if not lo <= value <= hi:
         raise RequestError(name, f"{name}={value} is out of range; send a whole number from {lo} to {hi}.")
     return value
@@ -213,7 +219,7 @@ def _number(body: dict, name: str, default: float, *, lo: float, hi: float, lo_o
     if value is None:
         return default
     if type(value) not in (int, float) or not math.isfinite(value):
-        raise RequestError(name, f"{name} is {_kind(value)} ({value!r}); send a number from {lo:g} to {hi:g}.")
+        raise RequestError(name, f"{name} is {_kind(value)} ({shown(value)}); send a number from {lo:g} to {hi:g}.")
     if (value <= lo if lo_open else value < lo) or value > hi:
         span = f"({lo:g}, {hi:g}]" if lo_open else f"[{lo:g}, {hi:g}]"
         raise RequestError(name, f"{name}={value!r} is out of range; send a number in {span}.")
@@ -225,7 +231,7 @@ def _bool(body: dict, name: str, default: bool) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise RequestError(name, f"{name} is {_kind(value)} ({value!r}); send true or false.")
+        raise RequestError(name, f"{name} is {_kind(value)} ({shown(value)}); send true or false.")
     return value
 
 

@@ -79,6 +79,11 @@ class Seq2SeqBackend:
         self._recent: collections.deque[tuple[float, float]] = collections.deque(maxlen=1000)
         self._token_times: collections.deque[tuple[float, int]] = collections.deque(maxlen=256)
 
+    @property
+    def capacity(self) -> int:
+        """The most requests held at once: the one decoding and the queue."""
+        return 1 + self.max_waiting
+
     # Clients ----------------------------------------------------------------------------------
     def room(self, prompt_tokens: int) -> int:
         """The decoder's cache holds the start token and max_seq_len - 1 new ones; the input
@@ -97,7 +102,7 @@ class Seq2SeqBackend:
         with self._lock:
             if not self._accepting:
                 raise ShuttingDown("the server is shutting down; send the request to another replica.")
-            if len(self._waiting) >= self.max_waiting:
+            if len(self._waiting) >= self.max_waiting + (not self._running_one):  # the queue beyond the one running
                 latencies = [r[1] for r in self._recent]
                 wait = sum(latencies) / len(latencies) * len(self._waiting) if latencies else 1.0
                 raise QueueFull(retry_after_s=max(1.0, wait))

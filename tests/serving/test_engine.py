@@ -164,7 +164,8 @@ def test_bad_requests_name_the_field_and_a_full_queue_says_when_to_retry(model):
         with pytest.raises(RequestError) as e:
             engine.submit(request)
         assert e.value.field == field
-    engine.submit(Request((1,)))
+    engine.submit(Request((1,)))  # the free slot's
+    engine.submit(Request((1,)))  # the queue's one place
     with pytest.raises(QueueFull) as e:
         engine.submit(Request((1,)))
     assert e.value.retry_after_s >= 1

@@ -276,7 +276,7 @@ def test_a_burst_of_bad_requests_gets_4xx_naming_the_field_and_the_server_stays_
 def test_a_full_queue_answers_429_with_retry_after_and_draining_answers_503(model):
     backend = LanguageModelBackend(model, TOKENIZER, slots=1, chunk=8, max_waiting=2)  # not started: nothing runs
     app = make_app(backend, "tiny")
-    waiting = [backend.submit(Request((1, 2), max_tokens=2)) for _ in range(2)]
+    waiting = [backend.submit(Request((1, 2), max_tokens=2)) for _ in range(3)]  # the free slot's, the queue's 2
 
     async def main():
         transport = httpx.ASGITransport(app=app)
