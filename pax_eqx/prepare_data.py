@@ -80,7 +80,9 @@ class _BeamNoise(logging.Filter):
 
 def _silence_beam() -> None:
     logging.getLogger().addFilter(_BeamNoise())
-    logging.getLogger("apache_beam").setLevel(logging.CRITICAL)  # its errors come back as the one line below
+    # Above CRITICAL: its errors come back as the one line below, and after Ctrl-C its job service
+    # relays each killed worker's traceback as a CRITICAL record (a child logger: this level is theirs).
+    logging.getLogger("apache_beam").setLevel(logging.CRITICAL + 1)
     warnings.filterwarnings("ignore", module=r"apache_beam(\..*)?$")
 
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import logging
 import math
 import os
 import re
@@ -504,7 +503,6 @@ def run_pipeline(
         except KeyboardInterrupt:
             if beam_log is not None:  # Beam's threads report their killed workers; quiet, that is not news
                 threading.excepthook = _ignore_thread_error
-                logging.getLogger("apache_beam").disabled = True  # its CRITICAL lines too (not mid our error line)
             stop_workers()
             raise
     if failed:
