@@ -44,6 +44,26 @@ if not os.environ.get("PAX_EQX_TESTS_NO_COMPILATION_CACHE"):
 
 
 @pytest.fixture
+def entry_hooks_restored(monkeypatch):
+    """For tests that call a program's `entry.run` in this process: it sets process-wide hooks
+    (the warning format, the unraisable hook, log filters on absl and asyncio); they are put back
+    after the test, and PAX_EQX_VERBOSE / PAX_EQX_TRACEBACK are unset during it."""
+    import logging
+    import sys
+    import warnings
+
+    from pax_eqx.command_line import entry
+
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
+    for name in entry.VERBOSE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    yield
+    for library in ("absl", "asyncio"):
+        logging.getLogger(library).removeFilter(entry._drop_traceback)
+
+
+@pytest.fixture
 def cudnn_tracing(monkeypatch):
     """Lets `jax.nn.dot_product_attention(implementation="cudnn")` be *traced* on a CPU: jax
     checks for cuDNN and the GPU's compute capability while tracing, before anything is

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import warnings
 
 import jax
 import pytest
@@ -28,17 +27,7 @@ from pax_eqx.config import ConfigError
 from pax_eqx.job.errors import NonFiniteLossError
 from pax_eqx.job.job_dir import JobDirError
 
-
-@pytest.fixture(autouse=True)
-def _restore_process_hooks(monkeypatch):
-    """entry.run sets process-wide hooks (warning format, unraisable hook, a log filter)."""
-    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
-    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
-    monkeypatch.delenv("PAX_EQX_TRACEBACK", raising=False)
-    monkeypatch.delenv("PAX_EQX_VERBOSE", raising=False)
-    yield
-    for library in ("absl", "asyncio"):
-        logging.getLogger(library).removeFilter(entry._drop_traceback)
+pytestmark = pytest.mark.usefixtures("entry_hooks_restored")  # it calls entry.run in this process
 
 
 def raising(error: BaseException):

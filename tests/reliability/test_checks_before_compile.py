@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import shutil
 import subprocess
 import sys
 import time
-import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -43,16 +41,7 @@ S2S = [
 CLASSES = ("n01440764", "n01443537", "n01484850")
 
 
-@pytest.fixture(autouse=True)
-def _restore_process_hooks(monkeypatch):
-    """entry.run sets process-wide hooks (warning format, unraisable hook, a log filter)."""
-    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
-    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
-    monkeypatch.delenv("PAX_EQX_TRACEBACK", raising=False)
-    monkeypatch.delenv("PAX_EQX_VERBOSE", raising=False)
-    yield
-    for library in ("absl", "asyncio"):
-        logging.getLogger(library).removeFilter(entry._drop_traceback)
+pytestmark = pytest.mark.usefixtures("entry_hooks_restored")  # it calls entry.run in this process
 
 
 def refused(capsys, main, *argv) -> tuple[int, str]:

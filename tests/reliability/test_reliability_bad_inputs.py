@@ -11,12 +11,9 @@ run's job dir and compare its config.json and checkpoints byte for byte before a
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import subprocess
-import sys
-import warnings
 from pathlib import Path
 
 import jax
@@ -56,14 +53,7 @@ def _corpus_of_the_custom_input(monkeypatch):
     monkeypatch.setenv(CORPUS_ENV, str(corpus()))
 
 
-@pytest.fixture(autouse=True)
-def _restore_process_hooks(monkeypatch):
-    """entry.run sets process-wide CLI hooks (warning format, unraisable hook, a log filter): put
-    them back after each in-process call, for the tests that run next in this process."""
-    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
-    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
-    yield
-    logging.getLogger("absl").removeFilter(entry._drop_traceback)
+pytestmark = pytest.mark.usefixtures("entry_hooks_restored")  # it calls entry.run in this process
 
 
 def cli(main, argv, capsys) -> tuple[int, str]:
