@@ -337,7 +337,9 @@ class Attention(eqx.Module):
         positions = segment_pos if segment_pos is not None else jnp.broadcast_to(jnp.arange(t), (b, t))
         q, k, v = self.project_qkv(x, positions)
         q = constrain(q, ("batch", "seq", "heads", "kv"))  # sharding.activations: the heads over tensor
-        k, v = (constrain(a, ("batch", "seq", "kv_heads", "kv")) for a in (k, v))
+        # Keys and values whole along the sequence ("kv_seq", never mapped by default): with the
+        # queries' `seq` over a context axis, each shard attends to every key (an all-gather).
+        k, v = (constrain(a, ("batch", "kv_seq", "kv_heads", "kv")) for a in (k, v))
         key_valid = None if paddings is None else paddings < 0.5
         mask = kernels.make_mask(
             t, t, causal=self.causal, segment_ids_q=segment_ids, segment_ids_k=segment_ids, key_valid=key_valid,
