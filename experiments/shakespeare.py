@@ -22,6 +22,14 @@ eval_loop_num_batches: Pax's rolling eval). One validation number per checkpoint
 `python -m pax_eqx.eval` on the step-2000 checkpoint reads the 50 windows the training eval at
 step 2000 read and prints its number, bit for bit (the checkpoint keeps where that eval started);
 the whole held-out 10% (613 batches) would cost ~10 s per eval instead of ~1 s.
+
+shakespeare_char maps to no Hugging Face family (LayerNorm with rotary positions: Llama-like
+models are RMSNorm, GPT-2 has learned positions), so `python -m pax_eqx.export_hf` refuses it,
+naming the norm. shakespeare_char_llama is the same recipe as a Llama (RMSNorm, rotary, a
+SwiGLU feed-forward, no biases, tied embeddings), which exports as a LlamaForCausalLM: the same
+width, depth, data and learner; the SwiGLU's hidden width is 344, about 2/3 of 512, so its
+three matrices hold as many weights as shakespeare_char's two (825K parameters against 821K).
+Its recipe is shakespeare_char's, not tuned again.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from experiments.registry import register
 from pax_eqx.checkpoint import CheckpointConfig
 from pax_eqx.data import ByteTokenizerConfig, DataConfig, InputConfig, ShakespeareSource
 from pax_eqx.experiment import DecodeConfig, ExperimentConfig, TrainConfig
-from pax_eqx.layers import ActivationConfig, AttentionConfig, LayerNormConfig, TransformerConfig
+from pax_eqx.layers import ActivationConfig, AttentionConfig, LayerNormConfig, RmsNormConfig, TransformerConfig
 from pax_eqx.learners import AdamWConfig, CosineSchedule, LearnerConfig
 from pax_eqx.models import LanguageModelConfig, SampleStrategy
 from pax_eqx.tuning import IntRange, LogUniform, SearchSpace
@@ -97,3 +105,19 @@ def shakespeare_char() -> ExperimentConfig:
         checkpoint=CheckpointConfig(every_n_steps=500, max_to_keep=3),
         decode=DecodeConfig(prompt="ROMEO:", max_new_tokens=300, strategy=SampleStrategy(temperature=0.8, top_k=40)),
     )
+
+
+@register("shakespeare_char_llama", aliases=("ShakespeareCharLlama",), search=SEARCH)
+def shakespeare_char_llama() -> ExperimentConfig:
+    """shakespeare_char as a Llama (RMSNorm, rotary, SwiGLU, no biases): export_hf writes it as one."""
+    exp = shakespeare_char()
+    norm = RmsNormConfig(epsilon=1e-5)
+    block = TransformerConfig(
+        norm_policy="pre",
+        norm=norm,
+        attention=AttentionConfig(use_bias=False),
+        activation=ActivationConfig(name="silu", gated=True),
+        ff_has_bias=False,
+    )
+    model = exp.model.replace(hidden_dims=344, block=block, final_norm=norm)
+    return exp.replace(name="shakespeare_char_llama", model=model)

@@ -1,12 +1,20 @@
 """`python -m pax_eqx.export_hf --job-log-dir DIR --out OUT [--dtype bfloat16] [--step N]`
 
-Writes the newest (or step N's) parameters of a job dir that `import_hf` started into OUT in the
-Hugging Face layout: config.json (the imported model's own, with the chosen dtype), model.safetensors
-(or shards of at most --max-shard-gb with model.safetensors.index.json) and the tokenizer files,
-so that `transformers.AutoModelForCausalLM.from_pretrained(OUT)` loads it. The parameters are the
-ones eval and decode use (the EMA where the learner keeps one). A model whose config no longer
-matches the imported config.json (another vocabulary, more layers) is refused: its config.json
-could not say what it is.
+Writes the newest (or step N's) parameters of a job dir into OUT in the Hugging Face layout:
+config.json, model.safetensors (or shards of at most --max-shard-gb with
+model.safetensors.index.json) and the tokenizer files, so that
+`transformers.AutoModelForCausalLM.from_pretrained(OUT)` loads it. The parameters are the ones
+eval and decode use (the EMA where the learner keeps one).
+
+Which config.json:
+- a job dir `import_hf` started: the imported model's own config.json (with the chosen dtype). A
+  model whose config no longer matches it (another vocabulary, more layers) is refused: its
+  config.json could not say what it is.
+- a model trained here: one derived from the experiment's model (`pax_eqx.hf.config_from_model`:
+  llama, qwen2, gemma or gpt2, checked by reading it back), or a refusal naming the field no
+  family has (shakespeare_char's LayerNorm with rotary positions; shakespeare_char_llama maps).
+  Its tokenizer files are what `pax_eqx.hf.tokenizer_export` can write honestly (the byte
+  tokenizer as a byte-level tokenizer.json; none for SentencePiece), said in a printed line.
 
 A LoRA run's job dir (`lora.targets`) exports its base with the adapters merged in, W + (alpha /
 r) A @ B in each weight's HF orientation; the config.json, tokenizer and generation config are
@@ -26,8 +34,9 @@ from pax_eqx.command_line import entry
 from pax_eqx.number_flags import number
 
 DESCRIPTION = (
-    "Export a job dir that import_hf started (fine-tuned or not) to a Hugging Face directory: config.json, "
-    "safetensors in the chosen dtype, tokenizer files."
+    "Export a job dir (one import_hf started, or a model trained here whose architecture is a Hugging Face family: "
+    "llama, qwen2, gemma, gpt2) to a Hugging Face directory: config.json, safetensors in the chosen dtype, tokenizer "
+    "files."
 )
 
 
@@ -51,8 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     files = export(
         Path(ns.job_log_dir), Path(ns.out), ns.dtype, ns.step, int(ns.max_shard_gb * 2**30), ns.adapters_only
     )
-    what = ", ".join(files) + ("" if ns.adapters_only else " and the tokenizer")
-    print(f"Exported {ns.job_log_dir} to {ns.out} ({ns.dtype}): {what}.", flush=True)
+    print(f"Exported {ns.job_log_dir} to {ns.out} ({ns.dtype}): {', '.join(files)}.", flush=True)
     return 0
 
 
@@ -63,10 +71,14 @@ def export(job_dir: Path, out: Path, dtype: str = "bfloat16", step: int | None =
 
     from pax_eqx.checkpoint import Checkpointer
     from pax_eqx.config import ConfigError, MissingFileError
+    from pax_eqx.data import build_tokenizer
     from pax_eqx.experiment import ExperimentConfig
+    from pax_eqx.hf.config_from_model import hf_export
+    from pax_eqx.hf.export_leaves import ExportLeaves
     from pax_eqx.hf.exporter import copy_tokenizer, write_hf
     from pax_eqx.hf.families import model_config, model_type
     from pax_eqx.hf.importer import SOURCE_DIR, TOKENIZER_DIR
+    from pax_eqx.hf.tokenizer_export import tokenizer_files
     from pax_eqx.job.job_dir import prepare
     from pax_eqx.learners.variables import path_name
     from pax_eqx.programs.compiled import Programs
@@ -85,23 +97,27 @@ def export(job_dir: Path, out: Path, dtype: str = "bfloat16", step: int | None =
         )
     home = Path(exp.lora.base_job_dir) if exp.lora.enabled else path  # where import_hf wrote hf/ and tokenizer/
     source = home / SOURCE_DIR / "config.json"
-    if not source.is_file():
-        raise MissingFileError(
-            f"{str(source)!r} does not exist: --job-log-dir {str(job_dir)!r} was not started by import_hf, so there is "
-            "no Hugging Face config.json to export with; export works on job dirs import_hf wrote."
-        )
-    hf_config = json.loads(source.read_text())
-    imported, _ = model_config(hf_config)
-    if _function(imported) != _function(exp.model):
-        raise ConfigError(
-            f"the model of {str(path / 'config.json')!r} is no longer the one {str(source)!r} describes (a size or "
-            "option changed after the import); export_hf writes the imported architecture only."
-        )
+    derived = None  # a model trained here: the config.json derived from its model, and its weight changes
+    if source.is_file():
+        hf_config = json.loads(source.read_text())
+        imported, _ = model_config(hf_config)
+        if _function(imported) != _function(exp.model):
+            raise ConfigError(
+                f"the model of {str(path / 'config.json')!r} is no longer the one {str(source)!r} describes (a size "
+                "or option changed after the import); export_hf writes the imported architecture only."
+            )
+    else:
+        derived = hf_export(exp.model)  # refuses a model no family has, naming the field
+        hf_config = dict(derived.config)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {str(out)!r} is a file, not a directory; choose a new directory.")
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {str(out)!r} is not empty; choose a new directory.")
     exp.validate(num_devices=jax.device_count())
+    tokenizer = None
+    if derived is not None and not adapters_only:
+        tokenizer = tokenizer_files(build_tokenizer(exp.data, home), exp.data.tokenizer)
+        hf_config.update(tokenizer.special_ids)
     programs = Programs(build_task(exp), build_mesh(exp.mesh), exp.mesh.rules)
     ckpt = Checkpointer(path / "checkpoints", exp.checkpoint, read_only=True)
     if ckpt.latest_step() is None:
@@ -116,11 +132,21 @@ def export(job_dir: Path, out: Path, dtype: str = "bfloat16", step: int | None =
     if exp.lora.enabled:
         params = programs.task.merged_params(params)  # W + alpha / r * A @ B
     leaves = {path_name(p): a for p, a in jax.tree_util.tree_flatten_with_path(params)[0]}
+    if derived is None:
+        names, leaf = list(leaves), lambda name: np.asarray(jax.device_get(leaves[name]))
+    else:
+        leaf = ExportLeaves(leaves, exp.model.num_layers, derived.add_one, derived.zeros)
+        names = leaf.names
     files = write_hf(
-        out, model_type(hf_config), hf_config, list(leaves), lambda name: np.asarray(jax.device_get(leaves[name])),
-        dtype=dtype, max_shard_bytes=max_shard_bytes,
+        out, model_type(hf_config), hf_config, names, leaf, dtype=dtype, max_shard_bytes=max_shard_bytes,
+        check=leaf.check_written if derived is not None else None,
     )  # fmt: skip
-    copy_tokenizer(home / TOKENIZER_DIR, out)
+    if tokenizer is None:
+        copy_tokenizer(home / TOKENIZER_DIR, out)
+    else:
+        for name, text in tokenizer.files.items():
+            (out / name).write_text(text)
+        print(tokenizer.note, flush=True)
     if (home / SOURCE_DIR / "generation_config.json").is_file():
         (out / "generation_config.json").write_text((home / SOURCE_DIR / "generation_config.json").read_text())
     print(f"Read step {restored} of {path}.", flush=True)

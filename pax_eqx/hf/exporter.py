@@ -1,8 +1,8 @@
 """A pax_eqx model's parameters -> a Hugging Face directory (config.json, safetensors, tokenizer).
 
-    write_hf(out, family, hf_config, model_cfg, leaves, dtype="bfloat16")
+    write_hf(out, family, hf_config, our_names, leaf, dtype="bfloat16")
 
-`leaves` gives each parameter by name (`learners.variables` names) as a host array, one at a time:
+`leaf` gives each parameter by name (`learners.variables` names) as a host array, one at a time:
 each HF tensor is made by its Entry's `to_hf` (the exact inverse of the import's layout change),
 cast to `dtype`, and written; the files are cut into shards of at most `max_shard_bytes` with a
 model.safetensors.index.json, as transformers' save_pretrained writes them, so a large model is
@@ -23,7 +23,7 @@ import numpy as np
 from pax_eqx.extras import require
 from pax_eqx.hf.families import model_config
 from pax_eqx.hf.safetensors_files import INDEX_FILE, SINGLE_FILE
-from pax_eqx.hf.weights import Dims, weight_plan
+from pax_eqx.hf.weights import Dims, WeightPlan, weight_plan
 
 save_file = require("safetensors.numpy", "hf", "python -m pax_eqx.export_hf").save_file
 
@@ -39,11 +39,16 @@ def write_hf(
     leaf: Callable[[str], np.ndarray],
     dtype: str = "float32",
     max_shard_bytes: int = 5 * 2**30,
+    check: Callable[[WeightPlan], None] | None = None,
 ) -> list[str]:
-    """Writes the model into `out`; returns the files written. `leaf(name)` gives one parameter."""
+    """Writes the model into `out`; returns the files written. `leaf(name)` gives one parameter.
+    check: called with the weight plan before anything is written (`ExportLeaves.check_written`:
+    a model trained here must have every weight mapped)."""
     model, _ = model_config(hf_config)
     dims = Dims(model.model_dims, model.num_heads, model.num_kv_heads or model.num_heads, model.head_dim)
     plan = weight_plan(family, dims, model.num_layers, our_names, not model.separate_embedding)
+    if check is not None:
+        check(plan)
     np_dtype = DTYPES[dtype]
     prefix = "transformer." if family == "gpt2" else ""
     out.mkdir(parents=True, exist_ok=True)
