@@ -297,6 +297,7 @@ class ExperimentConfig(Config):
                 f"are {backend}: it would change nothing; remove --profile.auto-pgle."
             )
         self._check_pipeline_mesh()
+        self._check_context_mesh()
         self.model.check_data(self.data)
         from pax_eqx.metric_fns import check_metric_names
 
@@ -328,6 +329,17 @@ class ExperimentConfig(Config):
         itself keeps the 0, so `--train.num-steps` moves the decay's end and config.json stores
         what was chosen."""
         return self.learner.resolve(self.train.num_steps)
+
+    def _check_context_mesh(self) -> None:
+        """The context axis (a 5-entry mesh shape) splits each row's tokens: it must divide them, or
+        the rules would leave the sequence whole and those devices would repeat each other's work."""
+        context = self.mesh.context
+        if context > 1 and self.data.seq_len % context:
+            raise ConfigError(
+                f"mesh.ici_mesh_shape {self.mesh.ici_mesh_shape} x mesh.dcn_mesh_shape {self.mesh.dcn_mesh_shape} has "
+                f"a context axis of {context}, which does not divide data.seq_len={self.data.seq_len}; choose a "
+                f"sequence length that is a multiple of {context} or a context size that divides it."
+            )
 
     def _check_pipeline_mesh(self) -> None:
         """The mesh's stage axis is the model's pipeline stages (or 1: every stage on each device)."""

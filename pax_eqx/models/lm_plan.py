@@ -5,6 +5,11 @@ The estimate counts, per layer, what the remat policy saves for the backward (`_
 in units of one [batch, seq, model_dims] activation), one layer's working set, the attention
 scores where cuDNN's fused kernel does not run, and the float32 logits (a chunk of them with
 `loss_chunk_size`). It is arithmetic on the config: nothing is traced.
+
+Under context parallelism (the `seq` logical axis on a mesh axis of N devices) every [batch, seq,
+...] activation holds S / N tokens of each row a device; attention's queries are those S / N and
+its keys all S, so the scores are [S / N, S] a head and one layer's working set also holds the
+gathered keys and values, [S, kv heads, head dim] each (`tokens_per_device`).
 """
 
 from __future__ import annotations
@@ -20,9 +25,17 @@ from pax_eqx.models.model import StepPlan, StepShape
 
 def language_model_plan(cfg: LanguageModelConfig, step: StepShape) -> StepPlan:
     """The activation estimate, what it assumes, and the all-to-all and pipeline lines."""
-    attention = "cuDNN flash on GPU" if flash_attention(cfg, step.fprop_dtype) else "XLA, with S x S scores"
+    s_d = tokens_per_device(step)
+    split = s_d < step.seq_len
+    seq = f"seq {step.seq_len}" + (f" ({s_d} a device over {'x'.join(step.rules['seq'])})" if split else "")
+    if flash_attention(cfg, step.fprop_dtype, split):
+        attention = "cuDNN flash on GPU"
+    elif split:
+        attention = "XLA, with S / N x S scores (cuDNN's kernel takes no split sequence)"
+    else:
+        attention = "XLA, with S x S scores"
     note = (
-        f"per-device batch {step.global_batch // step.ways('batch')}, seq {step.seq_len}, remat {cfg.remat_policy}, "
+        f"per-device batch {step.global_batch // step.ways('batch')}, {seq}, remat {cfg.remat_policy}, "
         f"attention {attention}"
     )
     return StepPlan(_activation_bytes(cfg, step), note, [*_all_to_all_lines(cfg, step), *_pipeline_lines(cfg, step)])
@@ -45,16 +58,25 @@ _POLICY_SAVED = {
 # arrays per head (the scores, the probabilities, the mask's share): 8 heads -> 2 heads at S = 64
 # moved the compiled step by 1.9 units a layer for 0.75 units of scores (tests/sharding/test_planner_vs_xla.py).
 NONE_SCORES = 2.5
+# One layer's backward through XLA's attention holds about 4 score-sized float32 arrays at once (the
+# recomputed logits, the probabilities, their gradient and the logits'): XLA:CPU's compiled step of
+# lm_long_context (2048 tokens, width 64, remat full) kept 4.2 at 1, 4 and 8 context shards (3.4 at 2),
+# where one was counted before (benchmarks/context_parallel_memory.py, tests/sharding/test_context_parallel.py).
+LAYER_SCORES = 4
 
 
 def _bytes(n: int | float) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
 
 
-def flash_attention(cfg: LanguageModelConfig, fprop_dtype: str) -> bool:
+def flash_attention(cfg: LanguageModelConfig, fprop_dtype: str, split_sequence: bool = False) -> bool:
     """Whether attention will run as cuDNN's fused kernel on a GPU (no S x S scores in memory):
     the conditions of `layers.attention_kernels.cudnn_qualifies`, read off the config (of a
-    language model's config)."""
+    language model's config). split_sequence: the queries' sequence is sharded (context
+    parallelism), which cuDNN's kernel does not take (jax's partitioner of it refuses a sharded
+    sequence dimension): XLA's attention then, with its S / N x S scores."""
+    if split_sequence:
+        return False
     a = cfg.block.attention
     head_dim = cfg.dim_per_head or cfg.model_dims // cfg.num_heads
     qualifies = (
@@ -64,9 +86,18 @@ def flash_attention(cfg: LanguageModelConfig, fprop_dtype: str) -> bool:
     return a.implementation == "cudnn" or (a.implementation == "auto" and qualifies)
 
 
+def tokens_per_device(step: StepShape) -> int:
+    """The tokens of one row a device holds: the sequence over the `seq` rule's mesh axes (context
+    parallelism) where they divide it, else the whole sequence (the rules leave it replicated)."""
+    ways = step.ways("seq")
+    return step.seq_len // ways if step.seq_len % ways == 0 else step.seq_len
+
+
 def _activation_bytes(cfg: LanguageModelConfig, step: StepShape) -> int:
     m = cfg
-    s, d = step.seq_len, m.model_dims
+    s, d = tokens_per_device(step), m.model_dims  # a row's tokens on one device; attention's keys: all of them
+    keys = step.seq_len
+    flash = flash_attention(cfg, step.fprop_dtype, s < keys)
     ways = step.ways
     batch = step.global_batch // ways("batch")
     h_t = m.hidden_dims / ways("mlp")
@@ -77,8 +108,8 @@ def _activation_bytes(cfg: LanguageModelConfig, step: StepShape) -> int:
     p = _pipeline(cfg)
     if p is None:
         saved = m.num_layers * batch * s * d * c(m.remat_policy) * nbytes
-        if m.remat_policy == "none" and not flash_attention(cfg, step.fprop_dtype):
-            saved += m.num_layers * batch * n_t * s * s * 4 * NONE_SCORES
+        if m.remat_policy == "none" and not flash:
+            saved += m.num_layers * batch * n_t * s * keys * 4 * NONE_SCORES
     else:
         batch = (
             step.global_batch
@@ -95,8 +126,11 @@ def _activation_bytes(cfg: LanguageModelConfig, step: StepShape) -> int:
             saved = p.num_iterations * chunk * token * c(m.remat_policy)
         saved += 2 * p.num_microbatches * token  # the microbatch buffer, in and out
     layer = batch * s * (6 * d + 2 * h_t) * nbytes
-    if not flash_attention(cfg, step.fprop_dtype):
-        layer += batch * n_t * s * s * 4
+    if not flash:
+        layer += batch * n_t * s * keys * 4 * LAYER_SCORES
+    if s < keys:  # the keys and values gathered over the context axis
+        kv_t = (m.num_kv_heads or m.num_heads) / ways("kv_heads")
+        layer += 2 * batch * keys * kv_t * m.head_dim * nbytes
     outside = step.global_batch // ways("batch")  # logits: the whole per-device batch, outside any pipeline
     if m.loss_chunk_size:
         logits = 2 * outside * min(s, m.loss_chunk_size) * v_t * 4 + v_t * d * 4
@@ -121,7 +155,7 @@ def _pipeline_lines(cfg: LanguageModelConfig, step: StepShape) -> list[str]:
     rows = step.global_batch // step.num_microbatches // p.num_microbatches
     rows_d = rows // (step.mesh_shape["data"] * step.mesh_shape["fsdp"])
     nbytes = jnp.dtype(step.fprop_dtype).itemsize
-    hop = rows_d * step.seq_len * m.model_dims * nbytes
+    hop = rows_d * tokens_per_device(step) * m.model_dims * nbytes
     schedule = (
         f"GPipe: stage s holds layers [{chunk}s, {chunk}s + {chunk})"
         if p.circular_repeat == 1

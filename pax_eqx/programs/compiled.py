@@ -118,21 +118,23 @@ class Programs:
         return self.init_state_fn(np.uint32(seed))
 
     def global_batch(self, local: dict[str, np.ndarray]) -> dict[str, jax.Array]:
-        """Each host's per-host batch -> global arrays sharded along the batch axis."""
-        return {
-            k: jax.make_array_from_process_local_data(batch_sharding(self.mesh, self.rules, v.ndim), v)
-            for k, v in local.items()
-        }
+        """Each host's per-host batch -> global arrays sharded along the batch axis (and a [batch,
+        seq] array's tokens over the context axis: `rules.batch_sharding`). A host holds whole rows."""
+        return {k: jax.make_array_from_process_local_data(self.input_sharding(v.shape), v) for k, v in local.items()}
+
+    def input_sharding(self, shape: tuple[int, ...]) -> NamedSharding:
+        """The sharding of one input array of `shape` (one host's, one step's): `rules.batch_sharding`."""
+        return batch_sharding(self.mesh, self.rules, len(shape), shape[1] if len(shape) == 2 else 0)
 
     def global_batches(self, locals_: list[dict[str, np.ndarray]]) -> dict[str, jax.Array]:
         """Several per-host batches -> global arrays stacked on a new leading axis (the steps of
         `train_steps`), each batch sharded along its batch axis as `global_batch` shards it."""
 
-        def sharding(ndim: int) -> NamedSharding:
-            return NamedSharding(self.mesh, PartitionSpec(None, *batch_sharding(self.mesh, self.rules, ndim).spec))
+        def sharding(shape: tuple[int, ...]) -> NamedSharding:
+            return NamedSharding(self.mesh, PartitionSpec(None, *self.input_sharding(shape).spec))
 
         stacked = {k: np.stack([b[k] for b in locals_]) for k in locals_[0]}
-        return {k: jax.make_array_from_process_local_data(sharding(v.ndim - 1), v) for k, v in stacked.items()}
+        return {k: jax.make_array_from_process_local_data(sharding(v.shape[1:]), v) for k, v in stacked.items()}
 
     def check_batch(self, local: dict[str, np.ndarray]) -> None:
         """Traces (does not run or compile) the train step on this host batch's global shapes:

@@ -1,4 +1,4 @@
-"""The device mesh: axes (stage, data, fsdp, tensor), an ICI shape times a DCN shape.
+"""The device mesh: axes (stage, data, fsdp, context, tensor), an ICI shape times a DCN shape.
 
 Pax's ICI_MESH_SHAPE / DCN_MESH_SHAPE: the mesh is the elementwise product of the two, with
 the DCN (data-centre network, between slices/hosts) factor on the *outside* of each axis, so
@@ -11,7 +11,15 @@ lay the same outer/inner order out by hand.
 experiments): optional in the config -- a 3-entry shape is (data, fsdp, tensor) with stage 1 --
 and outermost in the mesh, so that with a DCN stage factor only stage-to-stage traffic (one
 microbatch's activations per pipeline iteration) crosses the slow network. Every mesh has the
-four axes; at stage 1 nothing maps to it and the other three are exactly as before.
+five axes; at stage 1 nothing maps to it and the others are exactly as before.
+
+`context` is context parallelism: the logical `seq` axis maps onto it, so each of its devices
+holds a slice of every row's tokens and attention gathers the keys and values
+(docs/long_context.md). It is named only by a 5-entry shape, (stage, data, fsdp, context,
+tensor): the mesh's own order, outermost first. A 3- or 4-entry shape (what every job dir
+written before it holds) has context 1 and means what it meant. It sits inside fsdp and outside
+tensor: its all-gathers of K/V run on every layer's critical path, as tensor's all-reduces do
+(so both want the fastest links), but tensor's [tokens, model] all-reduces are the larger.
 
 Axis types are `Auto` (GSPMD-style): the sharding rules annotate inputs/outputs and a few
 activations and XLA propagates the rest (`jax.make_mesh` would default to Explicit axes).
@@ -30,18 +38,44 @@ from jax.sharding import AxisType, Mesh
 from pax_eqx.config import Config, ConfigError, check_range, config
 from pax_eqx.sharding.device_kinds import DEVICE_KINDS, DeviceKindName
 
-AXES = ("stage", "data", "fsdp", "tensor")
+AXES = ("stage", "data", "fsdp", "context", "tensor")
+# What each accepted length of a mesh shape names, in the mesh's order; the axes left out are 1.
+SHAPE_FORMS = {
+    3: ("data", "fsdp", "tensor"),
+    4: ("stage", "data", "fsdp", "tensor"),
+    5: AXES,
+}
 
 
-def with_stage(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """A (data, fsdp, tensor) shape with stage 1 in front; a 4-entry shape as it is."""
-    return (1, *shape) if len(shape) == 3 else tuple(shape)
+def full_shape(shape: tuple[int, ...]) -> tuple[int, int, int, int, int]:
+    """A 3-, 4- or 5-entry mesh shape (`SHAPE_FORMS`) as the five sizes of `AXES`, 1 where the
+    short form leaves an axis out: (d, f, t) -> (1, d, f, 1, t); (s, d, f, t) -> (s, d, f, 1, t)."""
+    sizes = dict(zip(SHAPE_FORMS[len(shape)], shape))
+    return tuple(int(sizes.get(axis, 1)) for axis in AXES)  # type: ignore[return-value]
+
+
+def shortest_form(*shapes: tuple[int, ...]) -> tuple[str, ...]:
+    """The axes of the shortest form in `SHAPE_FORMS` that holds every one of `shapes` (full
+    5-entry shapes; the axes it leaves out are 1 in each): how a layout is printed and passed as
+    flags, so a layout without a context or stage axis reads as it always did."""
+    for length in sorted(SHAPE_FORMS):
+        names = SHAPE_FORMS[length]
+        if all(size == 1 for shape in shapes for axis, size in zip(AXES, shape) if axis not in names):
+            return names
+    return AXES
+
+
+def in_form(shape: tuple[int, ...], names: tuple[str, ...]) -> tuple[int, ...]:
+    """The sizes of a full 5-entry `shape` for the axes `names` (a `shortest_form`)."""
+    return tuple(shape[AXES.index(axis)] for axis in names)
 
 
 @config
 class MeshConfig(Config):
     """ici_mesh_shape / dcn_mesh_shape: sizes of (data, fsdp, tensor) within and across slices, or
-    of (stage, data, fsdp, tensor) for a pipelined model (the stage axis is its num_stages).
+    of (stage, data, fsdp, tensor) for a pipelined model (the stage axis is its num_stages), or
+    of (stage, data, fsdp, context, tensor) to split the sequence over `context` (context
+    parallelism; docs/long_context.md). The two may have different lengths.
 
     rules: logical-axis -> mesh-axes rules, "logical=axis+axis" ("" on the right = replicated);
       later rules for the same name override earlier ones. See docs/sharding.md.
@@ -58,15 +92,25 @@ class MeshConfig(Config):
     device_kind: DeviceKindName | Literal[""] = ""
 
     @property
-    def shape(self) -> tuple[int, int, int, int]:
-        """(stage, data, fsdp, tensor): ICI x DCN per axis."""
-        ici, dcn = with_stage(self.ici_mesh_shape), with_stage(self.dcn_mesh_shape)
+    def shape(self) -> tuple[int, int, int, int, int]:
+        """(stage, data, fsdp, context, tensor): ICI x DCN per axis."""
+        ici, dcn = full_shape(self.ici_mesh_shape), full_shape(self.dcn_mesh_shape)
         return tuple(i * d for i, d in zip(ici, dcn))  # type: ignore[return-value]
 
     @property
+    def sizes(self) -> dict[str, int]:
+        """{mesh axis: size} for every axis of `AXES`."""
+        return dict(zip(AXES, self.shape))
+
+    @property
     def num_stages(self) -> int:
-        """The pipeline axis' size (1 unless a 4-entry shape sets it)."""
+        """The pipeline axis' size (1 unless a 4- or 5-entry shape sets it)."""
         return self.shape[0]
+
+    @property
+    def context(self) -> int:
+        """The context axis' size: the ways each row's tokens are split (1 unless a 5-entry shape sets it)."""
+        return self.shape[3]
 
     @property
     def num_devices(self) -> int:
@@ -79,10 +123,10 @@ class MeshConfig(Config):
         """Raises ConfigError naming the field, the value and the fix."""
         for name in ("ici_mesh_shape", "dcn_mesh_shape"):
             shape = getattr(self, name)
-            if not isinstance(shape, (tuple, list)) or len(shape) not in (3, 4) or any(not s >= 1 for s in shape):
+            if not isinstance(shape, (tuple, list)) or len(shape) not in SHAPE_FORMS or any(not s >= 1 for s in shape):
                 raise ConfigError(
-                    f"mesh.{name} must be 3 positive sizes (data, fsdp, tensor) or 4 (stage, data, fsdp, "
-                    f"tensor), got {shape}."
+                    f"mesh.{name} must be 3 positive sizes (data, fsdp, tensor), 4 (stage, data, fsdp, tensor) "
+                    f"or 5 (stage, data, fsdp, context, tensor), got {shape}."
                 )
             check_range(self, name, ge=1, prefix="mesh")  # ints, and not absurdly large
         if self.device_kind not in ("", *DEVICE_KINDS):
@@ -104,7 +148,7 @@ class MeshConfig(Config):
 def build_mesh(cfg: MeshConfig, devices: list | None = None) -> Mesh:
     devices = list(jax.devices() if devices is None else devices)
     cfg.check_devices(len(devices))
-    ici, dcn = with_stage(cfg.ici_mesh_shape), with_stage(cfg.dcn_mesh_shape)
+    ici, dcn = full_shape(cfg.ici_mesh_shape), full_shape(cfg.dcn_mesh_shape)
     if math.prod(dcn) == 1:
         grid = mesh_utils.create_device_mesh(ici, devices, allow_split_physical_axes=True)
     elif len({getattr(d, "slice_index", 0) for d in devices}) == math.prod(dcn):
@@ -113,7 +157,26 @@ def build_mesh(cfg: MeshConfig, devices: list | None = None) -> Mesh:
         grid = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices, process_is_granule=True)
     else:
         grid = _outer_inner_grid(devices, ici, dcn)
+    _check_context_within_processes(grid, cfg)
     return Mesh(grid, AXES, axis_types=(AxisType.Auto,) * len(AXES))
+
+
+def _check_context_within_processes(grid: np.ndarray, cfg: MeshConfig) -> None:
+    """ConfigError where one context group (the devices that split the same rows' tokens) spans
+    several processes: each host reads its own rows (data/host_sharding.py), and the devices of one
+    group must see the same rows. A DCN context factor is for a mesh one process drives (and for
+    the dry run's plans); across hosts, context stays on ICI."""
+    axis = AXES.index("context")
+    if grid.shape[axis] == 1:
+        return
+    processes = np.vectorize(lambda d: getattr(d, "process_index", 0), otypes=[int])(grid)
+    if (processes != processes.take([0], axis=axis)).any():
+        raise ConfigError(
+            f"mesh.ici_mesh_shape {cfg.ici_mesh_shape} x mesh.dcn_mesh_shape {cfg.dcn_mesh_shape}: the context axis "
+            f"({cfg.context} devices) crosses processes, but each process reads its own rows and one context group "
+            "must split the same rows; put the context factor in mesh.ici_mesh_shape (within a host) and split "
+            "the batch over DCN instead."
+        )
 
 
 def _outer_inner_grid(devices: list, ici: tuple[int, ...], dcn: tuple[int, ...]) -> np.ndarray:

@@ -9,7 +9,14 @@ parallelism on a (N, 1, 1) mesh:
                                stage innermost makes that entry an all-gather over stage
     embed    -> fsdp           weights are sharded along the model dimension (ZeRO-3 style)
     mlp, heads, kv_heads, vocab -> tensor   column/row parallel attention and MLP
-    kv, seq  -> replicated
+    kv       -> replicated
+    seq      -> context        context parallelism: each context shard holds a slice of every row's
+                               tokens (the residual stream, the feed-forward, the queries); the
+                               `context` axis is 1 unless a 5-entry mesh shape sets it, and then
+                               nothing maps to it (docs/long_context.md)
+    kv_seq   -> replicated     attention's keys and values along the sequence: whole on every
+                               context shard, so each query slice attends to every key (the K/V
+                               are all-gathered over `context`, MaxText's default strategy)
     layers   -> stage          a stack's leading layer axis: each pipeline stage holds its own
                                contiguous layers (GPipe); on a mesh without a stage axis (size 1)
                                the layers are replicated, as before
@@ -51,11 +58,17 @@ DEFAULT_RULES: tuple[str, ...] = (
     "vocab=tensor",
     "kv=",
     "layers=stage",
-    "seq=",
+    "seq=context",
+    "kv_seq=",
     "conv_in=",
     "conv_out=fsdp",
     "expert=fsdp",
 )
+
+
+# Logical names only activations have (no weight dimension is named so): the batch, the tokens
+# of a row, and attention's keys and values along the sequence.
+ACTIVATION_NAMES = ("batch", "seq", "kv_seq")
 
 
 def parse_rules(rules: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
@@ -75,11 +88,11 @@ def parse_rules(rules: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
 
 def check_rule_names(rules: tuple[str, ...], model_axes: Any) -> None:
     """A rule must name a logical axis that something has: a weight of this model (`model_axes`,
-    the `logical_axes` tree) or an activation (batch, seq). Otherwise it would be accepted and
-    change nothing (`embd=tensor`): a ConfigError naming the rule and the known names."""
+    the `logical_axes` tree) or an activation (`ACTIVATION_NAMES`). Otherwise it would be accepted
+    and change nothing (`embd=tensor`): a ConfigError naming the rule and the known names."""
     used = {name for ax in jtu.tree_leaves(model_axes, is_leaf=lambda x: isinstance(x, LogicalAxes))
             if isinstance(ax, LogicalAxes) for name in ax if name}  # fmt: skip
-    known = used | {"batch", "seq"}
+    known = used | set(ACTIVATION_NAMES)
     for rule in rules:
         name = rule.partition("=")[0].strip()
         if name not in known:
@@ -124,11 +137,27 @@ def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 
 
-def batch_sharding(mesh: Mesh, rules: tuple[str, ...] = (), ndim: int = 2) -> NamedSharding:
-    """Batch-leading arrays: the batch dimension over the rules' `batch` axes."""
-    axes = tuple(a for a in parse_rules(rules)["batch"] if mesh.shape[a] > 1)
-    lead = None if not axes else (axes[0] if len(axes) == 1 else axes)
-    return NamedSharding(mesh, PartitionSpec(lead, *([None] * (ndim - 1))))
+def batch_sharding(mesh: Mesh, rules: tuple[str, ...] = (), ndim: int = 2, seq_len: int = 0) -> NamedSharding:
+    """Batch-leading arrays: the batch dimension over the rules' `batch` axes; a 2-D array's
+    second dimension, when `seq_len` (its length) is given, over the rules' `seq` axes where they
+    divide it.
+
+    Why the second: the inputs of a sequence model are [batch, seq] (ids, labels, weights,
+    segment ids and positions), and under context parallelism (`seq=context`) each device then
+    receives only its slice of every row's tokens: the model's first constraint (the embedding
+    lookup's [batch, seq, embed]) finds them where it wants them. Other ranks (an image
+    [batch, h, w, c], a label [batch]) keep their dimensions after the first whole."""
+    table, sizes = parse_rules(rules), dict(mesh.shape)
+    lead = tuple(a for a in table["batch"] if sizes[a] > 1)  # its divisibility is checked before the run
+    seq = tuple(a for a in table["seq"] if sizes[a] > 1 and a not in lead)
+    split_seq = ndim == 2 and seq_len > 0 and seq and seq_len % math.prod(sizes[a] for a in seq) == 0
+    entries = [_entry(lead), _entry(seq) if split_seq else None][:ndim]
+    return NamedSharding(mesh, PartitionSpec(*entries, *([None] * (ndim - len(entries)))))
+
+
+def _entry(axes: tuple[str, ...]) -> str | tuple[str, ...] | None:
+    """A PartitionSpec entry: None for no axes, the name for one, the tuple for several."""
+    return None if not axes else axes[0] if len(axes) == 1 else axes
 
 
 def opt_state_shardings(

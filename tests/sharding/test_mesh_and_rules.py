@@ -14,16 +14,16 @@ def test_mesh_shape_must_match_devices():
     with pytest.raises(ValueError, match=r"mesh.ici_mesh_shape \(1, 4, 1\).*8 are available"):
         build_mesh(MeshConfig(ici_mesh_shape=(1, 4, 1)))
     mesh = build_mesh(MeshConfig(ici_mesh_shape=(2, 2, 2)))
-    assert dict(mesh.shape) == {"stage": 1, "data": 2, "fsdp": 2, "tensor": 2}
+    assert dict(mesh.shape) == {"stage": 1, "data": 2, "fsdp": 2, "context": 1, "tensor": 2}
 
 
 def test_a_four_entry_shape_leads_with_the_stage_axis():
     mesh = build_mesh(MeshConfig(ici_mesh_shape=(2, 2, 1, 2)))
-    assert mesh.axis_names == ("stage", "data", "fsdp", "tensor")
-    assert dict(mesh.shape) == {"stage": 2, "data": 2, "fsdp": 1, "tensor": 2}
+    assert mesh.axis_names == ("stage", "data", "fsdp", "context", "tensor")
+    assert dict(mesh.shape) == {"stage": 2, "data": 2, "fsdp": 1, "context": 1, "tensor": 2}
     # ICI and DCN shapes of different lengths: the 3-entry one has stage 1.
-    assert MeshConfig(ici_mesh_shape=(1, 2, 2, 1), dcn_mesh_shape=(2, 1, 1)).shape == (1, 4, 2, 1)
-    with pytest.raises(ValueError, match=r"mesh.ici_mesh_shape must be 3 .* or 4 .*got \(2, 2\)"):
+    assert MeshConfig(ici_mesh_shape=(1, 2, 2, 1), dcn_mesh_shape=(2, 1, 1)).shape == (1, 4, 2, 1, 1)
+    with pytest.raises(ValueError, match=r"mesh.ici_mesh_shape must be 3 .*, 4 .* or 5 .*got \(2, 2\)"):
         MeshConfig(ici_mesh_shape=(2, 2)).validate()
 
 
@@ -31,7 +31,7 @@ def test_stage_across_dcn_is_outermost():
     """With the stage factor on DCN, the two stages are the two granules (processes/slices):
     only stage-to-stage traffic crosses the slow network."""
     devices = list(range(8))
-    grid = _outer_inner_grid(devices, (1, 2, 2, 1), (2, 1, 1, 1))
+    grid = _outer_inner_grid(devices, (1, 2, 2, 1, 1), (2, 1, 1, 1, 1))
     assert set(grid[0].ravel()) == {0, 1, 2, 3} and set(grid[1].ravel()) == {4, 5, 6, 7}
 
 
@@ -42,7 +42,7 @@ def test_dcn_is_the_outer_factor_of_each_axis():
     assert grid.shape == (2, 2, 2)
     assert set(grid[0].ravel()) == {0, 1, 2, 3} and set(grid[1].ravel()) == {4, 5, 6, 7}
     mesh = build_mesh(MeshConfig(ici_mesh_shape=(1, 2, 2), dcn_mesh_shape=(2, 1, 1)))
-    assert dict(mesh.shape) == {"stage": 1, "data": 2, "fsdp": 2, "tensor": 2}
+    assert dict(mesh.shape) == {"stage": 1, "data": 2, "fsdp": 2, "context": 1, "tensor": 2}
 
 
 def test_spec_for_rules_and_divisibility():

@@ -23,19 +23,25 @@ batch sizes and two remat policies: within 6%):
                                 update, a float32 copy of the parameters' shard that lives after
                                 the activations are freed (XLA:CPU's buffer assignment shows it:
                                 tests/sharding/test_planner_vs_xla.py)
-  saved between layers          L x B_d x S x d x c_policy x bytes(fprop)
-  live inside one layer         B_d x S x (6 d + 2 H_t) x bytes, plus, when attention runs in XLA,
-                                the scores B_d x N_t x S x S x 4 (cuDNN flash attention keeps none)
-  logits                        B_d x S x V_t x 4 (XLA writes their gradient over them); with
+  saved between layers          L x B_d x S_d x d x c_policy x bytes(fprop)
+  live inside one layer         B_d x S_d x (6 d + 2 H_t) x bytes, plus, when attention runs in XLA,
+                                4 score-sized arrays B_d x N_t x S_d x S x 4 (the backward's logits,
+                                probabilities and their gradients; cuDNN flash attention keeps
+                                none), plus, under context parallelism, the gathered keys and
+                                values 2 x B_d x S x K_t x head_dim x bytes
+  logits                        B_d x S_d x V_t x 4 (XLA writes their gradient over them); with
                                 model.loss_chunk_size C, 2 x B_d x C x V_t x 4 + V_t x d x 4
-with B_d the per-device batch, H_t / N_t / V_t the hidden size, heads and vocab over the tensor
+with B_d the per-device batch, S_d = S / N the tokens of a row on a device (N the devices of the
+`seq` rule's axes, `context`: 1 unless the mesh has a context axis), H_t / N_t / K_t / V_t the
+hidden size, heads, key/value heads and vocab over the tensor
 axis, and c_policy the d-sized activations a remat policy keeps per layer and token: the layer
 input (1) and, by policy, the QKV projection (3), the attention output (1), its projection (1),
 the MLP input (H/d) and output (1), the GELU output (H/d), the norms' outputs and the residual
 sum (3): full 1, save_context_and_out_proj 3, save_qkv_context_and_out_proj 6,
 dots_with_no_batch_dims_saveable 6 + H/d, dots_with_no_batch_dims_and_context and dots_saveable
 7 + H/d, everything_saveable 10 + 2 H/d; none 12 + 4 H/d and, with XLA attention, 2.5 score-sized
-arrays a head (fitted to XLA:CPU's compiled steps, models/lm_plan.py). Beside the activations, the
+arrays a head (fitted to XLA:CPU's compiled steps, models/lm_plan.py). Under context parallelism
+attention is XLA's (cuDNN's kernel takes no sharded sequence). Beside the activations, the
 backward holds working copies of a stack's weights (`MemoryModel.working_weight_bytes`): under FSDP
 one layer gathered over fsdp (fprop dtype) and its float32 gradient before the reduce-scatter; in a
 pipeline two float32 copies of the stage's weights (their gradient's running sum and one iteration's).
@@ -69,7 +75,7 @@ from pax_eqx.programs.plan.text_width import UNBROKEN, unbroken, wrap
 from pax_eqx.programs.runtime import build_task
 from pax_eqx.sharding.device_kinds import DEVICE_KINDS, DeviceKind
 from pax_eqx.sharding.logical import LogicalAxes, logical_axes
-from pax_eqx.sharding.mesh import AXES
+from pax_eqx.sharding.mesh import AXES, in_form, shortest_form
 from pax_eqx.sharding.rules import check_rule_names, parse_rules, spec_for
 from pax_eqx.tasks.task import Task
 
@@ -345,11 +351,9 @@ def _expert_lines(specs, axes, leaves, param_count: int, table: dict) -> list[st
 
 
 def _mesh_text(exp: ExperimentConfig) -> str:
-    """The mesh's axes and sizes; the stage axis only where there is one."""
-    shape = exp.mesh.shape
-    if shape[0] > 1:
-        return f"{unbroken('(stage, data, fsdp, tensor)')} = {unbroken(str(shape))}"
-    return f"{unbroken('(data, fsdp, tensor)')} = {unbroken(str(shape[1:]))}"
+    """The mesh's axes and sizes; the stage and context axes only where there are."""
+    names = shortest_form(exp.mesh.shape)
+    return f"{unbroken('(' + ', '.join(names) + ')')} = {unbroken(str(in_form(exp.mesh.shape, names)))}"
 
 
 def _short_count(n: int) -> str:

@@ -3,11 +3,15 @@
     python -m pax_eqx.train --exp gpt3_xl --dry-run --recommend --dry-run-devices 8 --dry-run-device-memory-gb 80
 
 The search enumerates
-  layouts       (stage, data, fsdp, tensor), each size an ICI factor x a DCN factor, whose product is
-                the devices; the DCN factors multiply to the number of ICI domains (hosts on a GPU,
-                slices on a TPU). tensor stays inside one ICI domain (its all-reduces sit on every
-                layer's critical path); stage is the model's own pipeline stages (1 when it does not
-                pipeline); the batch axes must divide the global batch;
+  layouts       (stage, data, fsdp, context, tensor), each size an ICI factor x a DCN factor, whose
+                product is the devices; the DCN factors multiply to the number of ICI domains (hosts
+                on a GPU, slices on a TPU). tensor and context stay inside one ICI domain (their
+                all-reduces and K/V all-gathers sit on every layer's critical path, and a run keeps a
+                context group within a host: sharding/mesh.py); stage is the model's own pipeline
+                stages (1 when it does not pipeline); the batch axes must divide the global batch;
+                context > 1 only where they already leave one row a device and it divides the
+                sequence (splitting the batch further saves the same activations and gathers no
+                keys: context parallelism splits what the batch no longer can, a long row);
   remat         the policies of `lm_plan._POLICY_SAVED` (one per distinct memory/recompute pair);
   microbatches  gradient accumulation (learner.num_microbatches), powers of two that divide the batch;
   loss chunks   0 (the whole logits) or a quarter of the sequence (model.loss_chunk_size);
@@ -34,8 +38,13 @@ H hidden dims, N parameters, N_L of them in the layers):
                  data    the gradients' all-reduce, of the fsdp shard, once a microbatch;
                  tensor  Megatron's 2 all-reduces a layer forward and 2 backward (2 more where the
                          policy recomputes the layers) of the [tokens, d] activations;
+                 context the keys and values all-gathered a layer forward (2 more where the policy
+                         recomputes the layers) and their gradients reduce-scattered backward, each
+                         [rows, S, kv heads / tensor, head dim] (W = that); the gradients'
+                         all-reduce also runs over context (a context shard holds every weight the
+                         data shards do);
                  stage   each pipeline iteration's activations to the next stage, forward and back.
-  step         matmuls + traffic + tensor + stage, + whatever fsdp and data collectives exceed the
+  step         matmuls + traffic + tensor + context + stage, + whatever fsdp and data collectives exceed the
                compute they overlap with (XLA schedules them asynchronously beside the layers).
 MFU = 6 N + 12 L d S model FLOPs x T / (n x peak x step). The device constants and their sources are
 in `device_kinds.py`. It is a model: it ranks layouts by where their bytes and FLOPs go; the
@@ -56,7 +65,7 @@ from pax_eqx.models.lm_plan import flash_attention
 from pax_eqx.programs.plan.dry_run import MemoryModel, _group_name, as_run_on
 from pax_eqx.programs.plan.text_width import command_lines, unbroken, wrap
 from pax_eqx.sharding.device_kinds import DEVICE_KINDS, DeviceKind
-from pax_eqx.sharding.mesh import AXES
+from pax_eqx.sharding.mesh import AXES, full_shape, in_form, shortest_form
 from pax_eqx.sharding.rules import parse_rules
 
 GIB = 1024**3
@@ -87,18 +96,30 @@ TOP = 5
 
 @dataclass(frozen=True)
 class Layout:
-    """(stage, data, fsdp, tensor) sizes inside an ICI domain and across the DCN."""
+    """(stage, data, fsdp, context, tensor) sizes inside an ICI domain and across the DCN; given
+    as any mesh shape form (3, 4 or 5 entries: `mesh.SHAPE_FORMS`), kept as the five."""
 
-    ici: tuple[int, int, int, int]
-    dcn: tuple[int, int, int, int]
+    ici: tuple[int, ...]
+    dcn: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ici", full_shape(self.ici))
+        object.__setattr__(self, "dcn", full_shape(self.dcn))
 
     @property
     def shape(self) -> dict[str, int]:
         return {a: i * c for a, i, c in zip(AXES, self.ici, self.dcn)}
 
-    def text(self) -> str:
-        keep = slice(0, 4) if self.ici[0] * self.dcn[0] > 1 else slice(1, 4)
-        ici, dcn = self.ici[keep], self.dcn[keep]
+    @property
+    def form(self) -> tuple[str, ...]:
+        """The mesh axes its flags and its row name: (data, fsdp, tensor), with stage and context
+        where they are more than 1 (`mesh.shortest_form`)."""
+        return shortest_form(self.ici, self.dcn)
+
+    def text(self, form: tuple[str, ...] | None = None) -> str:
+        """Its sizes for the axes `form` (by default its own), ICI x DCN (the DCN left out when it is all 1)."""
+        form = self.form if form is None else form
+        ici, dcn = in_form(self.ici, form), in_form(self.dcn, form)
         return " ".join(map(str, ici)) + ("" if math.prod(dcn) == 1 else " x " + " ".join(map(str, dcn)))
 
 
@@ -112,11 +133,12 @@ class StepTime:
     data: float
     tensor: float
     stage: float
+    context: float = 0.0
 
     @property
     def total(self) -> float:
         compute = self.matmul + self.traffic
-        return compute + self.tensor + self.stage + max(0.0, self.fsdp + self.data - compute)
+        return compute + self.tensor + self.context + self.stage + max(0.0, self.fsdp + self.data - compute)
 
     def parts(self) -> dict[str, float]:
         """The step's seconds by cause; they add up to `total`."""
@@ -124,6 +146,7 @@ class StepTime:
             "matmuls": self.matmul,
             "HBM traffic": self.traffic,
             "tensor all-reduces": self.tensor,
+            "context K/V gathers": self.context,
             "stage sends": self.stage,
             "fsdp/data collectives": max(0.0, self.fsdp + self.data - self.matmul - self.traffic),
         }
@@ -197,7 +220,7 @@ def recommend(
     stages = exp.model.pipeline.num_stages if _pipelined(exp.model) else 1
     batch = exp.data.train.batch_size
     table = parse_rules(exp.mesh.rules)
-    layouts = [lay for lay in _layouts(num_devices, ici, stages) if batch % _ways(lay.shape, table["batch"]) == 0]
+    layouts = [lay for lay in _layouts(num_devices, ici, stages) if _searched(lay, batch, exp.data.seq_len, table)]
     if not layouts:
         least = min(_ways(lay.shape, table["batch"]) for lay in _layouts(num_devices, ici, stages))
         raise ConfigError(
@@ -273,17 +296,30 @@ def _factorisations(n: int, parts: int) -> list[tuple[int, ...]]:
 
 
 def _layouts(num_devices: int, ici: int, stages: int) -> list[Layout]:
-    """(stage, data, fsdp, tensor) splits: stage the model's own, tensor inside the ICI domain."""
+    """(stage, data, fsdp, context, tensor) splits: stage the model's own, context and tensor
+    inside the ICI domain."""
     dcn = num_devices // ici
     found = []
     for stage_ici in (f for f in range(1, stages + 1) if stages % f == 0 and ici % f == 0):
         stage_dcn = stages // stage_ici
         if dcn % stage_dcn:
             continue
-        for data_i, fsdp_i, tensor_i in _factorisations(ici // stage_ici, 3):
+        for data_i, fsdp_i, context_i, tensor_i in _factorisations(ici // stage_ici, 4):
             for data_c, fsdp_c in _factorisations(dcn // stage_dcn, 2):
-                found.append(Layout((stage_ici, data_i, fsdp_i, tensor_i), (stage_dcn, data_c, fsdp_c, 1)))
+                found.append(
+                    Layout((stage_ici, data_i, fsdp_i, context_i, tensor_i), (stage_dcn, data_c, fsdp_c, 1, 1))
+                )
     return found
+
+
+def _searched(layout: Layout, batch: int, seq: int, table: dict) -> bool:
+    """Whether the search prices `layout`: its batch axes divide the global batch, and a context
+    axis only where they leave one row a device and it divides the sequence (module docstring)."""
+    ways = _ways(layout.shape, table["batch"])
+    if batch % ways:
+        return False
+    context = _ways(layout.shape, table["seq"])
+    return context == 1 or (batch == ways and seq % context == 0)
 
 
 def _ways(shape: dict[str, int], axes: tuple[str, ...]) -> int:
@@ -351,9 +387,12 @@ def model_sizes(memory_model: MemoryModel) -> ModelSizes:
     return ModelSizes(n, layer, 6.0 * n + 12.0 * m.num_layers * m.model_dims * seq)
 
 
-def _collective(nbytes: float, layout: Layout, axis: str, kind: DeviceKind) -> float:
-    """Seconds of an all-gather (or reduce-scatter) leaving `nbytes` on each device, over `axis`."""
-    i, c = layout.ici[AXES.index(axis)], layout.dcn[AXES.index(axis)]
+def _collective(nbytes: float, layout: Layout, axis: str | tuple[str, ...], kind: DeviceKind) -> float:
+    """Seconds of an all-gather (or reduce-scatter) leaving `nbytes` on each device, over `axis`
+    (or over several axes as one: their ICI and DCN sizes multiplied)."""
+    axes = (axis,) if isinstance(axis, str) else axis
+    i = math.prod(layout.ici[AXES.index(a)] for a in axes)
+    c = math.prod(layout.dcn[AXES.index(a)] for a in axes)
     return (i - 1) / i * nbytes / kind.ici_bytes_per_s + (c - 1) / c * nbytes / i / kind.dcn_bytes_per_s
 
 
@@ -365,7 +404,7 @@ def step_time(exp: ExperimentConfig, layout: Layout, kind: DeviceKind, sizes: Mo
     seq, d, h, layers = exp.data.seq_len, m.model_dims, m.hidden_dims, m.num_layers
     tokens = exp.data.train.batch_size * seq
     nbytes = 2 if exp.train.fprop_dtype == "bfloat16" else 4
-    flash = flash_attention(m, exp.train.fprop_dtype)
+    flash = flash_attention(m, exp.train.fprop_dtype, _ways(shape, parse_rules(exp.mesh.rules)["seq"]) > 1)
     attention = 4.0 * layers * d * seq
     recomputed = _RECOMPUTED[m.remat_policy]
     flops = sizes.model_flops_per_token
@@ -379,8 +418,9 @@ def step_time(exp: ExperimentConfig, layout: Layout, kind: DeviceKind, sizes: Mo
         flops += attention
     bubble = m.pipeline.bubble_fraction if _pipelined(m) else 0.0
     matmul = flops * tokens / n / (kind.peak_flops * kind.matmul_efficiency) / (1.0 - bubble)
-    stage, tensor = shape["stage"], shape["tensor"]
-    device_tokens = tokens / (shape["data"] * shape["fsdp"])  # every tensor/stage peer sees the same rows
+    stage, tensor, context = shape["stage"], shape["tensor"], shape["context"]
+    # every tensor/stage peer sees the same tokens; a context peer the same rows' other tokens
+    device_tokens = tokens / (shape["data"] * shape["fsdp"] * context)
     layer_tokens = device_tokens * layers / stage
     traffic = 6 * layer_tokens * (10 * d + 2 * h / tensor) * nbytes
     if not flash:
@@ -388,16 +428,21 @@ def step_time(exp: ExperimentConfig, layout: Layout, kind: DeviceKind, sizes: Mo
     micro = exp.learner.num_microbatches
     weights = sizes.params * 4 / (tensor * stage)
     fsdp = 3 * micro * _collective(weights, layout, "fsdp", kind)
-    data = 2 * micro * _collective(weights / shape["fsdp"], layout, "data", kind)
+    data = 2 * micro * _collective(weights / shape["fsdp"], layout, ("data", "context"), kind)
     all_reduces = 6 if recomputed == "layers" else 4
     tensor_s = all_reduces * (layers / stage) * 2 * _collective(device_tokens * d * nbytes, layout, "tensor", kind)
+    context_s = 0.0
+    if context > 1:
+        kv_bytes = 2 * device_tokens * context * (m.num_kv_heads or m.num_heads) / tensor * m.head_dim * nbytes
+        gathers = 3 if recomputed == "layers" else 2  # forward (and its recompute), then the gradients' reduce-scatter
+        context_s = gathers * (layers / stage) * _collective(kv_bytes, layout, "context", kind)
     stage_s = 0.0
     if _pipelined(m) and stage > 1:
         p = m.pipeline
         hop = device_tokens / micro / p.num_microbatches * d * nbytes
         link = kind.dcn_bytes_per_s if layout.dcn[0] > 1 else kind.ici_bytes_per_s
         stage_s = 2 * p.num_iterations * micro * hop / link
-    return StepTime(matmul, traffic / kind.hbm_bytes_per_s, fsdp, data, tensor_s, stage_s)
+    return StepTime(matmul, traffic / kind.hbm_bytes_per_s, fsdp, data, tensor_s, stage_s, context_s)
 
 
 # Text -----------------------------------------------------------------------------------------
@@ -418,6 +463,7 @@ _COST_SHORT = {
     "matmuls": "matmuls",
     "HBM traffic": "HBM",
     "tensor all-reduces": "tensor",
+    "context K/V gathers": "context",
     "stage sends": "stage",
     "fsdp/data collectives": "fsdp/data",
 }
@@ -427,10 +473,11 @@ _SHORTENINGS = ("remat", "cost", "mesh", "gap", "no cost")
 def _table(rows: list[Candidate], stages: int, searched: int, width: int | None) -> list[str]:
     """The ranked rows, with their header and the lines that explain them, in `width` columns
     (None: unshortened): each shortening of `_SHORTENINGS` in turn until the table fits."""
-    axes = ("stage " if stages > 1 else "") + "data fsdp tensor"
+    form = shortest_form(*(shape for c in rows for shape in (c.layout.ici, c.layout.dcn)))  # one for every row
+    axes = " ".join(form)
     for n in range(len(_SHORTENINGS) + 1):
         short = set(_SHORTENINGS[:n])
-        table = _table_lines(rows, stages, axes, short)
+        table = _table_lines(rows, stages, form, short)
         if width is None or max(map(len, table)) <= width:
             break
     mesh = f"mesh: {axes} sizes" if "mesh" in short else "mesh sizes"
@@ -445,13 +492,13 @@ def _table(rows: list[Candidate], stages: int, searched: int, width: int | None)
     return table + [line for note in notes for line in wrap(note, width, "   ")]
 
 
-def _table_lines(rows: list[Candidate], stages: int, axes: str, short: set[str]) -> list[str]:
-    """The header and the rows, each column as wide as its widest cell."""
+def _table_lines(rows: list[Candidate], stages: int, form: tuple[str, ...], short: set[str]) -> list[str]:
+    """The header and the rows (their meshes in the axes `form`), each column as wide as its widest cell."""
     remat = (lambda r: _REMAT_SHORT.get(r, r)) if "remat" in short else (lambda r: r)
     cost = (lambda k: _COST_SHORT[k]) if "cost" in short else (lambda k: k)
     columns: list[tuple[str, str, list[str]]] = [  # (header, alignment, cells)
         ("#", ">", [str(i) for i in range(1, len(rows) + 1)]),
-        ("mesh" if "mesh" in short else axes, "<", [_mesh_label(c.layout) for c in rows]),
+        ("mesh" if "mesh" in short else " ".join(form), "<", [c.layout.text(form) for c in rows]),
         ("remat", "<", [remat(c.remat) for c in rows]),
         ("micro", ">", [str(c.microbatches) for c in rows]),
         ("chunk", ">", [str(c.loss_chunk) for c in rows]),
@@ -474,8 +521,9 @@ def _table_lines(rows: list[Candidate], stages: int, axes: str, short: set[str])
 
 
 def _mesh_label(layout: Layout) -> str:
-    """`data fsdp tensor` sizes (with `stage` first when it pipelines), ICI x DCN."""
-    return layout.text()
+    """`data fsdp tensor` sizes (with `stage` first when it pipelines), ICI x DCN; a layout with a
+    context axis names its five axes, (stage data fsdp context tensor)."""
+    return layout.text() + (f" ({' '.join(layout.form)})" if "context" in layout.form else "")
 
 
 def _count(n: int, noun: str) -> str:
@@ -544,10 +592,10 @@ def _strip(argv: list[str]) -> list[str]:
 
 def _flags(exp: ExperimentConfig, c: Candidate) -> list[str]:
     """The flags that select candidate `c` (the mesh always; the rest where they change)."""
-    keep = slice(0, 4) if c.layout.ici[0] * c.layout.dcn[0] > 1 else slice(1, 4)
-    flags = ["--mesh.ici-mesh-shape", *map(str, c.layout.ici[keep])]
+    form = c.layout.form
+    flags = ["--mesh.ici-mesh-shape", *map(str, in_form(c.layout.ici, form))]
     if math.prod(c.layout.dcn) > 1:
-        flags += ["--mesh.dcn-mesh-shape", *map(str, c.layout.dcn[keep])]
+        flags += ["--mesh.dcn-mesh-shape", *map(str, in_form(c.layout.dcn, form))]
     if c.remat != exp.model.remat_policy:
         flags += ["--model.remat-policy", c.remat]
     if c.microbatches != exp.learner.num_microbatches:
