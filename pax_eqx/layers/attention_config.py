@@ -19,6 +19,7 @@ from jaxtyping import PRNGKeyArray
 
 from pax_eqx.config import Config, ConfigError, check_range, config
 from pax_eqx.layers import attention_kernels as kernels
+from pax_eqx.layers.attention_window import AttentionWindowConfig, GlobalWindowConfig
 from pax_eqx.layers.attentions import Attention
 from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.relative_position_bias import RelativePositionBiasConfig
@@ -50,6 +51,8 @@ class AttentionConfig(Config):
       has neither a logit cap nor probability dropout).
     mask_mode: what self-attention's paddings mask: "pax_eqx" (padded keys) or "praxis" (also
       padded query rows, Praxis' merge_masks: a uniform softmax there); see layers.attentions.
+    window: which keys self-attention sees by distance: global, or sliding (local attention,
+      Praxis' LocalSelfAttention; layers.attention_window). Cross-attention is always global.
     """
 
     combine_qkv: bool = False
@@ -63,6 +66,7 @@ class AttentionConfig(Config):
     dropout_prob: float = 0.0
     implementation: kernels.Implementation = "auto"
     mask_mode: MaskMode = "pax_eqx"
+    window: AttentionWindowConfig = GlobalWindowConfig()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -79,6 +83,7 @@ class AttentionConfig(Config):
         check_range(self, "logit_cap", ge=0, note="0 = off")
         check_range(self, "dropout_prob", ge=0, lt=1)
         check_range(self, "rotary_max_timescale", gt=0)
+        self.window.check_direction(self.causal)
         if self.qkv_bias and self.use_bias:
             raise ConfigError(
                 "AttentionConfig.qkv_bias=True has no effect with use_bias=True (which puts biases on q, k, v and the "

@@ -33,6 +33,8 @@ def make_mask(
     segment_ids_q: Int[Array, "batch q"] | None = None,
     segment_ids_k: Int[Array, "batch k"] | None = None,
     key_valid: Bool[Array, "batch k"] | None = None,
+    window: tuple[int, int] = (0, 0),
+    key_index: Int[Array, "#batch k"] | None = None,
 ) -> Bool[Array, "batch_or_1 1 q k"] | None:
     """True where query t may attend to key s.
 
@@ -40,18 +42,26 @@ def make_mask(
       key sequence, for decoding against a cache: a scalar, or one per row [batch]).
     segment ids: packed documents attend only within themselves.
     key_valid: False for padded / not-yet-written keys.
+    window: (left, right) of a sliding window (layers.attention_window): query t sees keys s with
+      t - left < s <= t + right; 0 = unbounded on that side.
+    key_index: each key's index in the sequence, where it is not its slot (a rolling cache whose
+      slots are reused); default: the slot.
     """
     mask = None
 
     def both(a, b):
         return b if a is None else a & b
 
-    if causal and jnp.ndim(q_offset) == 1:  # a query offset per row (continuous batching)
-        q_idx = jnp.arange(q_len)[None, :, None] + jnp.asarray(q_offset)[:, None, None]
-        mask = both(mask, (jnp.arange(k_len)[None, None, :] <= q_idx)[:, None])
-    elif causal:
-        q_idx = jnp.arange(q_len)[:, None] + q_offset
-        mask = both(mask, (jnp.arange(k_len)[None, :] <= q_idx)[None, None])
+    per_row = jnp.ndim(q_offset) == 1  # a query offset per row (continuous batching)
+    q_idx = jnp.arange(q_len)[None, :, None] + (jnp.asarray(q_offset)[:, None, None] if per_row else q_offset)
+    k_idx = jnp.arange(k_len)[None, None, :] if key_index is None else key_index[:, None, :]
+    left, right = window
+    if causal:
+        mask = both(mask, (k_idx <= q_idx)[:, None])
+    if left:
+        mask = both(mask, (k_idx > q_idx - left)[:, None])
+    if right and not causal:
+        mask = both(mask, (k_idx <= q_idx + right)[:, None])
     if segment_ids_q is not None:
         same = segment_ids_q[:, :, None] == segment_ids_k[:, None, :]
         mask = both(mask, same[:, None])

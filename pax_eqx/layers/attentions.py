@@ -143,6 +143,7 @@ class Attention(eqx.Module):
     dropout_prob: float = eqx.field(static=True)
     implementation: str = eqx.field(static=True)
     mask_mode: str = eqx.field(static=True)
+    window: tuple[int, int] = eqx.field(static=True)  # self-attention's (left, right); 0 = unbounded
 
     def __init__(
         self,
@@ -194,6 +195,7 @@ class Attention(eqx.Module):
         self.dropout_prob = cfg.dropout_prob
         self.implementation = cfg.implementation
         self.mask_mode = cfg.mask_mode
+        self.window = cfg.window.bounds()
 
     def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {
@@ -343,14 +345,18 @@ class Attention(eqx.Module):
         key_valid = None if paddings is None else paddings < 0.5
         mask = kernels.make_mask(
             t, t, causal=self.causal, segment_ids_q=segment_ids, segment_ids_k=segment_ids, key_valid=key_valid,
+            window=self.window,
         )  # fmt: skip
         if self.mask_mode == "praxis" and key_valid is not None and (self.causal or segment_ids is not None):
             # Praxis' merge_masks of the [B, 1, 1, T] padding mask with a [., 1, T, T] one:
             # min(query mask, key mask), so a padded query's whole row is masked.
             mask = mask & key_valid[:, None, :, None]
-        causal_only = self.causal and segment_ids is None and key_valid is None
+        windowed = self.window != (0, 0)
+        causal_only = self.causal and segment_ids is None and key_valid is None and not windowed
         # Rows that are one unpadded segment each need only the causal mask: known at run time.
-        plain_causal = None if causal_only or not self.causal else kernels.one_segment_per_row(segment_ids, key_valid)
+        plain_causal = None
+        if self.causal and not causal_only and not windowed:
+            plain_causal = kernels.one_segment_per_row(segment_ids, key_valid)
         return self._attend(
             q, k, v, mask, ctx, causal_only=causal_only, bias=bias, with_probs=with_probs, plain_causal=plain_causal
         )
@@ -480,7 +486,9 @@ class Attention(eqx.Module):
         q, k, v = self.project_qkv(x, positions)
         bias = self._with_relative_bias(bias, start, x.shape[1], cache.k.shape[1])
         k_all, v_all = write_at(cache.k, k, start), write_at(cache.v, v, start)
-        mask = kernels.make_mask(x.shape[1], cache.k.shape[1], causal=True, q_offset=start, key_valid=key_valid)
+        mask = kernels.make_mask(
+            x.shape[1], cache.k.shape[1], causal=True, q_offset=start, key_valid=key_valid, window=self.window
+        )
         o = kernels.xla_attention(
             q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, scale=self._scale(),
             logit_cap=self.logit_cap, bias=bias,

@@ -29,6 +29,7 @@ mesh's `stage` axis (repeat=True only; layers.scanned_stack).
 
 from __future__ import annotations
 
+import math
 import typing
 
 import equinox as eqx
@@ -37,6 +38,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from pax_eqx.config import Config, ConfigError, check_range, config
+from pax_eqx.layers.attention_window import GlobalWindowConfig
 from pax_eqx.layers.attentions import KVCache, put_rows, take_rows
 from pax_eqx.layers.base import Context
 from pax_eqx.layers.initializers import WeightInit
@@ -81,6 +83,11 @@ class StackedTransformerConfig(Config):
     fold_padding_with_segment_mask: the layers' self-attention sees padding as a segment of its
       own rather than as masked keys (Praxis' StackedTransformer attribute, which its
       TransformerLm sets; see layers.transformers).
+    global_layer_interval: 0 = every layer uses block.attention's window; n > 0: layers n - 1,
+      2n - 1, ... attend globally and the others through the (sliding) window, Gemma 2's
+      alternation (n = 2: local, global, local, ...) and Gemma 3's (n = 6). num_layers must be a
+      multiple of it; the scanned stack then scans blocks of n layers (with MoE, of the least
+      common multiple of the two intervals).
 
     `block.residual_droppath_prob` is the top of the stack's stochastic-depth schedule
     (`droppath_schedule`).
@@ -106,6 +113,7 @@ class StackedTransformerConfig(Config):
     moe_hidden_dims: int = 0
     pipeline: PipelineConfig = PipelineConfig()
     fold_padding_with_segment_mask: bool = False
+    global_layer_interval: int = 0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -160,6 +168,32 @@ class StackedTransformerConfig(Config):
                 "either."
             )
 
+        check_range(self, "global_layer_interval", ge=0, note="0 = every layer uses the attention's window")
+        if self.global_layer_interval:
+            if self.block.attention.window.kind == "global":
+                raise ConfigError(
+                    f"StackedTransformerConfig.global_layer_interval={self.global_layer_interval} has no effect: "
+                    "block.attention.window is global already, so every layer is; choose window sliding or set it "
+                    "to 0."
+                )
+            if self.num_layers % self.global_layer_interval:
+                raise ConfigError(
+                    f"StackedTransformerConfig.num_layers={self.num_layers} is not a multiple of "
+                    f"global_layer_interval={self.global_layer_interval}: the stack is made of [local x (interval - "
+                    "1), global] blocks; change either."
+                )
+            if self.share_layers:
+                raise ConfigError(
+                    f"StackedTransformerConfig.share_layers=True cannot be combined with global_layer_interval="
+                    f"{self.global_layer_interval} (one shared layer has one window); turn one of them off."
+                )
+        if self.num_layers % self.block_size:
+            raise ConfigError(
+                f"StackedTransformerConfig.num_layers={self.num_layers} is not a multiple of {self.block_size}, the "
+                f"least common multiple of moe_layer_interval={self.moe_layer_interval} and global_layer_interval="
+                f"{self.global_layer_interval} (the scanned block); change num_layers or an interval."
+            )
+
         if self.pipeline.enabled:
             if self.block.residual_droppath_prob > 0:
                 raise ConfigError(
@@ -195,12 +229,18 @@ class StackedTransformerConfig(Config):
 
     @property
     def block_size(self) -> int:
-        """Layers per scanned block: moe_layer_interval with MoE, else 1."""
-        return 1 if self.moe is None else self.moe_layer_interval
+        """Layers per scanned block: the least common multiple of moe_layer_interval (with MoE)
+        and global_layer_interval (when set); 1 when every layer is alike."""
+        return math.lcm(1 if self.moe is None else self.moe_layer_interval, self.global_layer_interval or 1)
 
     def is_moe_layer(self, i: int) -> bool:
         """Whether layer i has the MoE feed-forward (i % moe_layer_interval == 0)."""
         return self.moe is not None and i % self.moe_layer_interval == 0
+
+    def is_global_layer(self, i: int) -> bool:
+        """Whether layer i attends globally whatever block.attention's window ((i + 1) %
+        global_layer_interval == 0; every layer's window is the block's when the interval is 0)."""
+        return self.global_layer_interval > 0 and (i + 1) % self.global_layer_interval == 0
 
     def build(self, key: PRNGKeyArray) -> StackedTransformer | StackedTransformerRepeated | SharedLayerStack:
         if self.share_layers:
@@ -208,10 +248,15 @@ class StackedTransformerConfig(Config):
         cls = StackedTransformerRepeated if self.repeat else StackedTransformer
         return cls(self, key=key)
 
-    def build_layer(self, key: PRNGKeyArray, moe: bool = False) -> Transformer:
-        """One layer of the stack, with the stack's sizes and init; moe: with the MoE feed-forward."""
+    def build_layer(self, key: PRNGKeyArray, index: int = 0) -> Transformer:
+        """Layer `index` of the stack (or of any block: the pattern repeats every block_size
+        layers), with the stack's sizes and init: MoE or dense, windowed or global by its index."""
+        moe = self.is_moe_layer(index)
         hidden = (self.moe_hidden_dims or self.hidden_dims) if moe else self.hidden_dims
-        return self.block.build(
+        block = self.block
+        if self.is_global_layer(index):
+            block = block.replace(attention=block.attention.replace(window=GlobalWindowConfig()))
+        return block.build(
             key, model_dims=self.model_dims, hidden_dims=hidden, num_heads=self.num_heads,
             dim_per_head=self.dim_per_head, num_kv_heads=self.num_kv_heads, init=self.init,
             use_rotary=self.use_rotary, cross_attention=self.cross_attention, moe=self.moe if moe else None,
@@ -229,7 +274,7 @@ class StackedTransformer(eqx.Module):
 
     def __init__(self, cfg: StackedTransformerConfig, *, key: PRNGKeyArray):
         keys = jax.random.split(key, cfg.num_layers)
-        self.layers = tuple(cfg.build_layer(k, cfg.is_moe_layer(i)) for i, k in enumerate(keys))
+        self.layers = tuple(cfg.build_layer(k, i) for i, k in enumerate(keys))
         self.remat_policy = cfg.remat_policy
         self.droppath_schedule = cfg.droppath_schedule()
 

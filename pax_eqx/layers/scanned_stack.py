@@ -20,6 +20,10 @@ MoE-only one such as `moe/expert_load_e0` [num_layers / interval]); aux losses a
 every layer, so the load-balancing losses of all MoE layers add up (as in Praxis: GLaM configs
 divide the weight themselves if they want a mean).
 
+The same blocks carry a local/global alternation (`global_layer_interval`, Gemma 2's): block
+position j is built windowed or global by its index, and a stack with both MoE and the
+alternation scans blocks of the least common multiple of the two intervals.
+
 Pipelining (`pipeline`, layers.pipeline): the stack's layers (or blocks) are cut into stages
 over the mesh's `stage` axis and the batch into microbatches; each stage scans its own layers
 with the same body as the unpipelined scan, so the weights, checkpoints, summaries and aux
@@ -73,13 +77,12 @@ class StackedTransformerRepeated(eqx.Module):
         keys = jax.random.split(key, cfg.num_layers)
         k = cfg.block_size
         if k == 1:
-            self.layers = eqx.filter_vmap(lambda layer_key: cfg.build_layer(layer_key, cfg.moe is not None))(keys)
+            self.layers = eqx.filter_vmap(lambda layer_key: cfg.build_layer(layer_key, 0))(keys)
         else:
             # Layer i = block i // k, position i % k: the same keys as the list stack's layers.
             keys = keys.reshape(cfg.num_layers // k, k, *keys.shape[1:])  # typed or raw uint32 keys
             self.layers = tuple(
-                eqx.filter_vmap(lambda layer_key, j=j: cfg.build_layer(layer_key, cfg.is_moe_layer(j)))(keys[:, j])
-                for j in range(k)
+                eqx.filter_vmap(lambda layer_key, j=j: cfg.build_layer(layer_key, j))(keys[:, j]) for j in range(k)
             )
         self.num_layers = cfg.num_layers
         self.remat_policy = cfg.remat_policy

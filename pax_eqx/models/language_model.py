@@ -21,6 +21,7 @@ a layer and gets its dimensions from here.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar, Literal
 
 import equinox as eqx
@@ -49,7 +50,7 @@ from pax_eqx.metrics import Metrics, weighted_mean
 from pax_eqx.models.decoding import generate
 from pax_eqx.models.language_model_decoder import LanguageModelDecoder
 from pax_eqx.models.model import Batch, Model, ModelConfig, StepPlan, StepShape
-from pax_eqx.models.stack_checks import check_moe_fields, check_stack_fields
+from pax_eqx.models.stack_checks import check_global_layers, check_moe_fields, check_stack_fields
 from pax_eqx.models.token_data import check_token_data
 
 PositionEmbedding = Literal["trainable", "sinusoidal", "rotary", "relative_bias", "none"]
@@ -98,6 +99,9 @@ class LanguageModelConfig(ModelConfig):
     moe_hidden_dims: each expert's width; 0 = hidden_dims.
     pipeline: pipeline parallelism of the layers over the mesh's `stage` axis (Pax's NUM_STAGES,
       NUM_MICROBATCHES, CIRCULAR_REPEAT; see layers.pipeline); needs repeat=True.
+    global_layer_interval: with a sliding `block.attention.window`, layers n - 1, 2n - 1, ...
+      attend globally and the rest through the window (Gemma 2: 2, Gemma 3: 6); 0 = every layer
+      windowed. num_layers must be a multiple.
     """
 
     decodes: ClassVar[bool] = True
@@ -132,6 +136,7 @@ class LanguageModelConfig(ModelConfig):
     moe: MoEFeedForwardConfig = MoEFeedForwardConfig()
     moe_hidden_dims: int = 0
     pipeline: PipelineConfig = PipelineConfig()
+    global_layer_interval: int = 0
 
     @property
     def head_dim(self) -> int:
@@ -151,6 +156,7 @@ class LanguageModelConfig(ModelConfig):
             moe_hidden_dims=self.moe_hidden_dims, pipeline=self.pipeline,
             # Praxis' TransformerLm folds padding into the segment mask (block.attention.mask_mode).
             fold_padding_with_segment_mask=self.block.attention.mask_mode == "praxis",
+            global_layer_interval=self.global_layer_interval,
         )  # fmt: skip
 
     def validate(self) -> None:
@@ -167,6 +173,7 @@ class LanguageModelConfig(ModelConfig):
         check_range(self, "label_smoothing_prob", ge=0, lt=1, prefix="model")
         check_stack_fields(self, num_layers=self.num_layers)
         check_moe_fields(self, num_layers=self.num_layers)
+        check_global_layers(self, num_layers=self.num_layers)
         if self.share_layers and (self.moe_layer_interval or self.pipeline.enabled):
             other = "model.moe_layer_interval" if self.moe_layer_interval else "model.pipeline.num_stages"
             raise ConfigError(
@@ -191,7 +198,8 @@ class LanguageModelConfig(ModelConfig):
                     "model.pipeline.num_stages > 1 needs model.repeat=True: the stages are slices of the stacked "
                     "[num_layers, ...] layer weights."
                 )
-            units, chunks = self.num_layers // max(self.moe_layer_interval, 1), self.pipeline.num_chunks
+            block = math.lcm(max(self.moe_layer_interval, 1), max(self.global_layer_interval, 1))
+            units, chunks = self.num_layers // block, self.pipeline.num_chunks
             if units % chunks:
                 raise ConfigError(
                     f"model.num_layers={self.num_layers} (model.moe_layer_interval={self.moe_layer_interval}: {units} "

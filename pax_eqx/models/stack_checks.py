@@ -107,3 +107,29 @@ def check_moe_fields(cfg: Any, *, num_layers: int) -> None:
                 "dense feed-forward is never built (the experts' activation is model.moe.activation; experts have "
                 "no biases); leave it at its default."
             )
+
+
+def check_global_layers(cfg: Any, *, num_layers: int) -> None:
+    """ConfigError for a local/global alternation that does nothing or cannot be built: an
+    interval with a global window (every layer is global already), one that does not divide
+    num_layers, or one with shared layers (one layer has one window)."""
+    check_range(cfg, "global_layer_interval", prefix="model", ge=0, note="0 = every layer uses the window")
+    interval = cfg.global_layer_interval
+    if not interval:
+        return
+    if cfg.block.attention.window.kind == "global":
+        raise ConfigError(
+            f"model.global_layer_interval={interval} has no effect: model.block.attention.window is global, so every "
+            "layer is already; set --model.block.attention.window sliding (with its left-context) or leave the "
+            "interval at 0."
+        )
+    if num_layers % interval:
+        raise ConfigError(
+            f"model.num_layers={num_layers} is not a multiple of model.global_layer_interval={interval} (the stack "
+            "is made of [local x (interval - 1), global] blocks); change either."
+        )
+    if getattr(cfg, "share_layers", False):
+        raise ConfigError(
+            f"model.share_layers=True with model.global_layer_interval={interval}: one shared layer has one window; "
+            "drop one of them."
+        )
