@@ -53,6 +53,9 @@ class AttentionConfig(Config):
       padded query rows, Praxis' merge_masks: a uniform softmax there); see layers.attentions.
     window: which keys self-attention sees by distance: global, or sliding (local attention,
       Praxis' LocalSelfAttention; layers.attention_window). Cross-attention is always global.
+    query_scale_dims: the logits are q.k / sqrt(query_scale_dims); 0 = the head dim (the usual
+      1 / sqrt(head_dim)). Gemma 2's `query_pre_attn_scalar` (its 27B scales by model_dims /
+      heads, not the head dim). Not with per_dim_scale, which is a learned scale instead.
     """
 
     combine_qkv: bool = False
@@ -67,6 +70,7 @@ class AttentionConfig(Config):
     implementation: kernels.Implementation = "auto"
     mask_mode: MaskMode = "pax_eqx"
     window: AttentionWindowConfig = GlobalWindowConfig()
+    query_scale_dims: float = 0.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -84,6 +88,12 @@ class AttentionConfig(Config):
         check_range(self, "dropout_prob", ge=0, lt=1)
         check_range(self, "rotary_max_timescale", gt=0)
         self.window.check_direction(self.causal)
+        check_range(self, "query_scale_dims", ge=0, note="0 = the head dim")
+        if self.query_scale_dims and self.per_dim_scale:
+            raise ConfigError(
+                f"AttentionConfig.query_scale_dims={self.query_scale_dims} has no effect with per_dim_scale=True "
+                "(the learned per-dimension scale replaces 1/sqrt(dims)); set one of them."
+            )
         if self.qkv_bias and self.use_bias:
             raise ConfigError(
                 "AttentionConfig.qkv_bias=True has no effect with use_bias=True (which puts biases on q, k, v and the "

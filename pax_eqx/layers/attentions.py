@@ -144,6 +144,7 @@ class Attention(eqx.Module):
     implementation: str = eqx.field(static=True)
     mask_mode: str = eqx.field(static=True)
     window: tuple[int, int] = eqx.field(static=True)  # self-attention's (left, right); 0 = unbounded
+    query_scale_dims: float = eqx.field(static=True)  # 0: the head dim
 
     def __init__(
         self,
@@ -196,6 +197,7 @@ class Attention(eqx.Module):
         self.implementation = cfg.implementation
         self.mask_mode = cfg.mask_mode
         self.window = cfg.window.bounds()
+        self.query_scale_dims = cfg.query_scale_dims
 
     def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         return {
@@ -277,7 +279,9 @@ class Attention(eqx.Module):
         return apply_rotary(x, positions, max_timescale=self.rotary_max_timescale, inv_timescales=inv)
 
     def _scale(self) -> float:
-        return 1.0 if self.per_dim_scale is not None else 1.0 / math.sqrt(self.head_dim)
+        if self.per_dim_scale is not None:
+            return 1.0
+        return 1.0 / math.sqrt(self.query_scale_dims or self.head_dim)
 
     def _output(self, o: Float[Array, "batch time heads head_dim"]) -> Float[Array, "batch time embed"]:
         o = checkpoint_name(constrain(o, ("batch", "seq", "heads", "kv")), "context")

@@ -108,3 +108,13 @@ def test_global_layer_interval_errors_name_the_field():
             vocab_size=8, max_seq_len=8, num_layers=2, model_dims=8, hidden_dims=8, num_heads=2,
             global_layer_interval=2,
         ).validate()  # fmt: skip
+
+
+def test_query_scale_dims_replaces_the_head_dim_in_the_scale():
+    cfg = AttentionConfig(implementation="xla", query_scale_dims=24.0)
+    att = random_module(functools.partial(cfg.build, input_dims=D, num_heads=N, dim_per_head=H), 0)
+    x = random_normal((B, T, D), 1)
+    y = jit(lambda a, x: a(x, EVAL)[0])(att, x)
+    w = (np.asarray(att.w_q), np.asarray(att.w_k), np.asarray(att.w_v), np.asarray(att.w_o))
+    causal = np.broadcast_to(np.tril(np.ones((T, T), bool)), (B, T, T))
+    np.testing.assert_allclose(y, reference_attention(x, *w, mask=causal, scale=24.0**-0.5), atol=1e-5)
