@@ -332,13 +332,21 @@ class ExperimentConfig(Config):
 
     def _check_context_mesh(self) -> None:
         """The context axis (a 5-entry mesh shape) splits each row's tokens: it must divide them, or
-        the rules would leave the sequence whole and those devices would repeat each other's work."""
+        the rules would leave the sequence whole and those devices would repeat each other's work;
+        and attention must be a kernel that takes a split query sequence (XLA's, not cuDNN's)."""
         context = self.mesh.context
         if context > 1 and self.data.seq_len % context:
             raise ConfigError(
                 f"mesh.ici_mesh_shape {self.mesh.ici_mesh_shape} x mesh.dcn_mesh_shape {self.mesh.dcn_mesh_shape} has "
                 f"a context axis of {context}, which does not divide data.seq_len={self.data.seq_len}; choose a "
                 f"sequence length that is a multiple of {context} or a context size that divides it."
+            )
+        attention = getattr(getattr(self.model, "block", None), "attention", None)
+        if context > 1 and getattr(attention, "implementation", None) == "cudnn":
+            raise ConfigError(
+                f"model.block.attention.implementation='cudnn' with a context axis of {context}: cuDNN's fused "
+                "attention takes no sharded query sequence (jax's partitioner of it refuses one); use "
+                "--model.block.attention.implementation xla, or a mesh without a context axis."
             )
 
     def _check_pipeline_mesh(self) -> None:

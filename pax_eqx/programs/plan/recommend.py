@@ -6,12 +6,13 @@ The search enumerates
   layouts       (stage, data, fsdp, context, tensor), each size an ICI factor x a DCN factor, whose
                 product is the devices; the DCN factors multiply to the number of ICI domains (hosts
                 on a GPU, slices on a TPU). tensor and context stay inside one ICI domain (their
-                all-reduces and K/V all-gathers sit on every layer's critical path, and a run keeps a
-                context group within a host: sharding/mesh.py); stage is the model's own pipeline
-                stages (1 when it does not pipeline); the batch axes must divide the global batch;
-                context > 1 only where they already leave one row a device and it divides the
-                sequence (splitting the batch further saves the same activations and gathers no
-                keys: context parallelism splits what the batch no longer can, a long row);
+                all-reduces and K/V all-gathers sit on every layer's critical path), context inside
+                one host (each host reads its own rows, and a context group must share them:
+                sharding/mesh.py); stage is the model's own pipeline stages (1 when it does not
+                pipeline); the batch axes must divide the global batch; context > 1 only where they
+                already leave one row a device and it divides the sequence (splitting the batch
+                further saves the same activations and gathers no keys: context parallelism splits
+                what the batch no longer can, a long row);
   remat         the policies of `lm_plan._POLICY_SAVED` (one per distinct memory/recompute pair);
   microbatches  gradient accumulation (learner.num_microbatches), powers of two that divide the batch;
   loss chunks   0 (the whole logits) or a quarter of the sequence (model.loss_chunk_size);
@@ -220,7 +221,8 @@ def recommend(
     stages = exp.model.pipeline.num_stages if _pipelined(exp.model) else 1
     batch = exp.data.train.batch_size
     table = parse_rules(exp.mesh.rules)
-    layouts = [lay for lay in _layouts(num_devices, ici, stages) if _searched(lay, batch, exp.data.seq_len, table)]
+    host, seq = min(per_host, num_devices), exp.data.seq_len
+    layouts = [lay for lay in _layouts(num_devices, ici, stages) if _searched(lay, batch, seq, host, table)]
     if not layouts:
         least = min(_ways(lay.shape, table["batch"]) for lay in _layouts(num_devices, ici, stages))
         raise ConfigError(
@@ -312,14 +314,15 @@ def _layouts(num_devices: int, ici: int, stages: int) -> list[Layout]:
     return found
 
 
-def _searched(layout: Layout, batch: int, seq: int, table: dict) -> bool:
+def _searched(layout: Layout, batch: int, seq: int, per_host: int, table: dict) -> bool:
     """Whether the search prices `layout`: its batch axes divide the global batch, and a context
-    axis only where they leave one row a device and it divides the sequence (module docstring)."""
+    axis only where they leave one row a device, it divides the sequence and it fits in a host
+    (module docstring)."""
     ways = _ways(layout.shape, table["batch"])
     if batch % ways:
         return False
     context = _ways(layout.shape, table["seq"])
-    return context == 1 or (batch == ways and seq % context == 0)
+    return context == 1 or (batch == ways and seq % context == 0 and per_host % context == 0)
 
 
 def _ways(shape: dict[str, int], axes: tuple[str, ...]) -> int:
