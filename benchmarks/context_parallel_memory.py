@@ -31,7 +31,7 @@ import time  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments import registry  # noqa: E402
+from pax_eqx.command_line import registry  # noqa: E402
 from pax_eqx.programs.compiled import Programs  # noqa: E402
 from pax_eqx.programs.plan.dry_run import MemoryModel  # noqa: E402
 from pax_eqx.programs.runtime import build_task  # noqa: E402
