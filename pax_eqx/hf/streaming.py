@@ -32,8 +32,8 @@ def load_params(abstract: Any, shardings: Any, plan: WeightPlan, files: Safetens
     producer = plan.producer()
     names = set(files.names())
 
-    def read(entry, k: int, layer: int | None, want: tuple[int, ...]) -> np.ndarray:
-        name = hf_name_in(names, entry.hf.format(i=layer) if layer is not None else entry.hf, family)
+    def read(entry, k: int, row: int | None, want: tuple[int, ...]) -> np.ndarray:
+        name = hf_name_in(names, plan.hf_name(entry, row), family)
         tensor = files.read(name)
         try:
             part = entry.to_pax(tensor)[k]
@@ -58,7 +58,8 @@ def load_params(abstract: Any, shardings: Any, plan: WeightPlan, files: Safetens
                 sharding,
                 lambda index: np.asarray(read(entry, k, None, tuple(leaf.shape))[index], dtype),
             )
-        # A stacked [num_layers, ...] leaf: allocated in its sharding, then filled a layer at a time
+        # A stacked [num_layers, ...] leaf (or a block position's [num_layers / k, ...], whose row r is
+        # layer offset + r * k: plan.hf_name): allocated in its sharding, then filled a layer at a time
         # in place (the buffer is donated), so the host holds one layer's tensor, not the stack.
         stacked = _zeros(tuple(leaf.shape), dtype, sharding)
         for i in range(leaf.shape[0]):

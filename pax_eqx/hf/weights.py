@@ -11,6 +11,17 @@ the L tensors `model.layers.{i}.self_attn.q_proj.weight`. Each `Entry` is one HF
 (with `{i}` for a layer's), the pax_eqx leaves it makes (GPT-2's fused c_attn makes three), and
 the two conversions of one layer's arrays, which are exact inverses (a test checks both ways).
 
+A stack of alternating local and global layers (`model.global_layer_interval` k, Gemma 2's 2)
+scans blocks of k layers: block position j's parameter `stack.layers.{j}.attention.w_q`
+[L / k, D, N, H] holds layers j, j + k, j + 2k, ... (row r is layer j + r * k). The plan reads
+that layout from the names (`stack.layers.{j}.` for j < k) and gives each position's entry its
+`offset` j; `WeightPlan.hf_name(entry, row)` is the tensor of one row, whatever the layout.
+
+Gemma 2's four norms a layer map onto the primer_hybrid layer's: input_layernorm ->
+attention_norm, post_attention_layernorm -> attention_post_norm (after attention, before the
+residual add: where Llama's post_attention_layernorm is the feed-forward's pre-norm),
+pre_feedforward_layernorm -> ff_norm, post_feedforward_layernorm -> ff_post_norm.
+
 The plan is built from the model's own parameter names, so an optional tensor (a bias) is mapped
 when the model has the parameter; an HF tensor nothing maps, or a parameter nothing fills, is an
 error listing every one (`check_complete`).
@@ -18,6 +29,8 @@ error listing every one (`check_complete`).
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,6 +39,7 @@ import numpy as np
 from pax_eqx.hf.families import HfConfigError
 
 STACK = "stack.layers."
+_BLOCK = re.compile(r"^stack\.layers\.(\d+)\.")  # block position j of a scanned stack of blocks
 # HF tensors that are buffers computed from the config, not weights: skipped on import.
 _BUFFERS = (".rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias")
 
@@ -43,13 +57,15 @@ class Dims:
 @dataclass(frozen=True)
 class Entry:
     """One HF tensor (`{i}`: the layer) and the pax_eqx leaves it makes; `per_layer` leaves are
-    the stack's (one row of their leading axis per layer)."""
+    the stack's (one row of their leading axis per layer; in a stack of blocks, the layers of
+    block position `offset`)."""
 
     hf: str
     pax: tuple[str, ...]
     to_pax: Callable[[np.ndarray], tuple[np.ndarray, ...]]
     to_hf: Callable[[tuple[np.ndarray, ...]], np.ndarray]
     per_layer: bool
+    offset: int = 0
 
 
 def _same(hf: str, pax: str, per_layer: bool = True) -> Entry:
@@ -70,14 +86,19 @@ def _heads_bias(hf: str, pax: str, n: int, h: int) -> Entry:
     return Entry(hf, (pax,), lambda a: (np.asarray(a).reshape(n, h),), lambda p: p[0].reshape(n * h), True)
 
 
-def _llama_entries(dims: Dims, tied: bool) -> list[Entry]:
+def _llama_entries(dims: Dims, tied: bool, family: str) -> list[Entry]:
     d, n, k, h = dims.model, dims.heads, dims.kv_heads, dims.head
     layer, att = "model.layers.{i}.", STACK + "attention."
+    norms = (
+        {"input_layernorm": "attention_norm", "post_attention_layernorm": "attention_post_norm",
+         "pre_feedforward_layernorm": "ff_norm", "post_feedforward_layernorm": "ff_post_norm"}
+        if family == "gemma2"
+        else {"input_layernorm": "attention_norm", "post_attention_layernorm": "ff_norm"}
+    )  # fmt: skip
     out = [
         _same("model.embed_tokens.weight", "embedding.w" if tied else "embedding.emb_var", per_layer=False),
         _same("model.norm.weight", "final_norm.scale", per_layer=False),
-        _same(layer + "input_layernorm.weight", STACK + "attention_norm.scale"),
-        _same(layer + "post_attention_layernorm.weight", STACK + "ff_norm.scale"),
+        *(_same(layer + f"{hf}.weight", STACK + f"{ours}.scale") for hf, ours in norms.items()),
         _heads_in(layer + "self_attn.q_proj.weight", att + "w_q", d, n, h),
         _heads_in(layer + "self_attn.k_proj.weight", att + "w_k", d, k, h),
         _heads_in(layer + "self_attn.v_proj.weight", att + "w_v", d, k, h),
@@ -155,13 +176,22 @@ def _gpt2_entries(dims: Dims) -> list[Entry]:
 
 @dataclass(frozen=True)
 class WeightPlan:
-    """The entries of one model: those whose leaves the model has."""
+    """The entries of one model: those whose leaves the model has. block_size: layers per
+    scanned block (1: every per-layer leaf is [num_layers, ...])."""
 
     entries: tuple[Entry, ...]
     num_layers: int
+    block_size: int = 1
+
+    def hf_name(self, entry: Entry, row: int | None) -> str:
+        """The HF tensor of row `row` of the entry's leaves (None: a leaf that is not per layer)."""
+        return entry.hf if row is None else entry.hf.format(i=entry.offset + row * self.block_size)
 
     def hf_names(self, entry: Entry) -> list[str]:
-        return [entry.hf.format(i=i) for i in range(self.num_layers)] if entry.per_layer else [entry.hf]
+        """The entry's tensors in the order of its leaves' rows."""
+        if not entry.per_layer:
+            return [entry.hf]
+        return [self.hf_name(entry, row) for row in range(self.num_layers // self.block_size)]
 
     def producer(self) -> dict[str, tuple[Entry, int]]:
         """{our leaf name: (the entry that makes it, its position among the entry's leaves)}."""
@@ -169,11 +199,27 @@ class WeightPlan:
 
 
 def weight_plan(family: str, dims: Dims, num_layers: int, our_names: list[str], tied: bool) -> WeightPlan:
-    """The entries that make `our_names` (the model's parameter names, `learners.variables`)."""
-    entries = _gpt2_entries(dims) if family == "gpt2" else _llama_entries(dims, tied)
+    """The entries that make `our_names` (the model's parameter names, `learners.variables`), in
+    the stack's layout: one [num_layers, ...] leaf per parameter, or a scanned stack of blocks
+    (`stack.layers.{j}.`, one leaf per block position j, each [num_layers / k, ...])."""
+    entries = _gpt2_entries(dims) if family == "gpt2" else _llama_entries(dims, tied, family)
+    positions = sorted({int(m.group(1)) for name in our_names if (m := _BLOCK.match(name))})
+    block = len(positions) or 1
+    if positions and (positions != list(range(block)) or num_layers % block):
+        raise HfConfigError(
+            f"the model's parameters name blocks {positions} of stack.layers, not 0..k-1 with k dividing "
+            f"num_layers={num_layers}; import_hf reads a scanned stack (model.repeat=True)."
+        )
+    if positions:
+        entries = [
+            dataclasses.replace(e, pax=tuple(p.replace(STACK, f"{STACK}{j}.", 1) for p in e.pax), offset=j)
+            if e.per_layer else e
+            for e in entries
+            for j in (range(block) if e.per_layer else (0,))
+        ]  # fmt: skip
     ours = set(our_names)
     kept = tuple(e for e in entries if all(name in ours for name in e.pax))
-    return WeightPlan(kept, num_layers)
+    return WeightPlan(kept, num_layers, block)
 
 
 def hf_name_in(files_names: set[str], name: str, family: str) -> str | None:

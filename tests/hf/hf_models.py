@@ -16,6 +16,8 @@ from pax_eqx.layers import Context, Mode
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 FAMILIES = ("llama", "llama3", "mistral", "qwen2", "gemma", "gpt2")
+# Attending through a sliding window shorter than the fixtures' 12 tokens (test_windowed_families).
+WINDOWED = ("mistral_window", "qwen2_window", "gemma2")
 
 
 def reference(family: str) -> dict[str, np.ndarray]:

@@ -8,7 +8,7 @@ import shutil
 import jax
 import numpy as np
 import pytest
-from hf_models import FAMILIES, FIXTURES, cached_logits, forward_logits, imported_model, reference
+from hf_models import FAMILIES, FIXTURES, WINDOWED, cached_logits, forward_logits, imported_model, reference
 
 from pax_eqx.hf.families import HfConfigError
 from pax_eqx.hf.importer import HfSource
@@ -47,7 +47,7 @@ def test_llama3_fixture_depends_on_its_rope_scaling():
     assert np.abs(forward_logits(model, ref["ids"]) - ref["logits"]).max() > 100 * TOLERANCE
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES + WINDOWED)
 def test_each_conversion_is_exactly_inverted(family):
     """to_hf(to_pax(tensor)) == tensor for every tensor of the checkpoint: the export's layout."""
     source = HfSource.open(FIXTURES / family)
@@ -81,7 +81,11 @@ def _edit_config(path, **changes):
     [
         ("llama", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, r"rope_scaling=.*rope_type 'yarn'"),
         ("llama", {"frobnicate": 3}, r"frobnicate=3: pax_eqx.import_hf does not know this field"),
-        ("qwen2", {"use_sliding_window": True}, r"use_sliding_window=True: pax_eqx has no sliding-window"),
+        (
+            "qwen2",
+            {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1, "layer_types": None},
+            r"max_window_layers: 2 layers, full attention at \[0\], .* cannot build this pattern",
+        ),
         ("gpt2", {"scale_attn_by_inverse_layer_idx": True}, r"scale_attn_by_inverse_layer_idx=True"),
         ("gemma", {"hidden_act": "mish"}, r"hidden_act='mish': an activation pax_eqx does not have"),
         ("llama", {"quantization_config": {"quant_method": "gptq"}}, r"quantization_config=.*unquantized"),
@@ -93,13 +97,6 @@ def test_config_fields_pax_eqx_cannot_honour_are_refused_by_name(tmp_path, famil
     _edit_config(src, **changes)
     with pytest.raises(HfConfigError, match=message):
         HfSource.open(src)
-
-
-def test_mistral_sliding_window_shorter_than_the_context_bounds_the_sequence(tmp_path):
-    src = _copy(tmp_path, "mistral")
-    _edit_config(src, sliding_window=32)
-    source = HfSource.open(src)
-    assert source.model.max_seq_len == 32 and "sliding_window=32" in source.notes[0]
 
 
 def test_tensors_that_do_not_fit_are_listed(tmp_path):
