@@ -107,6 +107,7 @@ def export(job_dir: Path, out: Path, dtype: str = "bfloat16", step: int | None =
                 "or option changed after the import); export_hf writes the imported architecture only."
             )
     else:
+        exp.model.ensure_valid()
         derived = hf_export(exp.model)  # refuses a model no family has, naming the field
         hf_config = dict(derived.config)
     if out.exists() and not out.is_dir():

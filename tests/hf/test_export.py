@@ -9,7 +9,7 @@ import pytest
 from hf_models import FIXTURES, forward_logits, imported_model, reference
 
 from pax_eqx import export_hf, import_hf
-from pax_eqx.config import ConfigError, MissingFileError
+from pax_eqx.config import ConfigError
 from pax_eqx.hf.safetensors_files import INDEX_FILE, SafetensorsFiles
 
 
@@ -49,10 +49,10 @@ def test_bfloat16_export_holds_the_rounded_weights(qwen_job, tmp_path):
 
 
 def test_export_refusals_name_the_problem(qwen_job, tmp_path):
-    with pytest.raises(MissingFileError, match="was not started by import_hf"):
-        other = tmp_path / "other"
-        other.mkdir()
-        (other / "config.json").write_text("{}")
+    other = tmp_path / "other"  # not started by import_hf: its model's config.json is derived (test_export_trained)
+    other.mkdir()
+    (other / "config.json").write_text("{}")  # the default experiment, whose model has no sizes
+    with pytest.raises(ConfigError, match="model.vocab_size must be > 0"):
         export_hf.export(other, tmp_path / "o1")
     busy = tmp_path / "busy"
     busy.mkdir()
