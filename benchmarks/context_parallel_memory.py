@@ -1,8 +1,8 @@
 """Context parallelism's activation memory: XLA's compiled train step per device, for N context shards.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m benchmarks.context_parallel_memory
-    XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m benchmarks.context_parallel_memory \\
-        --exp lm_long_context_32k --shards 8 --steps 2          # the 32k run (not CI: minutes, ~10 GiB)
+    XLA_FLAGS=--xla_force_host_platform_device_count=32 python -m benchmarks.context_parallel_memory \\
+        --exp lm_long_context_32k --shards 8 16 32                # 32k, compiled only (not CI)
 
 For each N of --shards, the experiment's real train step (`Programs.train_step`: its jit, state and
 input shardings, donation) on a mesh of N devices that all split the sequence, ICI (stage, data,
@@ -14,8 +14,9 @@ width the temporaries are the activations, and they should fall as 1/N: each dev
 tokens of every row and [S / N, S] scores a head. The dry run's activation estimate for the same
 layout (`models/lm_plan.py`) is printed beside it.
 
---steps K then runs K training steps on the largest N (tokens of a fixed random stream) and prints
-each step's seconds and loss: the 32k benchmark of docs/long_context.md.
+--steps K then runs K training steps on the last N (tokens of a fixed random stream) and prints each
+step's seconds and loss. At 32k on fake CPU devices that needs the host memory of all N devices
+together, N x 4.6 GiB at N = 8 (docs/long_context.md): more than a 23 GiB machine has.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def main() -> None:
         f"{m.num_heads} heads ({m.num_kv_heads or m.num_heads} kv), remat {m.remat_policy}, "
         f"{exp.train.fprop_dtype}, on {jax.devices()[0].platform}"
     )
-    print("| context shards N | tokens a device | XLA temporaries MiB a device | 1 shard / N shards "
+    print("| context shards N | tokens a device | XLA temporaries MiB a device | first row / this row "
           "| dry-run activations MiB | arguments MiB |")  # fmt: skip
     print("|---|---|---|---|---|---|")
     _, programs, last = table(args.exp, args.shards, args.seq or None)

@@ -8,8 +8,10 @@ tensor) = (1, 1, 1, 8, 1), so each device holds 256 tokens of every row, its que
 (docs/long_context.md). On a CPU: `XLA_FLAGS=--xla_force_host_platform_device_count=8`.
 
 lm_long_context_32k: the same at 32768 bytes a row, one layer, 2 query heads on 1 key/value head:
-the CPU benchmark of the long end (docs/long_context.md gives its command and numbers). Attention
-is XLA's dense kernel: its scores are [S / 8, S] per head on each device, 4 GiB in all at 32k.
+the long end of the memory benchmark (benchmarks/context_parallel_memory.py, docs/long_context.md).
+Attention is XLA's dense kernel: its scores are [S / 8, S] a head on each device, 1 GiB of float32
+for the two heads, and the backward holds about 4 such arrays: XLA:CPU compiles the step to 4.6 GiB
+of temporaries a device, 37 GiB for 8 fake CPU devices in one host's memory.
 
 Both choose XLA's attention outright: cuDNN's fused kernel does not take a sharded query
 sequence (jax's partitioner of it refuses one), so on a GPU "auto" would be no faster and

@@ -198,6 +198,23 @@ NOT_RUN = {
     "PYTHONPATH=. python -m pax_eqx.train --exp mypkg.mymodule.my_small_gpt --dry-run":
         "tests/named_experiments/test_experiments_cli_and_docs.py::test_doc_user_module_example_runs_by_dotted_path "
         "writes this document's mypkg/mymodule.py and runs this dry run",
+    # docs/long_context.md
+    "XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m benchmarks.context_parallel_memory":
+        "compiles four 2048-token train steps (a minute of CPU); tests/sharding/test_context_parallel.py compiles the "
+        "same step at 1 and 8 context shards and checks the ratio of their memory",
+    "XLA_FLAGS=--xla_force_host_platform_device_count=32 python -m benchmarks.context_parallel_memory --exp "
+    "lm_long_context_32k --shards 8 16 32": "compiles three 32768-token train steps: minutes of CPU",
+    "XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m pax_eqx.train --exp lm_long_context --job-log-dir "
+    "runs/long_context --train.num-steps 3": "tests/sharding/test_context_parallel.py trains it 3 steps through "
+        "train.main on its 8 fake devices",
+    "python -m pax_eqx.train --exp llama2_7b --data.seq-len 131072 --model.max-seq-len 131072 --data.train.batch-size "
+    "8 --mesh.ici-mesh-shape 1 1 1 8 1 --mesh.dcn-mesh-shape 1 1 8 1 1 --model.remat-policy full "
+    "--model.block.attention.implementation xla --mesh.device-kind h100 --dry-run --dry-run-device-memory-gb 80":
+        _DOCUMENTED_DRY_RUN,
+    "python -m pax_eqx.train --exp llama2_7b --data.seq-len 131072 --model.max-seq-len 131072 --data.train.batch-size "
+    "8 --dry-run --recommend --dry-run-devices 64": _DOCUMENTED_DRY_RUN,
+    "python -m pax_eqx.train --exp llama2_7b --data.seq-len 32768 --model.max-seq-len 32768 --data.train.batch-size 8 "
+    "--dry-run --recommend --dry-run-devices 64 --dry-run-device-kind tpu_v5p": _DOCUMENTED_DRY_RUN,
     # docs/serve.md: a server runs until stopped; the calls need it running
     "python -m pax_eqx.serve --job-log-dir runs/shakespeare": _SERVE,
     "curl -s http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' -d '{\"prompt\": \"ROMEO:\", "
