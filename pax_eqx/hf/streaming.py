@@ -70,7 +70,14 @@ def load_params(abstract: Any, shardings: Any, plan: WeightPlan, files: Safetens
 
 
 def _zeros(shape: tuple[int, ...], dtype: np.dtype, sharding: Any) -> jax.Array:
-    return jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=sharding)()
+    return _zeros_program(shape, dtype, sharding)()
+
+
+@functools.lru_cache(maxsize=64)
+def _zeros_program(shape: tuple[int, ...], dtype: np.dtype, sharding: Any):
+    """One compiled program per (shape, dtype, sharding): a model's norms, projections and
+    biases repeat a few shapes, so an import compiles a few of these, not one per parameter."""
+    return jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=sharding)
 
 
 @functools.partial(jax.jit, donate_argnums=(0,))

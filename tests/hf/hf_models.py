@@ -38,9 +38,14 @@ def imported_model(directory, model_cfg=None):
     return eqx.combine(params, static), source
 
 
+# One jitted function each, so a model of the same config (imported again, exported and re-imported)
+# reuses the compiled program instead of compiling its own.
+_forward = eqx.filter_jit(lambda model, ids: model(ids, Context(mode=Mode.EVAL))[0])
+_extend_step = eqx.filter_jit(lambda model, *args: model.extend_step(*args))
+
+
 def forward_logits(model, ids: np.ndarray) -> np.ndarray:
-    run = eqx.filter_jit(lambda model, ids: model(ids, Context(mode=Mode.EVAL))[0])
-    return np.asarray(run(model, jnp.asarray(ids)))
+    return np.asarray(_forward(model, jnp.asarray(ids)))
 
 
 def cached_logits(model, ids: np.ndarray, prefix: int) -> tuple[np.ndarray, np.ndarray]:
@@ -49,7 +54,7 @@ def cached_logits(model, ids: np.ndarray, prefix: int) -> tuple[np.ndarray, np.n
     cache = model.init_cache(b, t)
     valid = jnp.ones((b, t), bool)
     positions = jnp.broadcast_to(jnp.arange(t), (b, t))
-    step = eqx.filter_jit(model.extend_step)
+    step = lambda *args: _extend_step(model, *args)
     first, cache = step(jnp.asarray(ids[:, :prefix]), cache, jnp.asarray(0), positions[:, :prefix], valid)
     steps = []
     for i in range(prefix, t):
