@@ -1,8 +1,8 @@
 """`python -m pax_eqx.import_hf SRC --job-log-dir DIR [--section.field VALUE ...]`
 
 Turns a local Hugging Face model directory (config.json, model.safetensors or its shards with
-model.safetensors.index.json, tokenizer.json) of a Llama (2, 3, 3.1), Mistral, Qwen2, Gemma or
-GPT-2 model into a pax_eqx job dir at step 0:
+model.safetensors.index.json, tokenizer.json) of a Llama (2, 3, 3.1), Mistral, Qwen2, Gemma,
+Gemma 2 or GPT-2 model into a pax_eqx job dir at step 0:
 
     DIR/config.json             the experiment config.json describes (pax_eqx.hf.families: every
                                 field mapped, known to change nothing, or refused by name), with
@@ -32,9 +32,9 @@ from pathlib import Path
 from pax_eqx.command_line import entry
 
 DESCRIPTION = (
-    "Import a local Hugging Face model directory (Llama, Mistral, Qwen2, Gemma, GPT-2) into a new pax_eqx job dir "
-    "at step 0, for decode, eval and train (fine-tuning). Flags after SRC set any field of the derived experiment "
-    "(--data.source jsonl --data.path FILE, --learner.*, --train.*)."
+    "Import a local Hugging Face model directory (Llama, Mistral, Qwen2, Gemma, Gemma 2, GPT-2) into a new pax_eqx "
+    "job dir at step 0, for decode, eval and train (fine-tuning). Flags after SRC set any field of the derived "
+    "experiment (--data.source jsonl --data.path FILE, --learner.*, --train.*)."
 )
 
 
