@@ -31,6 +31,8 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from pax_eqx.config import Config, ConfigError, config, require_positive
 from pax_eqx.layers.initializers import WeightInit
+from pax_eqx.quantization.products import quantized_conv
+from pax_eqx.quantization.quantized_weight import QuantizedWeight
 
 Padding = Literal["SAME", "VALID"] | tuple[tuple[int, int], tuple[int, int]]
 """"SAME" (output = ceil(input / stride), zeros split evenly, the extra one after), "VALID" (no
@@ -156,15 +158,17 @@ class Conv2D(eqx.Module):
                 f"Conv2D expects {self.input_channels} input channels (the last dimension, NHWC), "
                 f"got an input of shape {x.shape}."
             )
-        y = jax.lax.conv_general_dilated(
-            x,
-            self.w.astype(x.dtype),
+        conv = dict(
             window_strides=self.strides,
             padding=self.padding,
             rhs_dilation=self.dilation,
             dimension_numbers=("NHWC", "HWIO", "NHWC"),
             feature_group_count=self.feature_group_count,
         )
+        if isinstance(self.w, QuantizedWeight):  # integers convolved, scaled per output channel after
+            y = quantized_conv(x, self.w, **conv)
+        else:
+            y = jax.lax.conv_general_dilated(x, self.w.astype(x.dtype), **conv)
         if self.b is not None:
             y = y + self.b.astype(y.dtype)
         return y

@@ -24,6 +24,8 @@ from pax_eqx.config import Config, check_range, config, require_positive
 from pax_eqx.layers.chunked_xent import chunked_softmax_xent
 from pax_eqx.layers.initializers import WeightInit, gaussian
 from pax_eqx.layers.linears import dense
+from pax_eqx.quantization.products import quantized_lookup
+from pax_eqx.quantization.quantized_weight import QuantizedWeight
 from pax_eqx.sharding.activations import constrain
 
 
@@ -194,21 +196,31 @@ class SharedEmbeddingSoftmax(eqx.Module):
         return {"w": ("vocab", "embed"), "b": ("vocab",)}
 
 
-def _chunked_sums(softmax: FullSoftmax | SharedEmbeddingSoftmax, w_vocab_embed: Array, x, labels, weights, chunk):
-    """Either softmax's logits options, applied by `chunked_softmax_xent` to its `[vocab, embed]` weight."""
+def _chunked_sums(
+    softmax: FullSoftmax | SharedEmbeddingSoftmax, w_vocab_embed: Array | QuantizedWeight, x, labels, weights, chunk
+):
+    """Either softmax's logits options, applied by `chunked_softmax_xent` to its `[vocab, embed]` weight
+    (a quantized one dequantized: the chunked loss reads the table in slices of its own)."""
+    if isinstance(w_vocab_embed, QuantizedWeight):
+        w_vocab_embed = w_vocab_embed.dequantize()
     return chunked_softmax_xent(
         x, w_vocab_embed, softmax.b, labels, weights, chunk=chunk,
         soft_cap=softmax.soft_cap_logits, label_smoothing=softmax.label_smoothing_prob,
     )  # fmt: skip
 
 
-def _lookup(table: Array, ids: Array, scale_sqrt_depth: bool) -> Array:
+def _lookup(table: Array | QuantizedWeight, ids: Array, scale_sqrt_depth: bool) -> Array:
     """The rows of `table` [vocab, embed] at `ids` [batch, (seq)]: [batch, (seq), embed], the batch
     over the data axes (sharding.activations). The table's embed dimension is gathered first (its
     fsdp shards, as FSDP gathers every weight before use): a lookup from the sharded table comes
-    out sharded on embed, which the partitioner can turn into batch rows only by replicating it."""
+    out sharded on embed, which the partitioner can turn into batch rows only by replicating it.
+    A quantized table (per-row scales) gives its rows' integers times their scales, float32."""
     names = ("batch", "seq", *[None] * (ids.ndim - 2))[: ids.ndim] + (None,)
-    embs = constrain(jnp.take(constrain(table, ("vocab", None)), ids, axis=0), names)
+    gathered = jax.tree.map(lambda a: constrain(a, ("vocab", None)), table)  # each of a quantized table's arrays
+    if isinstance(gathered, QuantizedWeight):
+        embs = constrain(quantized_lookup(gathered, ids), names)
+    else:
+        embs = constrain(jnp.take(gathered, ids, axis=0), names)
     return embs * math.sqrt(table.shape[-1]) if scale_sqrt_depth else embs
 
 

@@ -25,6 +25,8 @@ from pax_eqx.layers.activations import Activation, ActivationConfig
 from pax_eqx.layers.fp8 import Fp8Scales, fp8_dense
 from pax_eqx.layers.initializers import WeightInit
 from pax_eqx.layers.low_rank import LowRankAdapted
+from pax_eqx.quantization.products import quantized_matmul
+from pax_eqx.quantization.quantized_weight import QuantizedWeight
 
 
 @config
@@ -71,7 +73,7 @@ class Linear(eqx.Module):
 
 def _matmul(
     x: Float[Array, "*batch input_dims"],
-    w: Float[Array, "input_dims output_dims"] | LowRankAdapted,
+    w: Float[Array, "input_dims output_dims"] | LowRankAdapted | QuantizedWeight,
     fp8: Fp8Scales | None,
 ) -> Float[Array, "*batch output_dims"]:
     """x @ w in x's dtype. A function of both arrays so the shape check ties x to the weight
@@ -81,17 +83,26 @@ def _matmul(
 
 def dense(
     x: Float[Array, "*batch input_dims"],
-    w: Float[Array, "input_dims output_dims"] | LowRankAdapted,
+    w: Float[Array, "input_dims output_dims"] | LowRankAdapted | QuantizedWeight,
     fp8: Fp8Scales | None = None,
 ) -> Float[Array, "*batch output_dims"]:
     """x @ w in x's dtype, as one 2-D matmul over the flattened leading dimensions (see the
     module docstring for why not an einsum); in fp8 with delayed scaling when `fp8` is given.
     A LoRA-adapted weight (`layers.low_rank`, a LoRA run's training forward with dropout)
-    computes x @ W + s dropout(x) @ A @ B."""
+    computes x @ W + s dropout(x) @ A @ B. A quantized weight (`quantization.QuantizedWeight`)
+    computes Praxis' INFERENCE product: its integers times x (or times x quantized, in int32),
+    scaled per output channel after the matmul (`quantization.products`)."""
     if isinstance(w, LowRankAdapted):
         if fp8 is not None:
             raise ConfigError(f"lora.targets: {w.name} is an fp8 matmul; turn fp8 off for a LoRA run.")
         return w.matmul(x)
+    if isinstance(w, QuantizedWeight):
+        if fp8 is not None:
+            raise ConfigError(
+                "a quantized weight reached an fp8 matmul (its layer's fp8=True): a weight is either int-quantized or "
+                "fp8; turn fp8 off for the quantized layers."
+            )
+        return quantized_matmul(x, w)
     if fp8 is not None:
         return fp8_dense(x, w, fp8)
     y = jnp.dot(x.reshape(-1, x.shape[-1]), w.astype(x.dtype))
