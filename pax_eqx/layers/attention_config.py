@@ -19,6 +19,7 @@ from jaxtyping import PRNGKeyArray
 
 from pax_eqx.config import Config, ConfigError, check_range, config
 from pax_eqx.layers import attention_kernels as kernels
+from pax_eqx.layers.attention_position_bias import NoPositionBiasConfig, PositionBiasConfig
 from pax_eqx.layers.attention_window import AttentionWindowConfig, GlobalWindowConfig
 from pax_eqx.layers.attentions import Attention
 from pax_eqx.layers.initializers import WeightInit
@@ -56,6 +57,11 @@ class AttentionConfig(Config):
     query_scale_dims: the logits are q.k / sqrt(query_scale_dims); 0 = the head dim (the usual
       1 / sqrt(head_dim)). Gemma 2's `query_pre_attn_scalar` (its 27B scales by model_dims /
       heads, not the head dim). Not with per_dim_scale, which is a learned scale instead.
+    position_bias: a relative position term of self-attention's logits: none, alibi (Praxis'
+      LocalSelfAttentionAlibi) or xl (Transformer-XL's, Praxis' DotProductAttentionXL /
+      LocalSelfAttentionXL); layers.attention_position_bias. With a sliding window it is Praxis'
+      local form of the same class. A language model using one usually sets
+      position_embedding='none'.
     """
 
     combine_qkv: bool = False
@@ -71,6 +77,7 @@ class AttentionConfig(Config):
     mask_mode: MaskMode = "pax_eqx"
     window: AttentionWindowConfig = GlobalWindowConfig()
     query_scale_dims: float = 0.0
+    position_bias: PositionBiasConfig = NoPositionBiasConfig()
 
     def __post_init__(self) -> None:
         self.validate()

@@ -173,15 +173,16 @@ def xla_attention(
     dropout_keep: Float[Array, "batch heads q k"] | None = None,
     return_probs: bool = False,
 ) -> Float[Array, "batch q heads dim"] | tuple[Float[Array, "batch q heads dim"], Float[Array, "batch heads q k"]]:
-    """softmax(q k^T * scale + bias, masked) v, with grouped kv heads; return_probs: also the
-    probabilities [batch, heads, q, k] that multiplied v (after dropout, in v's dtype)."""
+    """softmax(cap(q k^T * scale + bias), masked) v, with grouped kv heads (cap: logit_cap *
+    tanh(. / logit_cap) when logit_cap > 0); return_probs: also the probabilities [batch, heads,
+    q, k] that multiplied v (after dropout, in v's dtype)."""
     b, t, n, h = q.shape
     kv_heads = k.shape[2]
     logits = scaled_logits(q, k, scale)
+    if bias is not None:  # before the cap, as Praxis adds its relative bias and position terms
+        logits = logits + bias.astype(jnp.float32)
     if logit_cap > 0.0:
         logits = logit_cap * jnp.tanh(logits / logit_cap)
-    if bias is not None:
-        logits = logits + bias.astype(jnp.float32)
     if mask is not None:
         logits = _no_gradient_through_dead_rows(logits, rows_with_a_key(mask))
         # An additive bias of the mask's own (broadcastable) shape rather than a select: the

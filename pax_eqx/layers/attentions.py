@@ -47,6 +47,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from pax_eqx.layers import attention_kernels as kernels
+from pax_eqx.layers.attention_position_bias import PositionBias
 from pax_eqx.layers.base import LAYER_STATISTICS_VERBOSITY, Context
 from pax_eqx.layers.fp8 import Fp8Scales
 from pax_eqx.layers.initializers import WeightInit, gaussian
@@ -64,10 +65,34 @@ if TYPE_CHECKING:  # the config builds this layer (layers.attention_config impor
 class KVCache(eqx.Module):
     """Keys and values of every position decoded so far: [batch, max_len, kv_heads, head_dim]
     (with a leading [num_layers] axis for a repeated stack). Also the cross-attention keys and
-    values of an encoder's output (`Attention.project_memory`), where max_len is its length."""
+    values of an encoder's output (`Attention.project_memory`), where max_len is its length.
+
+    A rolling cache (a sliding window's: `empty_cache`) has `index`, each slot's token index (-1:
+    empty), and only `window` slots: token p lives in slot p % window, and the slots hold the last
+    `window` real tokens written (see `Attention.decode`). None: slot i holds token i."""
 
     k: Float[Array, "*layers batch max_len kv_heads head_dim"]
     v: Float[Array, "*layers batch max_len kv_heads head_dim"]
+    index: Int[Array, "*layers batch max_len"] | None = None
+
+    @property
+    def rolling(self) -> bool:
+        return self.index is not None
+
+
+def empty_cache(
+    lead: tuple[int, ...], batch: int, max_len: int, kv_heads: int, head_dim: int, dtype, window: tuple[int, int]
+) -> KVCache:
+    """A zero cache for sequences of up to `max_len` tokens, with leading axes `lead` (a stack's
+    [num_layers]). A causal sliding window of left_context < max_len (window = (left, right))
+    makes it a rolling cache of `left` slots: a query never sees a key further back, so memory is
+    bounded by the window, not by the sequence."""
+    left = window[0]
+    rolling = 0 < left < max_len
+    slots = left if rolling else max_len
+    shape = (*lead, batch, slots, kv_heads, head_dim)
+    index = jnp.full((*lead, batch, slots), -1, jnp.int32) if rolling else None
+    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), index)
 
 
 def write_at(
@@ -96,6 +121,30 @@ def put_rows(cache: Any, rows: Int[Array, " n"], values: Any, axis: int) -> Any:
     them): a server's prefill of one request written into that request's decode slot."""
     index = (slice(None),) * axis
     return jax.tree.map(lambda a, v: a.at[(*index, rows)].set(v.astype(a.dtype)), cache, values)
+
+
+def roll_in(
+    cache: KVCache,
+    k: Float[Array, "batch new kv_heads head_dim"],
+    v: Float[Array, "batch new kv_heads head_dim"],
+    index: Int[Array, "batch new"],
+    valid: Bool[Array, "batch new"],
+) -> KVCache:
+    """A rolling cache with the new tokens (token indices `index`) written in slot index % window
+    where they are real (`valid`) and no later real new token takes that slot: every slot then
+    gets one write at most (a scatter's order among duplicates is not defined), and a slot no real
+    new token reaches keeps what it held."""
+    b, new = index.shape
+    window = cache.k.shape[1]
+    # later[j]: a real new token j + window, j + 2 window, ... exists (it takes j's slot instead).
+    blocks = -(-new // window)
+    padded = jnp.pad(valid, ((0, 0), (0, blocks * window - new))).reshape(b, blocks, window).astype(jnp.int32)
+    from_here = jnp.flip(jax.lax.cummax(jnp.flip(padded, axis=1), axis=1), axis=1)  # a real token at j or later
+    later = jnp.pad(from_here[:, 1:], ((0, 0), (0, 1), (0, 0))).reshape(b, -1)[:, :new] > 0
+    slot = jnp.where(valid & ~later, index % window, window)  # window: out of range, dropped
+    rows = jnp.arange(b)[:, None]
+    put = lambda a, new_values: a.at[rows, slot].set(new_values.astype(a.dtype), mode="drop")
+    return KVCache(put(cache.k, k), put(cache.v, v), put(cache.index, index))
 
 
 def _project(
@@ -133,6 +182,7 @@ class Attention(eqx.Module):
     per_dim_scale: Float[Array, " head_dim"] | None
     fp8: dict[str, Fp8Scales] | None  # per projection ("qkv" or "q", "k", "v"; "o"); None: not fp8
     relative_bias: RelativePositionBias | None  # this layer's own (Praxis' relative_bias_tpl); None: none
+    position_bias: PositionBias | None  # ALiBi or Transformer-XL's terms (layers.attention_position_bias)
     num_heads: int = eqx.field(static=True)
     num_kv_heads: int = eqx.field(static=True)
     head_dim: int = eqx.field(static=True)
@@ -187,6 +237,9 @@ class Attention(eqx.Module):
             self.relative_bias = relative_bias.build(
                 jax.random.fold_in(key, 1), num_heads=n, bidirectional=not cfg.causal, init=gaussian(stddev)
             )  # a key of its own: the projections' init is the same with or without it
+        self.position_bias = cfg.position_bias.build(
+            jax.random.fold_in(key, 2), input_dims=d, num_heads=n, head_dim=h, init=init
+        )
         self.num_heads, self.num_kv_heads, self.head_dim = n, kv, h
         self.causal = cfg.causal
         self.rotary_max_timescale = cfg.rotary_max_timescale if use_rotary else None
@@ -326,22 +379,44 @@ class Attention(eqx.Module):
         the probability dropout, as Praxis returns them. Always the XLA kernel."""
         return self._self_attention(x, ctx, segment_ids, segment_pos, paddings, bias, with_probs=True)
 
-    def _with_relative_bias(self, bias: Array | None, q_start: Array | int, q_len: int, k_len: int) -> Array | None:
-        """`bias` plus this layer's relative position bias of queries at [q_start, q_start + q_len)
-        against keys at [0, k_len), [1, heads, q, k]. Token indices stand for positions (Praxis'
-        use_length_as_position): within a document, packed or left-padded, their differences are
-        the positions' differences, and attention across documents is masked anyway."""
-        if self.relative_bias is None:
-            return bias
-        queries = jnp.reshape(q_start, (-1, 1)) + jnp.arange(q_len, dtype=jnp.int32)  # [1 or B, q]
-        relative = self.relative_bias(queries, jnp.arange(k_len, dtype=jnp.int32)[None])
-        return relative if bias is None else bias + relative
+    def _position_terms(
+        self,
+        bias: Array | None,
+        q: Float[Array, "batch q heads head_dim"],
+        k: Float[Array, "batch k kv_heads head_dim"],
+        query_index: Int[Array, "#batch q"],
+        key_index: Int[Array, "#batch k"],
+        distances: tuple[int, int],
+    ) -> Array | None:
+        """`bias` plus this layer's relative position terms of queries at token indices
+        `query_index` against keys at `key_index`, [#batch, heads, q, k]: the T5 relative bias and
+        ALiBi or Transformer-XL's (of the scaled queries `q` and the keys `k`). distances: (lo,
+        hi), the static range of t - s the mask lets through (XL computes its embeddings for
+        those). Token indices stand for positions (Praxis' use_length_as_position): within a
+        document, packed or left-padded, their differences are the positions' differences, and
+        attention across documents is masked anyway."""
+        terms = [] if bias is None else [bias]
+        if self.relative_bias is not None:
+            terms.append(self.relative_bias(query_index, key_index))
+        if self.position_bias is not None:
+            scaled = q if self.per_dim_scale is not None else q * jnp.asarray(self._scale(), q.dtype)
+            terms.append(self.position_bias(scaled, k, query_index, key_index, distances))
+        return None if not terms else sum(terms[1:], terms[0])
+
+    def _distances(self, q_index_span: int, causal: bool) -> tuple[int, int]:
+        """The static range (lo, hi) of query - key distances this layer's mask may let through
+        when indices differ by less than `q_index_span`: clipped by the window."""
+        left, right = self.window
+        hi = (min(left, q_index_span) if left else q_index_span) - 1
+        lo = 0 if causal else -((min(right, q_index_span - 1)) if right else q_index_span - 1)
+        return lo, hi
 
     def _self_attention(self, x, ctx, segment_ids, segment_pos, paddings, bias, *, with_probs: bool):
         b, t, _ = x.shape
-        bias = self._with_relative_bias(bias, 0, t, t)
         positions = segment_pos if segment_pos is not None else jnp.broadcast_to(jnp.arange(t), (b, t))
         q, k, v = self.project_qkv(x, positions)
+        index = jnp.arange(t, dtype=jnp.int32)[None]
+        bias = self._position_terms(bias, q, k, index, index, self._distances(t, self.causal))
         q = constrain(q, ("batch", "seq", "heads", "kv"))  # sharding.activations: the heads over tensor
         # Keys and values whole along the sequence ("kv_seq", never mapped by default): with the
         # queries' `seq` over a context axis, each shard attends to every key (an all-gather).
@@ -397,10 +472,11 @@ class Attention(eqx.Module):
         return self._cross(x, memory, ctx, memory_paddings, bias, with_probs=True)
 
     def _cross(self, x, memory, ctx, memory_paddings, bias, *, with_probs: bool):
-        if self.rotary_max_timescale is not None:
+        if self.rotary_max_timescale is not None or self.position_bias is not None or self.relative_bias is not None:
             raise ValueError(
-                "Attention.cross: this layer was built with rotary positions, which cross-attention has no "
-                "use for (queries and memory share no positions); build it with use_rotary=False."
+                "Attention.cross: this layer was built with positions (rotary, a relative bias or a position_bias), "
+                "which cross-attention has no use for (queries and memory share no positions); build it with "
+                "use_rotary=False, no relative_bias and position_bias none."
             )
         q = self.project_q(x, None)
         k, v = self.project_kv(memory, None)
@@ -464,8 +540,9 @@ class Attention(eqx.Module):
 
     # Decoding against a cache ----------------------------------------------------------------
     def init_cache(self, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
-        shape = (batch, max_len, self.num_kv_heads, self.head_dim)
-        return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+        """An empty cache for up to `max_len` tokens: rolling, of left_context slots, when this
+        layer's sliding window is shorter (`empty_cache`)."""
+        return empty_cache((), batch, max_len, self.num_kv_heads, self.head_dim, dtype, self.window)
 
     def decode(
         self,
@@ -477,27 +554,72 @@ class Attention(eqx.Module):
         *,
         bias: Float[Array, "#batch #heads new max_len"] | None = None,
     ) -> tuple[Float[Array, "batch new embed"], KVCache]:
-        """Writes the new tokens' k/v at [start, start + new) and attends to the cache.
+        """Attends the new tokens (token indices [start, start + new)) to the cache and to
+        themselves, and returns the cache with their keys and values in it.
 
-        start: one slot for every row (a batch of left-padded prompts), or a slot per row [B]
+        start: one index for every row (a batch of left-padded prompts), or one per row [B]
         (continuous batching: each decode slot of a server is at its own position).
 
-        key_valid marks cache slots holding real tokens (False for left padding of shorter
-        prompts); slots after the new tokens are excluded by the causal mask. bias: an additive
-        bias on the logits against every cache slot (T5's relative position bias of the new
-        tokens' positions against the slots'), as `bias` in `__call__`.
+        key_valid marks the sequence's real tokens, [batch, max_len] by token index (False for
+        left padding of shorter prompts, for a chunk's padding); keys after a query are excluded
+        by the causal mask. bias: an additive bias on the logits against every cache slot (T5's
+        relative position bias of the new tokens' positions against the slots'), as `bias` in
+        `__call__`; a rolling cache takes none (its slots are not token indices).
+
+        A full cache (slot i = token i) writes the new keys at [start, start + new) and attends to
+        every slot. A rolling cache (`KVCache.index`) attends to [its slots ++ the new keys] by
+        their token indices (a slot counts when it holds a real token before `start`: a server's
+        reused row may hold a previous request's), then keeps, in slot p % window, the last real
+        token p of each slot: a prefill longer than the window keeps its last `window` tokens.
         """
         q, k, v = self.project_qkv(x, positions)
-        bias = self._with_relative_bias(bias, start, x.shape[1], cache.k.shape[1])
+        b, new = x.shape[:2]
+        query_index = jnp.reshape(start, (-1, 1)).astype(jnp.int32) + jnp.arange(new, dtype=jnp.int32)  # [1|B, new]
+        if cache.rolling:
+            if bias is not None:
+                raise ValueError(
+                    "Attention.decode: a rolling cache (a sliding window shorter than the sequence) takes no bias "
+                    "against cache slots, which do not hold token indices; give the layer its own relative_bias."
+                )
+            return self._decode_rolling(q, k, v, cache, jnp.broadcast_to(query_index, (b, new)), key_valid)
         k_all, v_all = write_at(cache.k, k, start), write_at(cache.v, v, start)
-        mask = kernels.make_mask(
-            x.shape[1], cache.k.shape[1], causal=True, q_offset=start, key_valid=key_valid, window=self.window
-        )
+        slots = k_all.shape[1]
+        key_index = jnp.arange(slots, dtype=jnp.int32)[None]
+        distances = self._distances(slots, True)
+        bias = self._position_terms(bias, q, k_all.astype(q.dtype), query_index, key_index, distances)
+        mask = kernels.make_mask(new, slots, causal=True, q_offset=start, key_valid=key_valid, window=self.window)
         o = kernels.xla_attention(
             q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, scale=self._scale(),
             logit_cap=self.logit_cap, bias=bias,
         )  # fmt: skip
         return self._output(o), KVCache(k_all, v_all)
+
+    def _decode_rolling(
+        self,
+        q: Float[Array, "batch new heads head_dim"],
+        k: Float[Array, "batch new kv_heads head_dim"],
+        v: Float[Array, "batch new kv_heads head_dim"],
+        cache: KVCache,
+        query_index: Int[Array, "batch new"],
+        key_valid: Bool[Array, "batch max_len"],
+    ) -> tuple[Float[Array, "batch new embed"], KVCache]:
+        """`decode` against a rolling cache (see there)."""
+        window = cache.k.shape[1]
+        real = lambda index: (
+            (index >= 0) & jnp.take_along_axis(key_valid, jnp.clip(index, 0, key_valid.shape[1] - 1), axis=1)
+        )
+        old_valid = real(cache.index) & (cache.index < query_index[:, :1])
+        new_valid = real(query_index)
+        key_index = jnp.concatenate([cache.index, query_index], axis=1)
+        keys = jnp.concatenate([cache.k.astype(q.dtype), k.astype(q.dtype)], axis=1)
+        values = jnp.concatenate([cache.v.astype(q.dtype), v.astype(q.dtype)], axis=1)
+        mask = kernels.make_mask(
+            q.shape[1], keys.shape[1], causal=True, q_offset=query_index[:, 0],
+            key_valid=jnp.concatenate([old_valid, new_valid], axis=1), window=self.window, key_index=key_index,
+        )  # fmt: skip
+        bias = self._position_terms(None, q, keys, query_index, key_index, self._distances(window, True))
+        o = kernels.xla_attention(q, keys, values, mask, scale=self._scale(), logit_cap=self.logit_cap, bias=bias)
+        return self._output(o), roll_in(cache, k, v, query_index, new_valid)
 
     def project_memory(self, memory: Float[Array, "batch memory embed"]) -> KVCache:
         """Cross-attention's keys and values of `memory`, [B, S, kv_heads, head_dim] each: what
@@ -515,8 +637,11 @@ class Attention(eqx.Module):
         """`cross` for decoding: the new tokens' queries against keys/values from
         `project_memory`. memory_valid: False at padded memory positions (None: all real);
         bias: as `cross`'s. No dropout, no side outputs; numerically `cross` on the same inputs."""
-        if self.rotary_max_timescale is not None:
-            raise ValueError("Attention.decode_cross: build cross-attention with use_rotary=False.")
+        if self.rotary_max_timescale is not None or self.position_bias is not None or self.relative_bias is not None:
+            raise ValueError(
+                "Attention.decode_cross: build cross-attention with use_rotary=False, no relative_bias and "
+                "position_bias none."
+            )
         q = self.project_q(x, None)
         mask = kernels.make_mask(x.shape[1], memory_kv.k.shape[1], causal=False, key_valid=memory_valid)
         o = kernels.xla_attention(

@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from pax_eqx.layers.attentions import KVCache, put_rows, take_rows
+from pax_eqx.layers.attentions import KVCache, empty_cache, put_rows, take_rows
 from pax_eqx.layers.base import Context, copy_state
 from pax_eqx.layers.moe import MoEFeedForwardConfig
 from pax_eqx.layers.pipeline import PipelineConfig, run_pipeline
@@ -200,9 +200,15 @@ class StackedTransformerRepeated(eqx.Module):
         return run_pipeline(remat(stage, stage_policy, prevent_cse=False), params, x, per_example, key, self.pipeline)
 
     def init_cache(self, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
+        """Every layer's cache, [num_layers, batch, slots, kv_heads, head_dim]: rolling, of the
+        window's slots, when every layer has the same sliding window shorter than max_len
+        (`attentions.empty_cache`); a stack alternating windowed and global layers keeps every
+        layer's whole sequence (one array holds them all), its windowed layers masking by distance."""
         attention = self.block[0].attention
-        shape = (self.num_layers, batch, max_len, attention.num_kv_heads, attention.head_dim)
-        return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+        windows = {layer.attention.window for layer in self.block}
+        window = attention.window if len(windows) == 1 else (0, 0)
+        lead = (self.num_layers,)
+        return empty_cache(lead, batch, max_len, attention.num_kv_heads, attention.head_dim, dtype, window)
 
     def decode(
         self,

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from pax_eqx.layers.attentions import KVCache, put_rows, take_rows
+from pax_eqx.layers.attentions import KVCache, empty_cache, put_rows, take_rows
 from pax_eqx.layers.base import Context
 from pax_eqx.layers.remat import REMAT_POLICIES, remat
 from pax_eqx.layers.scanned_stack import draws_randomness, require_cross_attention, run_layer
@@ -105,10 +105,10 @@ class SharedLayerStack(eqx.Module):
 
     # Decoding against caches ------------------------------------------------------------------
     def init_cache(self, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
-        """One KV cache per application: [num_layers, batch, max_len, kv_heads, head_dim]."""
-        attention = self.layer.attention
-        shape = (self.num_layers, batch, max_len, attention.num_kv_heads, attention.head_dim)
-        return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+        """One KV cache per application: [num_layers, batch, max_len, kv_heads, head_dim]; rolling,
+        of the window's slots, with a sliding window shorter than max_len (`attentions.empty_cache`)."""
+        a = self.layer.attention
+        return empty_cache((self.num_layers,), batch, max_len, a.num_kv_heads, a.head_dim, dtype, a.window)
 
     def decode(
         self,

@@ -142,8 +142,8 @@ class TransformerConfig(Config):
 
         cross_attention: also attend to a `memory` (an encoder-decoder's decoder layer), with an
         Attention built from `attention` at the same sizes and init, but not causal, without
-        rotary positions and with separate q and kv projections (`combine_qkv=False`: a fused
-        weight would project x and memory in two matmuls anyway).
+        rotary positions, position terms or window and with separate q and kv projections
+        (`combine_qkv=False`: a fused weight would project x and memory in two matmuls anyway).
 
         moe: a Mixture-of-Experts feed-forward from this template (experts of width
         `hidden_dims`, no biases) instead of the dense one; None: dense.
@@ -170,7 +170,7 @@ class TransformerConfig(Config):
             plain = AttentionConfig()  # cross-attention has no rotary positions to set up
             cross_cfg = self.attention.replace(
                 causal=False, combine_qkv=False, rotary_max_timescale=plain.rotary_max_timescale,
-                rotary_scaling=plain.rotary_scaling,
+                rotary_scaling=plain.rotary_scaling, position_bias=plain.position_bias, window=plain.window,
             )  # fmt: skip
             cross = cross_cfg.build(
                 k_cross[0], input_dims=model_dims, num_heads=num_heads, dim_per_head=dim_per_head,

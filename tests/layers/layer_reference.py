@@ -125,10 +125,10 @@ def reference_attention(
         for head in range(n):
             kh = head // (n // kv)
             logits = q[bi, :, head] @ k[bi, :, kh].T * scale  # [T, T]
-            if logit_cap:
-                logits = logit_cap * np.tanh(logits / logit_cap)
             if bias is not None:
                 logits = logits + np.asarray(bias)[bi % bias.shape[0], head % bias.shape[1]]
+            if logit_cap:
+                logits = logit_cap * np.tanh(logits / logit_cap)
             if mask is not None:
                 logits = np.where(mask[bi], logits, -1e30)
             out[bi, :, head] = softmax(logits) @ v[bi, :, kh]
