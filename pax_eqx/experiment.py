@@ -217,7 +217,7 @@ class ExperimentConfig(Config):
     data: where examples come from, their tokenizer, and the train and eval inputs.
     train: how long to train, how often to evaluate and log, the seed and activation dtype.
     checkpoint: how often checkpoints are written and how many are kept.
-    mesh: the device mesh (data, fsdp, tensor), ICI x DCN, and the sharding rules.
+    mesh: the device mesh (data, fsdp, tensor; stage and context where set), ICI x DCN, and the sharding rules.
     decode: what decode and the end of training print.
     profile: JAX profiler traces and XLA's profile-guided latency estimation.
     lora: low-rank adapters on chosen weights of a trained base, which stays frozen (off by default).

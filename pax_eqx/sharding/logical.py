@@ -7,8 +7,8 @@ turns a model (or its `eval_shape`) into a pytree of the same structure whose le
 `LogicalAxes` tuples, and refuses arrays that nobody named -- an unnamed weight would
 silently be replicated, which at scale is an out-of-memory error much later.
 
-The vocabulary (see docs/sharding.md): batch, seq, embed, mlp, heads, kv_heads, kv
-(per-head dims), vocab, layers; `None` for a dimension never sharded.
+The vocabulary (see docs/sharding.md): batch, seq, kv_seq (attention's keys along the sequence),
+embed, mlp, heads, kv_heads, kv (per-head dims), vocab, layers; `None` for a dimension never sharded.
 """
 
 from __future__ import annotations
