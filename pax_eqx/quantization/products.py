@@ -5,16 +5,16 @@ the quantized embedding lookups, `quantized_conv`), one function each.
     quantized_lookup(table, ids)  table [vocab, embed] rows at ids     (embedding_softmax)
     quantized_conv(x, w, ...)   NHWC x HWIO                          (convolutions.Conv2D)
 
-Float activations (the weight's `activations` is None): the integers are widened to x's dtype, the
-product accumulates in float32 and the output channels are scaled *after* it, so the weight is
-never materialized in float. An asymmetric weight's zero point comes off as sum(x) * zero_point
-per row (Praxis' compute_offset).
+Float activations (the weight's `activations` is None): the integers are widened to x's dtype (a
+convert XLA may fuse into the matmul), the product accumulates in float32 and the output channels
+are scaled *after* it: one multiply per output, not per weight. An asymmetric weight's zero point
+comes off as sum(x) * zero_point per row (Praxis' compute_offset).
 
 Quantized activations: x is quantized on the fly (symmetric; per token or per tensor), the
 product is int8 x int8 accumulating in int32 (exact), then scaled by both scales (Praxis' einsum
-with `preferred_element_type=jnp.int32`; XLA runs it on the integer units where there are any).
-Refused with it: an asymmetric weight (its zero point would multiply the quantized activations;
-Praxis' aqt_einsum refuses it, its INFERENCE einsum computes it without the activations' scale).
+with `preferred_element_type=jnp.int32`). Refused with it: an asymmetric weight (its zero point
+would multiply the quantized activations; Praxis' aqt_einsum refuses it, its INFERENCE einsum
+computes it without the activations' scale).
 
 Outputs are in x's dtype; the scaling is float32.
 """

@@ -7,8 +7,8 @@ numerics read and nothing else.
 
 Both are frozen (hashable), so a QuantizedWeight keeps its activation config as a static field:
 what a weight's product does with its input is a property of the weight, and `linears.dense`
-needs no other argument. The training choice (none | fake_quant | aqt) and the PTQ program hold
-these two; they add which layers, not how a tensor is quantized.
+needs no other argument. The training choice (none | fake_quant | aqt) and the PTQ program are
+meant to hold these two, adding which layers, not how a tensor is quantized.
 
 Left out of Praxis' fields, each for a reason: `dtype`/`use_int4_packed_weights`/
 `int4_packed_weights_container_dtype` (values are int8, and 4-bit values are always packed two a
