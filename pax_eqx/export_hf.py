@@ -136,7 +136,7 @@ def export(job_dir: Path, out: Path, dtype: str = "bfloat16", step: int | None =
     if derived is None:
         names, leaf = list(leaves), lambda name: np.asarray(jax.device_get(leaves[name]))
     else:
-        leaf = ExportLeaves(leaves, exp.model.num_layers, derived.add_one, derived.zeros)
+        leaf = ExportLeaves(leaves, exp.model.num_layers, not exp.model.repeat, derived.add_one, derived.zeros)
         names = leaf.names
     files = write_hf(
         out, model_type(hf_config), hf_config, names, leaf, dtype=dtype, max_shard_bytes=max_shard_bytes,

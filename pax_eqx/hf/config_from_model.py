@@ -7,30 +7,39 @@ of `families.model_config`, for a model trained here (no imported config.json to
 
 Which models map (the families `transformers` builds from config.json alone):
 
-    llama   RMSNorm + rotary positions + a gated feed-forward, no biases or biases on all of
-            q/k/v/o (`attention_bias`) and on the feed-forward (`mlp_bias`); tied or not;
-            num_kv_heads < num_heads is grouped-query attention; llama3 rotary scaling
-    qwen2   the same with `qkv_bias` (biases on q, k and v, none on the output or the MLP)
-    gemma   the same with `scale_embedding_sqrt_depth` and the (1 + w) RMSNorm (direct_scale False)
-    gpt2    LayerNorm + learned ("trainable") positions + a non-gated feed-forward, tied
+    llama    RMSNorm + rotary positions + a gated feed-forward, no biases or biases on all of
+             q/k/v/o (`attention_bias`) and on the feed-forward (`mlp_bias`); tied or not;
+             num_kv_heads < num_heads is grouped-query attention; llama3 rotary scaling
+    mistral  llama (no biases) with a sliding window on every layer (`attention.window`)
+    qwen2    the same with `qkv_bias` (biases on q, k and v, none on the output or the MLP),
+             with or without a sliding window (every layer, or all but every n-th)
+    gemma    the same with `scale_embedding_sqrt_depth` and the (1 + w) RMSNorm (direct_scale False)
+    gemma2   gemma with primer_hybrid norms (a norm before and after attention and feed-forward),
+             logit caps, query_scale_dims, and sliding layers with every n-th global
+    gpt2     LayerNorm + learned ("trainable") positions + a non-gated feed-forward, tied
 
 The family is chosen by the few fields that decide it (the norm, the positions, the embedding
-scale, qkv_bias); a model no family has (LayerNorm with rotary positions, sinusoidal positions,
-a Mixture-of-Experts feed-forward) is refused there, naming the field. Every other field is then
-checked by the round trip itself: the config.json written here is read back with
-`families.model_config`, and the model it describes must equal this one field for field, except
-the fields that change nothing the weights compute from a sequence (NO_EFFECT, each with why) and
-the layout changes the export makes exactly (below). A field that differs (a gated GPT-2, a
-logit cap, a sliding window) is named in one HfConfigError with the value the family would
-have, so an export either computes what this model computes or is not written.
+scale, the norm policy, qkv_bias, the window); a model no family has (LayerNorm with rotary
+positions, sinusoidal positions, a Mixture-of-Experts feed-forward) is refused there, naming the
+field. Every other field is then checked by the round trip itself: the config.json written here
+is read back with `families.model_config`, and the model it describes must equal this one field
+for field, except the fields that change nothing the weights compute from a sequence (NO_EFFECT,
+each with why) and the layout changes the export makes exactly (below). A field that differs (a
+gated GPT-2, a logit cap in a Llama, a window with global layers in a Mistral) is named in one
+HfConfigError with the value the family would have, so an export either computes what this
+model computes or is not written.
 
 Layout changes the export makes (`ExportLeaves` applies them to the weights):
 - a norm stored as an offset (direct_scale False: y = norm(x) * (1 + scale)) in a family that
-  stores the factor (llama, qwen2, gpt2) is written as scale + 1, computed in float32 as the
-  model computes it (`add_one`); Gemma stores the offset itself, so it keeps it;
+  stores the factor (llama, mistral, qwen2, gpt2) is written as scale + 1, computed in float32 as the
+  model computes it (`add_one`); Gemma and Gemma 2 store the offset themselves, so it stays;
 - a GPT-2-shaped model without biases (attention, feed-forward, LayerNorm) is written with zero
   biases, which add nothing (`zeros`): GPT2LMHeadModel always has them;
 - a fused w_qkv is split into q, k and v; a listed stack (`repeat=False`) is stacked.
+
+Not mapped: a window in a Llama with biases (MistralForCausalLM has none), a pattern of global
+layers in a Mistral (it windows every layer), and what no family has (MoE, per_dim_scale, a
+post-norm policy, learned positions with RMSNorm, ...).
 """
 
 from __future__ import annotations
@@ -41,10 +50,12 @@ from typing import Any
 from pax_eqx.hf.families import HfConfigError, model_config
 from pax_eqx.models.language_model import LanguageModelConfig
 
-EXPORTED = ("llama", "qwen2", "gemma", "gpt2")
+EXPORTED = ("llama", "mistral", "qwen2", "gemma", "gemma2", "gpt2")
 _ARCHITECTURES = {
-    "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "gemma": "GemmaForCausalLM", "gpt2": "GPT2LMHeadModel",
+    "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+    "gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM", "gpt2": "GPT2LMHeadModel",
 }  # fmt: skip
+_SLIDING, _FULL = "sliding_attention", "full_attention"  # transformers' layer_types
 _FIX = (
     "train a model that maps (--exp shakespeare_char_llama is shakespeare_char as a Llama; docs/fine_tune.md, "
     "'Export a model trained here', lists what maps)"
@@ -69,9 +80,17 @@ NO_EFFECT = {
     "block.fp8": "the precision of training's matmuls; the weights are stored in float",
     "block.attention.combine_qkv": "q, k and v in one array: the export splits it",
 }
-# Our parameters (as the weight plan names them) of each norm.
-_NORM_SCALES = {"block.norm": ("stack.layers.attention_norm.scale", "stack.layers.ff_norm.scale"),
-                "final_norm": ("final_norm.scale",)}  # fmt: skip
+_POST_NORMS = ("stack.layers.attention_post_norm.scale", "stack.layers.ff_post_norm.scale")  # primer_hybrid's
+
+
+def _norm_scales(m: LanguageModelConfig) -> dict[str, tuple[str, ...]]:
+    """Our parameters (as the weight plan names them; a stack of blocks' `stack.layers.{j}.` aside)
+    of each norm config's scales."""
+    post = _POST_NORMS if m.block.norm_policy == "primer_hybrid" else ()
+    return {
+        "block.norm": ("stack.layers.attention_norm.scale", "stack.layers.ff_norm.scale", *post),
+        "final_norm": ("final_norm.scale",),
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +124,7 @@ def hf_export(model: LanguageModelConfig) -> HfExport:
         )
     add_one = tuple(
         name
-        for field, names in _NORM_SCALES.items()
+        for field, names in _norm_scales(model).items()
         if _offset_scale(_norm(model, field)) and not _offset_scale(_norm(exported, field))
         for name in names
     )
@@ -126,10 +145,14 @@ def _family(m: LanguageModelConfig) -> tuple[str, str]:
                 f"model.block.norm is {norm} but model.position_embedding='rotary': no Hugging Face family has this "
                 "(llama, qwen2 and gemma are rms_norm + rotary, gpt2 is layer_norm + trainable positions)"
             )
+        if m.scale_embedding_sqrt_depth and m.block.norm_policy == "primer_hybrid":
+            return "gemma2", "rms_norm, rotary positions, sqrt(model_dims) embedding scale and primer_hybrid norms"
         if m.scale_embedding_sqrt_depth:
             return "gemma", "rms_norm, rotary positions and sqrt(model_dims) embedding scale"
         if m.block.attention.qkv_bias:
             return "qwen2", "rms_norm, rotary positions and q/k/v biases"
+        if m.block.attention.window.kind != "global":
+            return "mistral", "rms_norm, rotary positions and a sliding window"
         return "llama", "rms_norm and rotary positions"
     if pos == "trainable":
         if norm != "layer_norm":
@@ -164,7 +187,7 @@ def _as_exported(m: LanguageModelConfig, family: str) -> LanguageModelConfig:
     block = m.block
 
     def direct(norm):
-        return norm.replace(direct_scale=True) if family != "gemma" and _offset_scale(norm) else norm
+        return norm.replace(direct_scale=True) if family not in ("gemma", "gemma2") and _offset_scale(norm) else norm
 
     norm, final = direct(block.norm), direct(m.final_norm)
     attention = block.attention.replace(combine_qkv=False)
@@ -192,7 +215,7 @@ def _zeros(m: LanguageModelConfig, exported: LanguageModelConfig) -> dict[str, t
         out.update({stack + "ff_in.bias.b": (layers, f), stack + "ff_out_bias.b": (layers, d)})
         if m.block.activation.gated:
             out[stack + "ff_in.gate_bias.b"] = (layers, f)
-    for field, scale_names in _NORM_SCALES.items():
+    for field, scale_names in _norm_scales(m).items():
         was, now = _norm(m, field), _norm(exported, field)
         if getattr(now, "use_bias", False) and not getattr(was, "use_bias", False):
             for name in scale_names:
@@ -205,7 +228,7 @@ def _hf_activation(m: LanguageModelConfig, family: str) -> str:
     name = m.block.activation.name
     names = {"silu": "silu", "swish": "silu", "relu": "relu", "gelu_exact": "gelu",
              "gelu": "gelu_new" if family == "gpt2" else "gelu_pytorch_tanh"}  # fmt: skip
-    if family == "gemma" and name == "gelu_exact":
+    if family in ("gemma", "gemma2") and name == "gelu_exact":
         _refuse(
             "model.block.activation.name='gelu_exact' with the gemma layout: transformers reads Gemma's "
             "hidden_act='gelu' as the tanh form, so the erf form has no Gemma config.json (use 'gelu', the tanh form)"
@@ -229,13 +252,34 @@ def _llama_like(m: LanguageModelConfig, family: str) -> dict[str, Any]:
         "rope_scaling": _rope_scaling(m), "attention_dropout": float(att.dropout_prob),
         "tie_word_embeddings": not m.separate_embedding,
     }  # fmt: skip
-    if family in ("llama", "gemma"):
+    if family in ("llama", "gemma", "gemma2"):
         out["attention_bias"] = bool(att.use_bias)
     if family == "llama":
         out["mlp_bias"] = bool(m.block.ff_has_bias)
+    window = att.window.left_context if att.window.kind == "sliding" else None
+    if family == "mistral":
+        out["sliding_window"] = window
     if family == "qwen2":
-        out["use_sliding_window"] = False
+        out.update(use_sliding_window=window is not None, sliding_window=window, max_window_layers=0)
+        if window is not None:
+            out["layer_types"] = _layer_types(m)
+    if family == "gemma2":
+        out.pop("hidden_act")  # Gemma 2 reads hidden_activation only
+        out.update(
+            hidden_activation=_hf_activation(m, family), query_pre_attn_scalar=att.query_scale_dims or m.head_dim,
+            attn_logit_softcapping=att.logit_cap or None, final_logit_softcapping=m.soft_cap_logits or None,
+            sliding_window=window, layer_types=_layer_types(m),
+        )  # fmt: skip
     return out
+
+
+def _layer_types(m: LanguageModelConfig) -> list[str]:
+    """Each layer's kind as transformers lists it: sliding where the window applies, full at
+    layers n - 1, 2n - 1, ... (model.global_layer_interval n) and everywhere without a window."""
+    n = m.global_layer_interval
+    if m.block.attention.window.kind == "global":
+        return [_FULL] * m.num_layers
+    return [_FULL if n and (i + 1) % n == 0 else _SLIDING for i in range(m.num_layers)]
 
 
 def _rope_scaling(m: LanguageModelConfig) -> dict[str, Any] | None:

@@ -1,6 +1,6 @@
 """A trained model's parameters in the layout the weight plan reads, for `export_hf`.
 
-    leaves = ExportLeaves(params_by_name, num_layers, add_one=export.add_one, zeros=export.zeros)
+    leaves = ExportLeaves(params_by_name, num_layers, listed=not model.repeat, add_one=..., zeros=...)
     write_hf(out, family, config, leaves.names, leaves, ...)   # leaves(name) -> one host array
     leaves.check_written(plan)                                  # every parameter went somewhere
 
@@ -10,10 +10,12 @@ compute the same function, so its leaves are presented in that layout, one at a 
 model is never copied whole into host memory):
 
 - a listed stack (`model.repeat=False`: `stack.layers.{i}.X`) is stacked into `stack.layers.X`
-  [L, ...] when that name is asked for;
+  [L, ...] when that name is asked for (a scanned stack of blocks, `global_layer_interval` k, is
+  named `stack.layers.{j}.X` too, j < k, and is passed on as it is: the plan reads that layout);
 - a fused `w_qkv` [L, 3, D, N, H] (`attention.combine_qkv`) is offered as w_q, w_k and w_v;
-- `add_one` names (an offset-stored norm scale, `config_from_model`) are given as scale + 1 in
-  float32, what the model multiplies by; `zeros` names (a bias-free GPT-2's biases) as zeros.
+- `add_one` names (an offset-stored norm scale, `config_from_model`; in a stack of blocks, each
+  block position's) are given as scale + 1 in float32, what the model multiplies by; `zeros`
+  names (a bias-free GPT-2's biases) as zeros.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pax_eqx.hf.families import HfConfigError
 from pax_eqx.hf.weights import WeightPlan
 
 _LISTED = re.compile(r"^stack\.layers\.(\d+)\.(.+)$")
+_BLOCK = re.compile(r"^stack\.layers\.\d+\.")  # a stack of blocks' position j
 _FUSED = "attention.w_qkv"
 # Parameters that are training state, not weights: fp8's delayed-scaling scales and histories.
 _NOT_WEIGHTS = (".fp8.",)
@@ -40,20 +43,22 @@ class ExportLeaves:
         self,
         leaves: Mapping[str, Any],
         num_layers: int,
+        listed: bool = False,
         add_one: tuple[str, ...] = (),
         zeros: Mapping[str, tuple[int, ...]] | None = None,
     ):
-        """leaves: our parameters by `learners.variables` name (device or host arrays)."""
+        """leaves: our parameters by `learners.variables` name (device or host arrays). listed:
+        the stack is a list of layers (`model.repeat=False`)."""
         get = lambda name: lambda: np.asarray(_host(leaves[name]))
         made: dict[str, Callable[[], np.ndarray]] = {}
-        listed: dict[str, dict[int, str]] = {}
+        layers_of: dict[str, dict[int, str]] = {}  # a listed stack's parameter -> {layer: its leaf}
         for name in leaves:
-            match = _LISTED.match(name)
+            match = _LISTED.match(name) if listed else None
             if match:
-                listed.setdefault(match.group(2), {})[int(match.group(1))] = name
+                layers_of.setdefault(match.group(2), {})[int(match.group(1))] = name
             else:
                 made[name] = get(name)
-        for rest, by_layer in listed.items():
+        for rest, by_layer in layers_of.items():
             if sorted(by_layer) != list(range(num_layers)):
                 raise HfConfigError(
                     f"the listed stack's parameter stack.layers.{{i}}.{rest} has layers {sorted(by_layer)}, not 0.."
@@ -66,8 +71,9 @@ class ExportLeaves:
                 made[name.removesuffix("w_qkv") + part] = _part(fused, k)
         for name, shape in (zeros or {}).items():
             made[name] = lambda shape=shape: np.zeros(shape, np.float32)
-        for name in add_one:
-            made[name] = _plus_one(made[name])
+        for name in list(made):
+            if _BLOCK.sub("stack.layers.", name) in add_one:
+                made[name] = _plus_one(made[name])
         self._made = made
         self.names = list(made)
 

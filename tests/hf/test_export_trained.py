@@ -135,3 +135,94 @@ def test_transformers_loads_the_export(exported):
     np.testing.assert_allclose(theirs, logits, atol=1e-5, rtol=0)
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     assert tokenizer(TEXT)["input_ids"] == ByteTokenizer().encode(TEXT)
+
+
+# Every family hf_export writes, on built models (no training: every weight drawn at random, norm
+# scales and biases included, so a weight written to the wrong place changes the logits) ---------
+def _tiny(block=None, attention=None, **changes):
+    """A 2-layer Llama-shaped model, with `changes` to its fields, `block` to its layer's and
+    `attention` to the layer's attention's."""
+    from pax_eqx.layers import ActivationConfig, AttentionConfig, RmsNormConfig, TransformerConfig
+    from pax_eqx.models import LanguageModelConfig
+
+    norm = RmsNormConfig(epsilon=1e-5)
+    layer = TransformerConfig(norm=norm, activation=ActivationConfig(name="silu", gated=True), ff_has_bias=False)
+    layer = layer.replace(attention=AttentionConfig(**(attention or {})), **(block or {}))
+    base = dict(vocab_size=260, max_seq_len=32, num_layers=2, model_dims=32, hidden_dims=48, num_heads=4,
+                position_embedding="rotary", final_norm=norm)  # fmt: skip
+    return LanguageModelConfig(**{**base, "block": layer, **changes})
+
+
+def _families():
+    from pax_eqx.layers import ActivationConfig, LayerNormConfig, RmsNormConfig
+    from pax_eqx.layers.attention_window import SlidingWindowConfig
+    from pax_eqx.layers.rotary_scaling import Llama3RotaryScalingConfig
+
+    offset = RmsNormConfig(epsilon=1e-6, direct_scale=False)  # (1 + scale): written as scale + 1 but by Gemma
+    window = SlidingWindowConfig(left_context=4)
+    gelu = ActivationConfig(name="gelu", gated=True)
+    gemma = dict(scale_embedding_sqrt_depth=True, final_norm=offset)
+    layer_norm = LayerNormConfig(epsilon=1e-5, direct_scale=True)
+    return {
+        "llama": _tiny(block={"ff_has_bias": True}, attention={"use_bias": True}),
+        "qwen2": _tiny(
+            num_kv_heads=2, separate_embedding=True, block={"norm": offset}, final_norm=offset,
+            attention={"qkv_bias": True, "rotary_max_timescale": 5e5,
+                       "rotary_scaling": Llama3RotaryScalingConfig(original_max_position=8)},
+        ),
+        "mistral": _tiny(repeat=False, attention={"window": window, "combine_qkv": True}),
+        "gemma": _tiny(num_kv_heads=1, block={"norm": offset, "activation": gelu}, **gemma),
+        "gemma2": _tiny(
+            num_layers=4, soft_cap_logits=5.0, global_layer_interval=2,
+            block={"norm": offset, "norm_policy": "primer_hybrid", "activation": gelu},
+            attention={"window": window, "logit_cap": 2.0, "query_scale_dims": 24.0}, **gemma,
+        ),
+        "gpt2": _tiny(
+            position_embedding="trainable", final_norm=layer_norm, attention={"use_bias": True},
+            block={"norm": layer_norm, "ff_has_bias": True, "activation": ActivationConfig(name="gelu")},
+        ),
+    }  # fmt: skip
+
+
+def _random_model(cfg):
+    """The model of `cfg` with every parameter drawn at random on the host (N(0, 0.3): nothing to
+    compile, where the model's own init compiles a random draw per parameter)."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    abstract = jax.eval_shape(lambda: cfg.build(jax.random.PRNGKey(0)))
+    shaped = lambda x: isinstance(x, jax.ShapeDtypeStruct)
+    arrays, static = eqx.partition(abstract, shaped, is_leaf=shaped)
+    rng = np.random.default_rng(0)
+    drawn = jax.tree.map(lambda a: jnp.asarray(0.3 * rng.standard_normal(a.shape), a.dtype), arrays, is_leaf=shaped)
+    return eqx.combine(drawn, static)
+
+
+# gemma (gemma2's layout without its extras) and a GPT-2 with biases (import_hf's own layout) are
+# left to the import tests and test_export.py: each case here costs seconds of compiling.
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "gemma2"])
+def test_every_family_exports_a_model_that_reimports_with_its_logits(family, tmp_path):
+    import equinox as eqx
+    import jax
+
+    from pax_eqx.hf.export_leaves import ExportLeaves
+    from pax_eqx.hf.exporter import write_hf
+    from pax_eqx.hf.tokenizer_export import tokenizer_files
+    from pax_eqx.learners.variables import path_name
+
+    cfg = _families()[family]
+    model = _random_model(cfg)
+    params = eqx.filter(model, eqx.is_inexact_array)
+    export = hf_export(cfg)
+    assert export.family == family
+    leaves = {path_name(p): a for p, a in jax.tree_util.tree_flatten_with_path(params)[0]}
+    leaf = ExportLeaves(leaves, cfg.num_layers, not cfg.repeat, export.add_one, export.zeros)
+    tok = tokenizer_files(ByteTokenizer())
+    config = {**export.config, **tok.special_ids}
+    write_hf(tmp_path, family, config, leaf.names, leaf, dtype="float32", check=leaf.check_written)
+    for name, text in tok.files.items():
+        (tmp_path / name).write_text(text)
+    again, _ = imported_model(tmp_path)
+    ids = np.array(ByteTokenizer().encode(TEXT)[:24]).reshape(2, 12)  # 12 tokens: past the windows of 4
+    np.testing.assert_allclose(forward_logits(again, ids), forward_logits(model, ids), atol=1e-5, rtol=0)
