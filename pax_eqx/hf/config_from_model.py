@@ -266,11 +266,22 @@ def _llama_like(m: LanguageModelConfig, family: str) -> dict[str, Any]:
     if family == "gemma2":
         out.pop("hidden_act")  # Gemma 2 reads hidden_activation only
         out.update(
-            hidden_activation=_hf_activation(m, family), query_pre_attn_scalar=att.query_scale_dims or m.head_dim,
+            hidden_activation=_hf_activation(m, family), query_pre_attn_scalar=_query_pre_attn_scalar(m),
             attn_logit_softcapping=att.logit_cap or None, final_logit_softcapping=m.soft_cap_logits or None,
             sliding_window=window, layer_types=_layer_types(m),
         )  # fmt: skip
     return out
+
+
+def _query_pre_attn_scalar(m: LanguageModelConfig) -> int:
+    """Gemma 2's logit scale 1/sqrt(query_pre_attn_scalar): transformers' Gemma2Config takes a whole number."""
+    value = m.block.attention.query_scale_dims or m.head_dim
+    if not float(value).is_integer():
+        _refuse(
+            f"model.block.attention.query_scale_dims={value}: Gemma 2's query_pre_attn_scalar is a whole number in "
+            "transformers' Gemma2Config"
+        )
+    return int(value)
 
 
 def _layer_types(m: LanguageModelConfig) -> list[str]:
