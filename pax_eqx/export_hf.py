@@ -11,10 +11,11 @@ Which config.json:
   model whose config no longer matches it (another vocabulary, more layers) is refused: its
   config.json could not say what it is.
 - a model trained here: one derived from the experiment's model (`pax_eqx.hf.config_from_model`:
-  llama, qwen2, gemma or gpt2, checked by reading it back), or a refusal naming the field no
-  family has (shakespeare_char's LayerNorm with rotary positions; shakespeare_char_llama maps).
-  Its tokenizer files are what `pax_eqx.hf.tokenizer_export` can write honestly (the byte
-  tokenizer as a byte-level tokenizer.json; none for SentencePiece), said in a printed line.
+  llama, mistral, qwen2, gemma, gemma2 or gpt2, checked by reading it back), or a refusal naming
+  the field no family has (shakespeare_char's LayerNorm with rotary positions;
+  shakespeare_char_llama maps). Its tokenizer files are what `pax_eqx.hf.tokenizer_export` can
+  write honestly (the byte tokenizer as a byte-level tokenizer.json; none for SentencePiece),
+  said in a printed line.
 
 A LoRA run's job dir (`lora.targets`) exports its base with the adapters merged in, W + (alpha /
 r) A @ B in each weight's HF orientation; the config.json, tokenizer and generation config are
@@ -35,8 +36,8 @@ from pax_eqx.number_flags import number
 
 DESCRIPTION = (
     "Export a job dir (one import_hf started, or a model trained here whose architecture is a Hugging Face family: "
-    "llama, qwen2, gemma, gpt2) to a Hugging Face directory: config.json, safetensors in the chosen dtype, tokenizer "
-    "files."
+    "llama, mistral, qwen2, gemma, gemma2, gpt2) to a Hugging Face directory: config.json, safetensors in the chosen "
+    "dtype, tokenizer files."
 )
 
 

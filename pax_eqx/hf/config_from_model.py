@@ -143,7 +143,8 @@ def _family(m: LanguageModelConfig) -> tuple[str, str]:
         if norm != "rms_norm":
             _refuse(
                 f"model.block.norm is {norm} but model.position_embedding='rotary': no Hugging Face family has this "
-                "(llama, qwen2 and gemma are rms_norm + rotary, gpt2 is layer_norm + trainable positions)"
+                "(llama, mistral, qwen2, gemma and gemma2 are rms_norm + rotary, gpt2 is layer_norm + trainable "
+                "positions)"
             )
         if m.scale_embedding_sqrt_depth and m.block.norm_policy == "primer_hybrid":
             return "gemma2", "rms_norm, rotary positions, sqrt(model_dims) embedding scale and primer_hybrid norms"
@@ -158,11 +159,11 @@ def _family(m: LanguageModelConfig) -> tuple[str, str]:
         if norm != "layer_norm":
             _refuse(
                 f"model.block.norm is {norm} but model.position_embedding='trainable': gpt2, the family with learned "
-                "positions, is layer_norm (llama, qwen2 and gemma are rms_norm + rotary)"
+                "positions, is layer_norm (the others are rms_norm + rotary)"
             )
         return "gpt2", "layer_norm and learned positions"
     _refuse(
-        f"model.position_embedding={pos!r}: the families export_hf writes have rotary positions (llama, qwen2, gemma) "
+        f"model.position_embedding={pos!r}: the families export_hf writes have rotary positions (all but gpt2) "
         "or learned ones (gpt2, position_embedding='trainable')"
     )
     raise AssertionError  # unreachable: _refuse raises
