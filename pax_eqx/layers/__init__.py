@@ -9,6 +9,7 @@ One concept a file; this package re-exports them all.
 
 from pax_eqx.layers.activations import Activation, ActivationConfig, geglu, swiglu
 from pax_eqx.layers.attention_config import AttentionConfig
+from pax_eqx.layers.attention_position_bias import AlibiConfig, NoPositionBiasConfig, TransformerXLConfig
 from pax_eqx.layers.attention_window import GlobalWindowConfig, SlidingWindowConfig
 from pax_eqx.layers.attentions import Attention, KVCache
 from pax_eqx.layers.base import (

@@ -30,6 +30,17 @@ layer without segments masks the keys only, as Praxis does. Outputs at real posi
 same either way; padded positions, and so gradients through them, differ. (A TransformerLm's
 folding of padding into the segment mask is the stack's, `fold_padding_with_segment_mask`.)
 
+Relative positions. Self-attention's logits may get this layer's own T5 relative bias
+(`relative_bias`) and a position term (`position_bias`: ALiBi or Transformer-XL's,
+layers.attention_position_bias); all are functions of the query's and the key's token indices,
+so the forward, decoding against a cache and a rolling cache compute them alike. A sliding
+window (`window`, layers.attention_window) is one more term of the mask.
+
+Rolling caches. With a causal sliding window shorter than the cache, `init_cache` gives
+left_context slots, each holding its token's index (`KVCache.index`): memory is bounded by the
+window, not by the sequence. `decode` then attends to [the slots ++ the new keys] by token index
+and keeps each slot's last real token (see `decode`).
+
 `with_probs` / `cross_with_probs` are the forwards that also return the attention
 probabilities `[batch, heads, q, k]`, as Praxis' DotProductAttention returns
 `(encoded, atten_probs)`: they always take the XLA path (cuDNN's kernel never forms them).

@@ -5,7 +5,9 @@
 `compute_loss` gives Pax's LM metrics from logits; `loss` gives them from the last layer's output
 (`hidden`), optionally a chunk of positions at a time (`loss_chunk_size`). Decoding uses the
 same modules against a KV cache (`prefill` then `extend_step`); `pax_eqx.models.decoding`
-builds sampling on top of them.
+builds sampling on top of them. When every layer attends through the same causal sliding window
+(`block.attention.window sliding`, global_layer_interval 0), the caches roll: each holds the
+window's left_context slots, not max_seq_len (layers.attentions).
 
 Mixture-of-Experts: `moe_layer_interval` > 0 gives every moe_layer_interval-th layer (0, interval,
 2 * interval, ...: GLaM's [MoE, dense] blocks with 2, every layer with 1) the feed-forward of
@@ -70,7 +72,8 @@ class LanguageModelConfig(ModelConfig):
       (grouped-query attention); 0 = num_heads.
     position_embedding: "trainable" (GPT), "sinusoidal", "rotary" (in attention), "relative_bias"
       (each layer's attention logits get a learned bias per head and bucket of key - query
-      distance, Praxis' DotProductAttention.relative_bias_tpl with T5's causal bucketing) or "none".
+      distance, Praxis' DotProductAttention.relative_bias_tpl with T5's causal bucketing) or "none"
+      (e.g. with ALiBi or Transformer-XL's relative attention: `block.attention.position_bias`).
     relative_bias: the buckets of position_embedding="relative_bias" (only with it).
     separate_embedding: False ties input embedding and softmax (Pax's SharedEmbeddingSoftmax).
     repeat: True scans one stacked layer over num_layers (fast compile); False lists the layers.
