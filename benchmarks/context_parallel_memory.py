@@ -16,7 +16,7 @@ layout (`models/lm_plan.py`) is printed beside it.
 
 --steps K then runs K training steps on the last N (tokens of a fixed random stream) and prints each
 step's seconds and loss. At 32k on fake CPU devices that needs the host memory of all N devices
-together, N x 4.6 GiB at N = 8 (docs/long_context.md): more than a 23 GiB machine has.
+together, 8 x 7 GiB at N = 8 (docs/long_context.md): more than a 23 GiB machine has.
 """
 
 from __future__ import annotations

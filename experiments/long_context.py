@@ -7,11 +7,11 @@ tensor) = (1, 1, 1, 8, 1), so each device holds 256 tokens of every row, its que
 2048 keys (gathered over `context`), and its activations are an eighth of one device's
 (docs/long_context.md). On a CPU: `XLA_FLAGS=--xla_force_host_platform_device_count=8`.
 
-lm_long_context_32k: the same at 32768 bytes a row, one layer, 2 query heads on 1 key/value head:
-the long end of the memory benchmark (benchmarks/context_parallel_memory.py, docs/long_context.md).
-Attention is XLA's dense kernel: its scores are [S / 8, S] a head on each device, 1 GiB of float32
-for the two heads, and the backward holds about 4 such arrays: XLA:CPU compiles the step to 4.6 GiB
-of temporaries a device, 37 GiB for 8 fake CPU devices in one host's memory.
+lm_long_context_32k: the same model at 32768 bytes a row, the long end of the memory benchmark
+(benchmarks/context_parallel_memory.py, docs/long_context.md). Attention is XLA's dense kernel: its
+scores are [S / 8, S] a head on each device, 2 GiB of float32 for the four heads, and one layer's
+backward holds about 4 such arrays, so the step needs about 9 GiB a device: more than 8 fake CPU
+devices find in one host's memory on a small machine.
 
 Both choose XLA's attention outright: cuDNN's fused kernel does not take a sharded query
 sequence (jax's partitioner of it refuses one), so on a GPU "auto" would be no faster and
@@ -86,6 +86,6 @@ def lm_long_context() -> ExperimentConfig:
 
 @register("lm_long_context_32k", aliases=("LmLongContext32k",))
 def lm_long_context_32k() -> ExperimentConfig:
-    """lm_long_context at 32768 context: one layer, 2 query heads on 1 key/value head (a CPU benchmark)."""
-    exp = _long_context("lm_long_context_32k", seq_len=32768, layers=1, heads=2, kv_heads=1)
+    """lm_long_context at 32768 context, the sequence split 8 ways (the memory benchmark's long end)."""
+    exp = _long_context("lm_long_context_32k", seq_len=32768, layers=2, heads=4, kv_heads=2)
     return exp.replace(train=exp.train.replace(num_steps=3, eval_interval_steps=0, summary_interval_steps=1))
