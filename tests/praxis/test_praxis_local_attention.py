@@ -5,7 +5,8 @@ local_attention/expected.npz is written by local_attention/generate.py in Praxis
 LocalSelfAttention (causal, and with a right context), LocalSelfAttentionRelativeBias,
 LocalSelfAttentionAlibi and LocalSelfAttentionXL (each causal and bidirectional, blocks of 3 over
 10 tokens), and DotProductAttentionXL (causal with PerDimScale and biases, bidirectional without):
-their weights, outputs, and the gradients of <output, cotangent> to the input and every weight.
+their weights, outputs, and the gradients of <output, cotangent> to the input and every weight
+(outputs within 1e-5; gradients, up to ~35 here, within 1e-5 of their largest entry).
 Each loads into pax_eqx's Attention: a sliding window (left_context, right_context: Praxis' own
 meaning), causal when Praxis' right_context is 0, and the position term of the class --
 `relative_bias` (a T5 bias with a bucket per distance), `position_bias` alibi or xl.
@@ -195,6 +196,13 @@ def _numpy_reference(meta: dict, p: dict, x: np.ndarray, paddings: np.ndarray) -
     return y + f("post/b") if meta["use_bias"] else y
 
 
+def _close_grad(ours, theirs) -> None:
+    """Within 1e-5 of the gradient's own scale: each entry sums B x T products, so its float32
+    rounding grows with its size (the largest here are ~35; the differences seen ~1e-5 there)."""
+    theirs = np.asarray(theirs)
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=ATOL * max(1.0, float(np.abs(theirs).max())))
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_praxis_local_attention(case):
     meta, e = _case(case)
@@ -210,29 +218,29 @@ def test_praxis_local_attention(case):
     np.testing.assert_allclose(y[live], e["out"][live], rtol=0, atol=ATOL)
     np.testing.assert_allclose(_numpy_reference(meta, p, e["x"], e["paddings"])[live], e["out"][live], atol=ATOL)
 
-    np.testing.assert_allclose(grad_x, e["grad_x"], rtol=0, atol=ATOL)
+    _close_grad(grad_x, e["grad_x"])
     g = {k.removeprefix("grad/"): v for k, v in e.items() if k.startswith("grad/")}
-    np.testing.assert_allclose(grads.w_q, g["query/w"], atol=ATOL)
-    np.testing.assert_allclose(grads.w_k, g["key/w"], atol=ATOL)
-    np.testing.assert_allclose(grads.w_v, g["value/w"], atol=ATOL)
-    np.testing.assert_allclose(grads.w_o, g["post/w"].transpose(1, 2, 0), atol=ATOL)
+    _close_grad(grads.w_q, g["query/w"])
+    _close_grad(grads.w_k, g["key/w"])
+    _close_grad(grads.w_v, g["value/w"])
+    _close_grad(grads.w_o, g["post/w"].transpose(1, 2, 0))
     if meta["use_bias"]:
         ours = (grads.b_q, grads.b_k, grads.b_v, grads.b_o)
         for mine, theirs in zip(ours, ("query/b", "key/b", "value/b", "post/b"), strict=True):
-            np.testing.assert_allclose(mine, g[theirs], atol=ATOL)
+            _close_grad(mine, g[theirs])
     if meta["per_dim_scale"]:
-        np.testing.assert_allclose(grads.per_dim_scale, g["per_dim_scale/per_dim_scale"], atol=ATOL)
+        _close_grad(grads.per_dim_scale, g["per_dim_scale/per_dim_scale"])
     if meta["cls"].endswith("XL"):
-        np.testing.assert_allclose(grads.position_bias.w_pos, g["pos_proj/w"], atol=ATOL)
+        _close_grad(grads.position_bias.w_pos, g["pos_proj/w"])
         if meta["use_bias"]:
-            np.testing.assert_allclose(grads.position_bias.u, g["u"], atol=ATOL)
-            np.testing.assert_allclose(grads.position_bias.v, g["v"], atol=ATOL)
+            _close_grad(grads.position_bias.u, g["u"])
+            _close_grad(grads.position_bias.v, g["v"])
     if meta["cls"] == "LocalSelfAttentionRelativeBias":
         d = _in_window(meta)
         buckets = np.asarray(_table_buckets(meta, _buckets(meta), d))
         used = _praxis_relative_index(meta, d)
         table_grad = np.asarray(grads.relative_bias.embedding)[buckets].T
-        np.testing.assert_allclose(table_grad, g["pos_emb_compressed"][:, used], atol=ATOL)
+        _close_grad(table_grad, g["pos_emb_compressed"][:, used])
         # Praxis' other columns are never read inside the window: their gradient is 0.
         unused = np.setdiff1d(np.arange(g["pos_emb_compressed"].shape[1]), used)
         assert not g["pos_emb_compressed"][:, unused].any()
