@@ -14,7 +14,7 @@ from layer_reference import jit, random_module, random_normal
 from tolerances import assert_same_math
 
 from pax_eqx.config import ConfigError
-from pax_eqx.layers import AttentionConfig, Context, Mode, RelativePositionBiasConfig
+from pax_eqx.layers import AttentionConfig, Context, Mode, RelativePositionBiasConfig, WeightInit
 from pax_eqx.layers.attention_position_bias import AlibiConfig, TransformerXLConfig, alibi_slopes
 from pax_eqx.layers.attention_window import SlidingWindowConfig
 
@@ -118,6 +118,21 @@ def test_alibi_slopes_are_the_papers():
     of the next one (the paper's reference code)."""
     np.testing.assert_allclose(alibi_slopes(8), 2.0 ** -np.arange(1, 9), rtol=1e-7)
     np.testing.assert_allclose(alibi_slopes(6), [2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3], rtol=1e-7)
+
+
+def test_xl_weights_have_praxis_shapes_and_init():
+    """w_pos [embedding dims, heads, head dim] (Praxis' pos_proj.w) by the attention's init, with the
+    embedding's width as fan-in; u and v zeros (Praxis' Constant(0.0)); 0 dims = the input width."""
+    xl = TransformerXLConfig(embedding_dims=6).build(
+        jax.random.key(0), input_dims=D, num_heads=N, head_dim=H, init=WeightInit(method="xavier")
+    )
+    assert xl.w_pos.shape == (6, N, H) and not np.asarray(xl.u).any() and not np.asarray(xl.v).any()
+    bound = np.sqrt(6.0 / (6 + N * H))  # Xavier uniform over fan-in 6, fan-out heads x head dim
+    assert 0.5 * bound < np.abs(np.asarray(xl.w_pos)).max() <= bound
+    plain = TransformerXLConfig(content_bias=False).build(
+        jax.random.key(0), input_dims=D, num_heads=N, head_dim=H, init=WeightInit()
+    )
+    assert plain.w_pos.shape == (D, N, H) and plain.u is None and plain.v is None
 
 
 def test_position_bias_config_errors_name_the_field():
