@@ -94,6 +94,42 @@ def test_the_byte_tokenizer_exports_as_a_tokenizer_json_with_the_same_ids(export
     assert json.loads((out / "tokenizer_config.json").read_text())["eos_token"] == "</s>"
 
 
+def test_a_tokenizer_json_is_copied_and_sentencepiece_is_said_not_written(tmp_path):
+    """The other tokenizers: a tokenizer.json travels with the tokenizer_config.json beside it (or
+    one naming the configured specials); SentencePiece writes nothing, and the line says why."""
+    import shutil
+
+    from pax_eqx.data.tokenizers import (
+        SentencePieceConfig,
+        SentencePieceTokenizer,
+        TokenizerJsonConfig,
+        TokenizerJsonTokenizer,
+        train_sentencepiece,
+    )
+    from pax_eqx.hf.tokenizer_export import tokenizer_files
+
+    source = HERE.parent / "fixtures" / "hf" / "llama"
+    cfg = TokenizerJsonConfig(path=str(source / "tokenizer.json"), eos_token="</s>", bos_token="<s>")
+    made = tokenizer_files(TokenizerJsonTokenizer.load(cfg), cfg)
+    assert made.files["tokenizer.json"] == (source / "tokenizer.json").read_text()
+    assert made.files["tokenizer_config.json"] == (source / "tokenizer_config.json").read_text()
+    assert "pad_token_id" not in made.special_ids  # none named: its id 0 is not a pad token
+    alone = tmp_path / "tokenizer.json"
+    shutil.copyfile(source / "tokenizer.json", alone)
+    cfg = cfg.replace(path=str(alone), pad_token="<unk>")
+    made = tokenizer_files(TokenizerJsonTokenizer.load(cfg), cfg)
+    written = json.loads(made.files["tokenizer_config.json"])
+    assert (written["bos_token"], written["eos_token"], written["pad_token"]) == ("<s>", "</s>", "<unk>")
+    assert made.special_ids["pad_token_id"] == TokenizerJsonTokenizer.load(cfg).pad_id
+
+    spm_cfg = SentencePieceConfig(vocab_size=34)  # this short text: at least its 32 characters and specials, at most 35
+    proto = train_sentencepiece([TEXT.replace("\n", " ")] * 20, spm_cfg)
+    spm = SentencePieceTokenizer(proto, "job/tokenizer/spm.model")
+    made = tokenizer_files(spm, spm_cfg)
+    assert made.files == {} and made.special_ids == {"bos_token_id": 2, "eos_token_id": 3, "pad_token_id": 0}
+    assert made.note.startswith("Tokenizer: none written.") and "job/tokenizer/spm.model" in made.note
+
+
 def test_shakespeare_char_is_refused_in_one_line_naming_the_norm(tmp_path, capsys, entry_hooks_restored):
     """The default experiment: LayerNorm with rotary positions, which no Hugging Face family has."""
     from experiments.registry import load_experiment
