@@ -18,7 +18,7 @@ from typing import ClassVar, Literal
 import optax
 
 from pax_eqx.config import ConfigError, Variant, check_range, config
-from pax_eqx.learners import factored_rms
+from pax_eqx.learners import factored_rms, quantized_momentum
 
 
 @config
@@ -129,10 +129,17 @@ class AdafactorConfig(_Optimizer):
         "adam": decay_rate (1 - decay_rate^t) / (1 - decay_rate^(t + 1)), Adam's beta2 with its
         bias correction folded in (Praxis' decay_method="adam", decay_adam).
     beta1: the momentum's decay (Praxis' beta1, optax's momentum; 0 = no momentum): an
-        exponential moving average, without bias correction, of the updates, in float32. It
-        averages the updates before the learning rate multiplies them, so it equals Praxis' and
-        optax's (which average lr * update) under a constant rate only; Praxis' default
-        quantized_dtype="int8" stores it as int8, this as Praxis' quantized_dtype="float32".
+        exponential moving average, without bias correction, of the updates, computed in
+        float32. It averages the updates before the learning rate multiplies them, so it equals
+        Praxis' and optax's (which average lr * update) under a constant rate only.
+    momentum_dtype: how beta1's momentum is kept between steps (Praxis' quantized_dtype):
+        "float32" (optax.ema's state; Praxis' quantized_dtype="float32"), "int8" (Praxis'
+        default: int8 values with a float32 scale per slice along the parameter's first axis,
+        `quantized_momentum`), "int16", or "bfloat16". The default stays float32, as optax's
+        (and as every pax_eqx run before this field), so no experiment's numbers move by
+        default; the experiments that reproduce a Pax recipe built on ShardedAdafactor's
+        defaults set "int8" (experiments/bert.py's set_default_adafactor, nvidia.py's
+        NVIDIA_ADAFACTOR). Only meaningful with beta1 > 0.
     multiply_by_parameter_scale: multiply each tensor's update by its parameter's RMS (at least
         1e-3): Adafactor's relative step size (optax's default; Praxis' ShardedAdafactor's is False).
     factored_dims: the dimensions a >= 2-D parameter's second moment is factored over: "largest"
@@ -142,8 +149,9 @@ class AdafactorConfig(_Optimizer):
 
     Pax's LM recipe (paxml model_params.set_default_adafactor: decay_method="adam",
     decay_adam=0.99, beta1=0.9, weight_decay=wd) is AdafactorConfig(decay_method="adam",
-    decay_rate=0.99, beta1=0.9, multiply_by_parameter_scale=False, factored_dims="last") with
-    the learner's weight_decay=wd, weight_decay_mask="all" (tests/praxis/test_praxis_optimizers.py).
+    decay_rate=0.99, beta1=0.9, multiply_by_parameter_scale=False, factored_dims="last",
+    momentum_dtype="int8") with the learner's weight_decay=wd, weight_decay_mask="all"
+    (tests/praxis/test_praxis_optimizers.py, test_praxis_quantized_momentum.py).
     """
 
     kind: ClassVar[str] = "adafactor"
@@ -152,11 +160,22 @@ class AdafactorConfig(_Optimizer):
     beta1: float = 0.0
     multiply_by_parameter_scale: bool = True
     factored_dims: Literal["largest", "last"] = "largest"
+    momentum_dtype: Literal["float32", "bfloat16", "int8", "int16"] = "float32"
 
     def validate(self) -> None:
-        for name, choices in (("decay_method", ("pow", "adam")), ("factored_dims", ("largest", "last"))):
+        for name, choices in (
+            ("decay_method", ("pow", "adam")),
+            ("factored_dims", ("largest", "last")),
+            ("momentum_dtype", ("float32", "bfloat16", "int8", "int16")),
+        ):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"learner.optimizer.{name}={getattr(self, name)!r} is not one of {choices}.")
+        if self.momentum_dtype != "float32" and self.beta1 == 0.0:
+            raise ConfigError(
+                f"learner.optimizer.momentum_dtype={self.momentum_dtype!r} has no effect with "
+                "learner.optimizer.beta1=0 (no momentum); set beta1 > 0 (Pax's LM recipe: 0.9) or "
+                "momentum_dtype='float32'."
+            )
         if self.decay_method == "pow":
             check_range(self, "decay_rate", gt=0, le=1, prefix="learner.optimizer", note="the pow decay's exponent")
         else:
@@ -173,8 +192,10 @@ class AdafactorConfig(_Optimizer):
         parts = [rms, optax.clip_by_block_rms(1.0)]
         if self.multiply_by_parameter_scale:
             parts.append(optax.scale_by_param_block_rms())
-        if self.beta1 > 0:
+        if self.beta1 > 0 and self.momentum_dtype == "float32":
             parts.append(optax.ema(self.beta1, debias=False))
+        elif self.beta1 > 0:
+            parts.append(quantized_momentum.quantized_ema(self.beta1, self.momentum_dtype))
         return optax.chain(*parts)
 
 
