@@ -182,6 +182,23 @@ def _activation(r: _Reader, names: tuple[str, ...], gated: bool) -> ActivationCo
     return ActivationConfig(gated=gated)
 
 
+def _gemma_activation(r: _Reader) -> ActivationConfig:
+    """Gemma's MLP computes `hidden_act`, where "gelu", the value of the first published
+    config.json files, means the tanh GELU (transformers rewrites it so, warning that the releases
+    meant the approximation); `hidden_activation`, which later files also carry, is not read."""
+    name = r.get("hidden_act", "gelu_pytorch_tanh")
+    if name == "gelu":
+        r.note('hidden_act="gelu" is the tanh GELU for Gemma (transformers reads the legacy value so).')
+        name = "gelu_pytorch_tanh"
+    other = r.get("hidden_activation")
+    if other is not None and ACTIVATIONS.get(other) != ACTIVATIONS.get(name):
+        r.note(f"hidden_activation={other!r} is not used: Gemma computes hidden_act={name!r}, as transformers does.")
+    if name not in ACTIVATIONS:
+        r.refuse("hidden_act", f"an activation pax_eqx does not have (it has {', '.join(sorted(ACTIVATIONS))})")
+        return ActivationConfig(gated=True)
+    return ActivationConfig(name=ACTIVATIONS[name], gated=True)
+
+
 def _rope(r: _Reader) -> tuple[float, Any]:
     """(theta, rotary scaling) from transformers 5's `rope_parameters` or the published
     checkpoints' `rope_theta` + `rope_scaling`."""
@@ -226,7 +243,7 @@ def _llama_like(r: _Reader, family: str) -> LanguageModelConfig:
         logit_cap, final_cap = _cap(r, "attn_logit_softcapping", 50.0), _cap(r, "final_logit_softcapping", 30.0)
         query_dims = _query_scale_dims(r, head_dim)
     else:
-        activation = _activation(r, ("hidden_activation", "hidden_act") if gemma else ("hidden_act",), gated=True)
+        activation = _gemma_activation(r) if gemma else _activation(r, ("hidden_act",), gated=True)
         logit_cap = final_cap = query_dims = 0.0
     block = TransformerConfig(
         norm_policy="primer_hybrid" if gemma2 else "pre",

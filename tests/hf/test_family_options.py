@@ -97,3 +97,24 @@ def test_rotary_scaling_refusals_name_the_field():
         )
     with pytest.raises(ConfigError, match="high_freq_factor=1.0 must be above low_freq_factor=2.0"):
         Llama3RotaryScalingConfig(low_freq_factor=2.0, high_freq_factor=1.0)
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"hidden_act": "gelu"}, "gelu"),  # the first releases' value: transformers reads it as the tanh form
+        ({"hidden_act": "gelu", "hidden_activation": "gelu_pytorch_tanh"}, "gelu"),
+        ({"hidden_act": "gelu_pytorch_tanh"}, "gelu"),
+        ({"hidden_act": "silu", "hidden_activation": "gelu_pytorch_tanh"}, "silu"),  # hidden_activation unread
+    ],
+)
+def test_gemma_computes_hidden_act_with_gelu_as_the_tanh_form(fields, expected):
+    import json
+    from pathlib import Path
+
+    from pax_eqx.hf.families import model_config
+
+    cfg = json.loads((Path(__file__).parents[1] / "fixtures" / "hf" / "gemma" / "config.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if k not in ("hidden_act", "hidden_activation")} | fields
+    model, _ = model_config(cfg)
+    assert model.block.activation.name == expected and model.block.activation.gated
