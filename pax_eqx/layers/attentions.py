@@ -66,6 +66,7 @@ from pax_eqx.layers.linears import dense
 from pax_eqx.layers.low_rank import LowRankAdapted
 from pax_eqx.layers.position_embeddings import apply_rotary
 from pax_eqx.layers.relative_position_bias import RelativePositionBias
+from pax_eqx.quantization.quantized_weight import QuantizedWeight
 from pax_eqx.sharding.activations import constrain
 
 if TYPE_CHECKING:  # the config builds this layer (layers.attention_config imports this module)
@@ -160,7 +161,7 @@ def roll_in(
 
 def _project(
     x: Float[Array, "batch time embed"],
-    w: Float[Array, "embed heads head_dim"] | LowRankAdapted,  # a LoRA adapter with dropout: layers.low_rank
+    w: Float[Array, "embed heads head_dim"] | LowRankAdapted | QuantizedWeight,  # layers.low_rank, quantization
     fp8: Fp8Scales | None,
 ) -> Float[Array, "batch time heads head_dim"]:
     """x @ w per head, in x's dtype. A function of both arrays so the shape check ties x's
@@ -171,12 +172,17 @@ def _project(
 
 
 def _project_combined(
-    x: Float[Array, "batch time embed"], w: Float[Array, "3 embed heads head_dim"], fp8: Fp8Scales | None
+    x: Float[Array, "batch time embed"],
+    w: Float[Array, "3 embed heads head_dim"] | QuantizedWeight,
+    fp8: Fp8Scales | None,
 ) -> Float[Array, "batch time 3 heads head_dim"]:
     """q, k and v side by side, from one [embed, 3 * heads * head_dim] matmul (in the layout
     the matmul writes: taking q, k, v out of it is a split, and its gradient a concatenation
-    rather than a transpose)."""
+    rather than a transpose). A quantized weight (Praxis' INFERENCE; no gradient) is three
+    products, one per slice, whose per-channel scales go with them: its integers never move."""
     c, d, n, h = w.shape
+    if isinstance(w, QuantizedWeight):
+        return jnp.stack([_project(x, w[i], fp8) for i in range(c)], axis=-3)
     return dense(x, jnp.moveaxis(w, 0, 1).reshape(d, c * n * h), fp8).reshape(*x.shape[:-1], c, n, h)
 
 

@@ -160,7 +160,23 @@ class QuantizedWeight(eqx.Module):
         self._refuse("numpy, which converts it to an array")
 
     def __getitem__(self, index):
-        self._refuse(f"indexing ([{index}])")
+        """w[i] for an int i on a leading axis the product does not sum over (the combined
+        projection's [3, embed, heads, head_dim] taken apart into q, k, v): that axis's slice of
+        the values and of the scales, which are per channel along it. Any other index is refused."""
+        lead = -self.ndim
+        if not isinstance(index, int) or lead in self.contract_axes or lead == self.packed_axis or self.ndim < 3:
+            self._refuse(f"indexing ([{index}])")
+        pick = lambda a: None if a is None else a[index]
+        return QuantizedWeight(
+            self.values[index],
+            self.scale[index],
+            pick(self.zero_point),
+            self.bits,
+            self.contract_axes,
+            self.packed_axis,
+            self.activations,
+            None if self.axes is None else self.axes[1:],
+        )
 
     def astype(self, dtype):
         self._refuse(f"a cast to {dtype}")
