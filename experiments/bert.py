@@ -29,8 +29,9 @@ constant) made into BERT by `_bert`:
   batch 8 x 8 = 64;
 - the BertSpmd ones (TransformerBertSpmdAdafactor): combined QKV, the model's MASK_TOKEN_ID 0,
   Praxis ShardedAdafactor (set_default_adafactor: decay_method adam, decay_adam 0.99, beta1 0.9,
-  no parameter scaling, the last two dims factored, update RMS cap 1, clip 5, weight decay on
-  every parameter) with LinearRampupExponentialDecay(4000, 4001, DECAY_END=100000, 0.1, 1.0);
+  no parameter scaling, the last two dims factored, update RMS cap 1, the momentum in int8 as
+  Praxis' default quantized_dtype, clip 5, weight decay on every parameter) with
+  LinearRampupExponentialDecay(4000, 4001, DECAY_END=100000, 0.1, 1.0);
   MESH_SHAPE [replica, data, mdl] is our (data, fsdp, tensor) ICI shape, and the global batch
   PERCORE_BATCH_SIZE x its devices; the L33 / L66 ones smooth the labels by 0.1;
 - none repeats its layers, so CHECKPOINT_POLICY (SAVE_DOT_WITH_NO_BATCH_DIM,
@@ -129,11 +130,16 @@ def bert_shakespeare_char() -> ExperimentConfig:
 
 def set_default_adafactor(learning_rate: float, weight_decay: float, *, decay_end: int = 100_000) -> LearnerConfig:
     """model_params.set_default_adafactor: Praxis ShardedAdafactor(decay_method='adam', beta1=0.9,
-    decay_adam=0.99, weight_decay), clip 5.0, lr x LinearRampupExponentialDecay(4000, 4001,
-    decay_end, 0.1, 1.0)."""
+    decay_adam=0.99, weight_decay; its default quantized_dtype='int8'), clip 5.0,
+    lr x LinearRampupExponentialDecay(4000, 4001, decay_end, 0.1, 1.0)."""
     return LearnerConfig(
         optimizer=AdafactorConfig(
-            decay_method="adam", decay_rate=0.99, beta1=0.9, multiply_by_parameter_scale=False, factored_dims="last"
+            decay_method="adam",
+            decay_rate=0.99,
+            beta1=0.9,
+            multiply_by_parameter_scale=False,
+            factored_dims="last",
+            momentum_dtype="int8",
         ),
         learning_rate=learning_rate,
         schedule=linear_rampup_exponential_decay(

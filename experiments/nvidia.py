@@ -24,7 +24,8 @@ Their `task()` sets, for every class here:
   every parameter, gradient clip 1.0, lr 6e-4 x LinearRampupCosineDecay(0, 1, 500000, 0.1, 1.0).
   With USE_ADAFACTOR (NVIDIA175B, Llama33BProxy, NVIDIA175B_FSDP): ShardedAdafactor
   (decay_method 'adam', beta1 0.9, decay_adam 0.99, update clipping 1.0, last-two-dims
-  factoring, no parameter scale), the same weight decay, clip, lr and schedule;
+  factoring, no parameter scale, its default int8 momentum), the same weight decay, clip, lr
+  and schedule;
 - `train.save_interval_steps = 100000`: checkpoints every 100000 steps (the source's comment says
   "disable summary writes"; it is the checkpoint interval);
 - `summary_verbosity = 0` (NVIDIA1_3B's descendants): no layer summaries, pax_eqx's default.
@@ -83,7 +84,12 @@ NVIDIA_ADAM = pax_adam(
 # weight_decay=WEIGHT_DECAY, clip_gradient_norm_to_value=1.0), lr and schedule as Adam's.
 NVIDIA_ADAFACTOR = LearnerConfig(
     optimizer=AdafactorConfig(
-        decay_method="adam", decay_rate=0.99, beta1=0.9, multiply_by_parameter_scale=False, factored_dims="last"
+        decay_method="adam",
+        decay_rate=0.99,
+        beta1=0.9,
+        multiply_by_parameter_scale=False,
+        factored_dims="last",
+        momentum_dtype="int8",
     ),
     learning_rate=6e-4,
     schedule=NVIDIA_SCHEDULE,

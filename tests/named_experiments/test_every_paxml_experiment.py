@@ -129,7 +129,8 @@ def learner_view(optimizer: dict[str, Any], learner: dict[str, Any]) -> dict[str
       (weight_decay_mask "all"); see pax_eqx.learners.pax_adam.
     - ShardedAdafactor: adafactor, decay_method, decay_rate = decay_adam or decay_pow, beta1,
       multiply_by_parameter_scale, factored_dims "last" (Praxis' default) or "largest"
-      (sort_factored_second_moment_dims); Praxis' update clip at clip_threshold 1.0 is built into
+      (sort_factored_second_moment_dims), momentum_dtype = quantized_dtype where beta1 > 0 (the
+      momentum's storage; without momentum it stores nothing); Praxis' update clip at clip_threshold 1.0 is built into
       pax_eqx's Adafactor (clip_update_rms 0); weight_decay on every parameter.
     - ShardedSgd / Sgd: sgd, momentum (None: 0), nesterov. Lion: lion, b1, b2, clip_update_rms.
     - Every optimizer: learning_rate, clip_grad_norm = clip_gradient_norm_to_value,
@@ -154,6 +155,8 @@ def learner_view(optimizer: dict[str, Any], learner: dict[str, Any]) -> dict[str
                  "optimizer.decay_rate": rate, "optimizer.beta1": o["beta1"],
                  "optimizer.multiply_by_parameter_scale": o["multiply_by_parameter_scale"],
                  "optimizer.factored_dims": "largest" if o["sort_factored_second_moment_dims"] else "last"}  # fmt: skip
+        if o["beta1"]:
+            view["optimizer.momentum_dtype"] = o["quantized_dtype"]
         view["clip_update_rms"] = (
             0.0 if o["clip_threshold"] == 1.0 else none_for(f"ShardedAdafactor clip_threshold {o['clip_threshold']}")
         )
