@@ -25,6 +25,7 @@ from pax_eqx.learners.lora_config import LoraConfig
 from pax_eqx.models.decoding import SampleConfig, check_utf8
 from pax_eqx.models.language_model import LanguageModelConfig
 from pax_eqx.models.model import ModelConfig
+from pax_eqx.quantization.quantization_choice import NoQuantizationConfig, QuantizationConfig
 from pax_eqx.sharding.mesh import AXES, MeshConfig
 from pax_eqx.sharding.rules import parse_rules
 from pax_eqx.task_config import TaskConfig
@@ -221,6 +222,9 @@ class ExperimentConfig(Config):
     decode: what decode and the end of training print.
     profile: JAX profiler traces and XLA's profile-guided latency estimation.
     lora: low-rank adapters on chosen weights of a trained base, which stays frozen (off by default).
+    quantization: none, quantization-aware training (fake_quant, aqt) or the materialized int model
+      `python -m pax_eqx.quantize` writes (int): bits, symmetric, clipping, activations, which layers
+      (pax_eqx/quantization/quantization_choice.py; docs/quantize.md).
     """
 
     name: str = ""
@@ -234,6 +238,7 @@ class ExperimentConfig(Config):
     decode: DecodeConfig = DecodeConfig()
     profile: ProfileConfig = ProfileConfig()
     lora: LoraConfig = LoraConfig()
+    quantization: QuantizationConfig = NoQuantizationConfig()
 
     def unfed_metrics(self) -> dict[str, str]:
         """{metric: why} for the eval metrics this model or data cannot feed (metric_fns.unfeedable):
@@ -297,6 +302,7 @@ class ExperimentConfig(Config):
                 f"are {backend}: it would change nothing; remove --profile.auto-pgle."
             )
         self._check_pipeline_mesh()
+        self._check_quantization()
         self._check_context_mesh()
         self.model.check_data(self.data)
         from pax_eqx.metric_fns import check_metric_names
@@ -347,6 +353,25 @@ class ExperimentConfig(Config):
                 f"model.block.attention.implementation='cudnn' with a context axis of {context}: cuDNN's fused "
                 "attention takes no sharded query sequence (jax's partitioner of it refuses one); use "
                 "--model.block.attention.implementation xla, or a mesh without a context axis."
+            )
+
+    def _check_quantization(self) -> None:
+        """A quantized model is not pipelined and takes no LoRA adapters (a quantized weight is not
+        a float one they could be merged into)."""
+        choice = self.quantization
+        if not choice.enabled:
+            return
+        pipeline = getattr(self.model, "pipeline", None)
+        if pipeline is not None and pipeline.enabled:
+            raise ConfigError(
+                f"quantization {choice.kind} with a pipelined stack (model.pipeline.num_stages={pipeline.num_stages}): "
+                "the stages' weights are re-laid per stage, which quantized weights do not follow; train unpipelined, "
+                "or pass --quantization none."
+            )
+        if self.lora.enabled:
+            raise ConfigError(
+                f"quantization {choice.kind} with lora.targets={self.lora.targets!r}: LoRA adapts float weights; "
+                "train the adapters in float (--quantization none) and quantize the merged model after."
             )
 
     def _check_pipeline_mesh(self) -> None:

@@ -65,6 +65,7 @@ def _train(exp, job_dir: str, argv: list[str]) -> int:
     initialize()
     exp.validate(num_devices=jax.device_count(), num_hosts=jax.process_count())  # the one validation
     require_trackers(exp.train.trackers)  # a missing extra stops the run before it writes anything
+    preflight.check_trainable(exp)
     preflight.check(exp, Path(job_dir))  # reads files and runs the user's metrics; writes nothing
     created = not os.path.exists(job_dir)
     path = prepare(job_dir)

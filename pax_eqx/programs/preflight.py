@@ -69,6 +69,17 @@ def check(exp: ExperimentConfig, job_dir: Path, *, evaluates: bool = True) -> No
         exp.data.source.check_decodable(exp.data, "eval")
 
 
+def check_trainable(exp: ExperimentConfig) -> None:
+    """A materialized model (quantization int: integers and scales) has no gradient: refused
+    before a train run writes anything, naming the field."""
+    if exp.quantization.kind == "int":
+        raise ConfigError(
+            "quantization=int: this experiment is a materialized model (integers and scales, written by python -m "
+            "pax_eqx.quantize), which has no gradient; train the float model (--quantization fake_quant for "
+            "quantization-aware training, or none) and quantize it after."
+        )
+
+
 def check_token_ids_before_compile(exp: ExperimentConfig, job_dir: Path) -> None:
     """The tokenizer's ids against model.vocab_size, with the tokenizer the run will use. One
     that would be trained into the job dir (SentencePiece without a model_path) is not trained

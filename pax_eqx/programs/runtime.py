@@ -18,8 +18,10 @@ from pax_eqx.data.build import check_token_ids
 from pax_eqx.experiment import ExperimentConfig
 from pax_eqx.layers.base import DEFAULT_SUMMARY_VERBOSITY, LAYER_STATISTICS_VERBOSITY
 from pax_eqx.programs.compiled import Programs
+from pax_eqx.quantization.quantization_choice import IntQuantizationConfig
 from pax_eqx.sharding.mesh import build_mesh
 from pax_eqx.tasks.lora_task import LoraTask
+from pax_eqx.tasks.quantized_task import FakeQuantTask, MaterializedTask
 from pax_eqx.tasks.task import Task
 
 
@@ -33,6 +35,12 @@ def build_task(exp: ExperimentConfig) -> Task:
         return LoraTask(
             exp.model, exp.resolved_learner(), exp.lora, exp.task, exp.train.fprop_dtype, verbosity, per_example
         )
+    if exp.quantization.enabled:
+        kind = MaterializedTask if isinstance(exp.quantization, IntQuantizationConfig) else FakeQuantTask
+        return kind(
+            exp.model, exp.resolved_learner(), exp.quantization, exp.task, exp.train.fprop_dtype, verbosity,
+            per_example,
+        )  # fmt: skip
     return Task(exp.model, exp.resolved_learner(), exp.task, exp.train.fprop_dtype, verbosity, per_example)
 
 

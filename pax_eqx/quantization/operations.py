@@ -137,6 +137,38 @@ def _fake_quant(t, bits, axes, symmetric, clipping):
     return out.astype(dtype)
 
 
+def aqt_fake_quant(
+    t: Float[Array, "..."], bits: int, axes: Axes, symmetric: bool = True, clipping: float = 1.0
+) -> Float[Array, "..."]:
+    """`fake_quant` with Praxis' AQT quantizer (QuantizationType.AQT's TensorQuantizer): the scale
+    is bound / levels + float32's eps (its add_scale_eps, on by default: no 1 for an all-zero
+    channel, and no NaN gradient near zero), and rounding is floor(x + 0.5) (ties up, not to
+    even), straight through as fake_quant's."""
+    return _aqt_fake_quant(t, bits, _axes(axes), symmetric, clipping)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _aqt_fake_quant(t, bits, axes, symmetric, clipping):
+    dtype = t.dtype
+    t = t.astype(jnp.float32)
+    lo, hi = int_bounds(bits)
+    axes = _axes(axes)
+    if symmetric:
+        bound, t_min, levels = jnp.max(jnp.abs(t), axis=axes, keepdims=True), None, hi
+    else:
+        t_min = jnp.min(t, axis=axes, keepdims=True)
+        bound, levels = jnp.max(t, axis=axes, keepdims=True) - t_min, hi - lo
+    if clipping < 1.0:
+        bound = bound * clipping
+    scale = exact_divide(bound, jnp.asarray(levels, jnp.float32)) + jnp.finfo(jnp.float32).eps
+    u, z = _on_grid(t, scale, t_min, lo)
+    q = jnp.clip(pass_through(u + 0.5, jnp.floor), lo, hi)
+    out = jnp.multiply(q, scale)
+    if z is not None:
+        out = jnp.subtract(out, jnp.multiply(scale, z))
+    return out.astype(dtype)
+
+
 def activation_axes(per_token: bool) -> tuple[int, ...] | None:
     """An activation's contraction axes: its features (one scale per token), or all of it."""
     return (-1,) if per_token else None
