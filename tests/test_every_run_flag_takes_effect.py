@@ -64,7 +64,7 @@ from pax_eqx.programs.train.train_loop import train
 from pax_eqx.tasks.task import Task
 
 BASE = "shakespeare_char"
-SECTIONS = ("data", "task", "mesh", "decode", "train", "checkpoint", "profile", "lora")
+SECTIONS = ("data", "task", "mesh", "decode", "train", "checkpoint", "profile", "lora", "quantization")
 
 NO_EFFECT_HERE = {
     "train.steps_per_loop": "how many steps one compiled call runs: the same run, fewer dispatches "
@@ -334,6 +334,7 @@ OBSERVABLES = {
     "checkpoint": run_observable,
     "profile": run_observable,
     "lora": run_observable,
+    "quantization": task_observable,
 }
 
 
