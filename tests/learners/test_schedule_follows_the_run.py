@@ -19,7 +19,8 @@ from pax_eqx.learners.schedules import ConstantSchedule, CosineSchedule, Piecewi
 # and keeps the decay end it publishes.
 FOLLOW_THE_RUN = {
     "shakespeare_char", "shakespeare_moe", "shakespeare_pipelined", "bert_shakespeare_char",
-    "shakespeare_span_corruption", "digits_mlp", "digits_resnet", "digits_vit",
+    "shakespeare_span_corruption", "digits_mlp", "digits_resnet", "digits_vit", "shakespeare_char_llama",
+    "lm_long_context", "lm_long_context_32k",
 }  # fmt: skip
 
 
