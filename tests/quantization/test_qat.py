@@ -38,7 +38,7 @@ def _loss_and_grads(exp, params):
     def loss(p):
         return task.forward(p, None, batch, None, Mode.EVAL).metrics["total_loss"].value
 
-    return jax.value_and_grad(loss)(params)
+    return jax.jit(jax.value_and_grad(loss))(params)  # one compile: eager op-by-op is several times slower
 
 
 @pytest.mark.parametrize("choice", [FakeQuantConfig(weight_bits=4), AqtConfig(weight_bits=4)])
