@@ -7,6 +7,9 @@ Pax's LM Adafactor (decay_method="adam", decay_adam=0.99, beta1=0.9, weight deca
 and the parameters after each of 8 steps within ATOL of Praxis', and the stored momentum itself
 equal to Praxis' (the int8 values exactly; the scales x the learning rate, since Praxis'
 momentum averages lr * update and ours the update, `pax_eqx.learners.quantized_momentum`).
+That the float32 momentum misses Praxis' int8 run (1.2e-3 here, 1.9e-3 on expected.npz's
+parameters) is test_praxis_optimizers.py's
+test_a_float32_momentum_differs_from_praxis_int8_by_its_quantization.
 """
 
 from __future__ import annotations
@@ -119,12 +122,6 @@ def test_int16_and_bfloat16_momentum_equal_praxis():
     for k in QUANTIZED:
         assert ours[f"m/{k}"].dtype == jnp.bfloat16
         np.testing.assert_array_equal(0.125 * ours[f"m/{k}"].astype(np.float32), EXPECTED[f"bfloat16/m/{k}"])
-
-
-def test_the_float32_momentum_misses_praxis_int8_default():
-    """The change matters: the float32 momentum (the default, Praxis' quantized_dtype="float32")
-    is over 100 x ATOL from Praxis' int8 run after 8 steps (1.2e-3 here)."""
-    assert max_gap(run("float32", 0.1), "int8") > 100 * ATOL
 
 
 def test_bfloat16_momentum_under_a_rate_that_is_not_a_power_of_two():
