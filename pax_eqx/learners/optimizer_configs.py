@@ -139,7 +139,7 @@ class AdafactorConfig(_Optimizer):
         (and as every pax_eqx run before this field), so no experiment's numbers move by
         default; the experiments that reproduce a Pax recipe built on ShardedAdafactor's
         defaults set "int8" (experiments/bert.py's set_default_adafactor, nvidia.py's
-        NVIDIA_ADAFACTOR). Only meaningful with beta1 > 0.
+        NVIDIA_ADAFACTOR). With beta1 = 0 there is nothing to store: any value but float32 is refused.
     multiply_by_parameter_scale: multiply each tensor's update by its parameter's RMS (at least
         1e-3): Adafactor's relative step size (optax's default; Praxis' ShardedAdafactor's is False).
     factored_dims: the dimensions a >= 2-D parameter's second moment is factored over: "largest"
