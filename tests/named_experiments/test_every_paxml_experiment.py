@@ -85,10 +85,11 @@ def mesh_view(mesh: dict[str, Any], exp: ExperimentConfig) -> dict[str, Any]:
     (data, fsdp, tensor), [stage, replica, data, mdl] is (stage, data, fsdp, tensor); Paxml's None
     DCN shape is one slice, (1, ...) as long as the ICI shape. A pmap experiment has no mesh: it
     replicates the weights over however many devices run it, so pax_eqx's mesh must be pure data
-    parallelism, (stage, data, fsdp, tensor) = (1, N, 1, 1) for its own device count N."""
+    parallelism, (stage, data, fsdp, context, tensor) = (1, N, 1, 1, 1) for its own device count N
+    (Paxml has no context axis: it is 1)."""
     ici, dcn = mesh["ici_mesh_shape"], mesh["dcn_mesh_shape"]
     if not ici:
-        return {"mesh.shape": (1, exp.mesh.num_devices, 1, 1)}
+        return {"mesh.shape": (1, exp.mesh.num_devices, 1, 1, 1)}
     return {"mesh.ici_mesh_shape": tuple(ici), "mesh.dcn_mesh_shape": tuple(dcn) if dcn else (1,) * len(ici)}
 
 
