@@ -67,7 +67,7 @@ from pax_eqx.layers.low_rank import LowRankAdapted
 from pax_eqx.layers.position_embeddings import apply_rotary
 from pax_eqx.layers.relative_position_bias import RelativePositionBias
 from pax_eqx.quantization.quantized_weight import QuantizedWeight
-from pax_eqx.sharding.activations import constrain
+from pax_eqx.sharding.activations import constrain, is_split
 
 if TYPE_CHECKING:  # the config builds this layer (layers.attention_config imports this module)
     from pax_eqx.layers.attention_config import AttentionConfig
@@ -530,7 +530,9 @@ class Attention(eqx.Module):
             ctx = ctx.add_summary("logit_max", kernels.masked_max(logits, mask), LAYER_STATISTICS_VERBOSITY)
         use_dropout = self.dropout_prob > 0.0 and ctx.is_training
         impl = self.implementation
-        cudnn = impl == "cudnn" or (impl == "auto" and kernels.cudnn_qualifies(q, self.logit_cap, use_dropout))
+        # A sequence split over a context axis is XLA's: cuDNN's partitioner refuses a sharded sequence.
+        auto_cudnn = not is_split("seq") and kernels.cudnn_qualifies(q, self.logit_cap, use_dropout)
+        cudnn = impl == "cudnn" or (impl == "auto" and auto_cudnn)
         if cudnn and not with_probs:
             attend = lambda m, causal: kernels.cudnn_attention(
                 q, k, v, m, scale=self._scale(), causal_only=causal, bias=bias

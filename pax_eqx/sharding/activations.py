@@ -81,3 +81,15 @@ def constrain(x: jax.Array, names: tuple[str | None, ...]) -> jax.Array:
     over the current mesh; `x` unchanged where `activation_spec` is None."""
     spec = activation_spec(names, x.shape)
     return x if spec is None else jax.lax.with_sharding_constraint(x, spec)
+
+
+def is_split(name: str) -> bool:
+    """Whether the logical axis `name` is split over a mesh axis of more than one device by the
+    active rules (False outside `activation_rules` or without a mesh): attention asks it of `seq`,
+    since cuDNN's kernel cannot take a sequence split over a context axis."""
+    table = _RULES.get()
+    mesh = jax.sharding.get_abstract_mesh()
+    if table is None or mesh.empty:
+        return False
+    taken = _TAKEN.get()
+    return any(mesh.shape.get(axis, 1) > 1 and axis not in taken for axis in table.get(name, ()))

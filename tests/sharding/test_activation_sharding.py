@@ -57,3 +57,14 @@ def test_a_constraint_shards_the_traced_array():
 def test_names_must_match_the_arrays_dimensions():
     with jax.set_mesh(mesh((8, 1, 1))), activation_rules(), pytest.raises(ValueError, match="2 logical names"):
         activation_spec(("batch", None), (4, 8, 16))
+
+
+def test_is_split_says_whether_a_context_axis_splits_the_sequence():
+    """What attention asks before choosing cuDNN: a sequence over a context axis is XLA's."""
+    from pax_eqx.sharding.activations import is_split
+
+    assert not is_split("seq")  # no rules, no mesh
+    with jax.set_mesh(mesh((1, 2, 1, 4, 1))), activation_rules():
+        assert is_split("seq") and is_split("batch") and not is_split("kv_seq")
+    with jax.set_mesh(mesh((2, 2, 2))), activation_rules():
+        assert not is_split("seq")
