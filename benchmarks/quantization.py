@@ -60,8 +60,11 @@ def _decode_numbers(job_dir: Path, new_tokens: int = 256, batch: int = 8) -> dic
     seconds = time.perf_counter() - start
     tokens = sum(len(o) for o in outs)
 
-    decoder = model.incremental_decoder(prompts, cfg.max_new_tokens, rt.tokenizer.pad_id, length=len(prompt))
-    lowered = draw_tokens.lower(decoder, cfg.strategy.draw(cfg.eos_id), key, rt.tokenizer.pad_id, new_tokens)
+    # The compiled program of one cache's worth of steps (sampling slides past max_seq_len by
+    # re-prefilling; the incremental decoder's cache is max_seq_len long).
+    steps = min(new_tokens, rt.exp.model.max_seq_len - len(prompt))
+    decoder = model.incremental_decoder(prompts, steps, rt.tokenizer.pad_id, length=len(prompt))
+    lowered = draw_tokens.lower(decoder, cfg.strategy.draw(cfg.eos_id), key, rt.tokenizer.pad_id, steps)
     memory = lowered.lowered.compile().memory_analysis()  # equinox wraps jax's Lowered
     return {
         "tokens_per_s": tokens / seconds,
