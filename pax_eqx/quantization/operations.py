@@ -65,6 +65,15 @@ def quantization_scale(
 ) -> tuple[Float[Array, "..."], Float[Array, "..."] | None]:
     """(scale, min t) per slice, both with t's rank and size 1 on `axes` (min t: None when
     symmetric). float32 in, float32 out (see the module doc for the formula)."""
+    scale, t_min = _range_over_levels(t, bits, axes, symmetric, clipping)
+    return jnp.where(scale == 0.0, 1.0, scale), t_min
+
+
+def _range_over_levels(
+    t: Float[Array, "..."], bits: int, axes: Axes, symmetric: bool, clipping: float
+) -> tuple[Float[Array, "..."], Float[Array, "..."] | None]:
+    """(the clipped range / the integer levels it spans, min t or None when symmetric) per slice:
+    the scale before Praxis' zero guard or AQT's eps, which is all the two quantizers differ by."""
     lo, hi = int_bounds(bits)
     axes = _axes(axes)
     if symmetric:
@@ -74,8 +83,7 @@ def quantization_scale(
         bound, levels = jnp.max(t, axis=axes, keepdims=True) - t_min, hi - lo
     if clipping < 1.0:
         bound = bound * clipping
-    scale = exact_divide(bound, jnp.asarray(levels, jnp.float32))
-    return jnp.where(scale == 0.0, 1.0, scale), t_min
+    return exact_divide(bound, jnp.asarray(levels, jnp.float32)), t_min
 
 
 def _on_grid(
@@ -152,15 +160,8 @@ def _aqt_fake_quant(t, bits, axes, symmetric, clipping):
     dtype = t.dtype
     t = t.astype(jnp.float32)
     lo, hi = int_bounds(bits)
-    axes = _axes(axes)
-    if symmetric:
-        bound, t_min, levels = jnp.max(jnp.abs(t), axis=axes, keepdims=True), None, hi
-    else:
-        t_min = jnp.min(t, axis=axes, keepdims=True)
-        bound, levels = jnp.max(t, axis=axes, keepdims=True) - t_min, hi - lo
-    if clipping < 1.0:
-        bound = bound * clipping
-    scale = exact_divide(bound, jnp.asarray(levels, jnp.float32)) + jnp.finfo(jnp.float32).eps
+    scale, t_min = _range_over_levels(t, bits, axes, symmetric, clipping)
+    scale = scale + jnp.finfo(jnp.float32).eps
     u, z = _on_grid(t, scale, t_min, lo)
     q = jnp.clip(pass_through(u + 0.5, jnp.floor), lo, hi)
     out = jnp.multiply(q, scale)
